@@ -1,0 +1,69 @@
+"""Checks of a composed config before any work starts: every message names the key and a valid example."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from omegaconf import DictConfig
+
+from cutlab.errors import CutlabError
+
+VIDEO_MODELS = ("dust", "ut")
+VIDEO_DATA = ("synthetic", "ucsd_ped2", "ucsd_ped1")
+
+
+def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+        raise CutlabError(f"{key} must be a number, got {value!r}; e.g. {key}={example}")
+    value = float(value)
+    if minimum is not None and (value <= minimum if exclusive else value < minimum):
+        relation = ">" if exclusive else ">="
+        raise CutlabError(f"{key} must be {relation} {minimum:g}, got {value:g}; e.g. {key}={example}")
+    return value
+
+
+def _integer(key: str, value: Any, example: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise CutlabError(f"{key} must be a whole number, got {value!r}; e.g. {key}={example}")
+    if value < minimum:
+        raise CutlabError(f"{key} must be >= {minimum}, got {value}; e.g. {key}={example}")
+    return value
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise CutlabError on the first value that cannot make a run."""
+    if cfg.model.name not in VIDEO_MODELS:
+        raise CutlabError(f"unknown model {cfg.model.name!r}; choose one of model={','.join(VIDEO_MODELS)}")
+    if cfg.data.name not in VIDEO_DATA:
+        raise CutlabError(f"unknown dataset {cfg.data.name!r}; choose one of data={','.join(VIDEO_DATA)}")
+    _number("gamma", cfg.gamma, "0.09", minimum=0.0)
+    _number("noise_mean", cfg.noise_mean, "0.0")
+    _integer("L", cfg.L, "5", 1)
+    _integer("seed", cfg.seed, "0", 0)
+    gammas = cfg.eval.gamma_test
+    if not gammas or isinstance(gammas, (str, int, float)):
+        raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
+    for gamma in gammas:
+        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)
+    _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
+    _number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
+    _integer("checkpoint.every_steps", cfg.checkpoint.every_steps, "100", 1)
+    train = cfg.train
+    _integer("train.epochs", train.epochs, "20", 1)
+    _integer("train.batch_size", train.batch_size, "4", 1)
+    if train.max_steps_per_epoch is not None:
+        _integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
+    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
+    if train.grad_clip is not None:
+        _number("train.grad_clip", train.grad_clip, "1.0", minimum=0.0, exclusive=True)
+    _number("train.alpha", train.alpha, "0.25", minimum=0.0, exclusive=True)
+    if train.epsilon is not None:
+        _number("train.epsilon", train.epsilon, "6.5", minimum=0.0, exclusive=True)
+    _integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
+    if train.constrained:
+        _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
+        _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
+    _integer("data.frames", cfg.data.frames, "10", 1)
+    _integer("data.stride", cfg.data.stride, "10", 1)
+    _integer("data.val_clips", cfg.data.val_clips, "2", 1)

@@ -1,0 +1,116 @@
+"""On-disk cache of preprocessed clips: content-keyed, written atomically, self-healing when corrupt.
+
+A cache file is one *uncompressed* ``.npz`` (uint8 clips load at disk/page-cache speed, no inflate)
+holding ``train__<clip>`` / ``test__<clip>`` arrays plus a ``__meta__`` JSON string that repeats the
+full key, so a file can never be mistaken for another input's cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from cutlab.errors import CutlabError
+
+# Bump whenever preprocessing changes (resize filter, naming, layout): old cache files then miss.
+CACHE_VERSION = 1
+
+# Everything a damaged or foreign .npz can raise while being opened or read.
+NPZ_READ_ERRORS: tuple[type[BaseException], ...] = (
+    zipfile.BadZipFile,
+    zlib.error,
+    ValueError,
+    OSError,
+    EOFError,
+    KeyError,
+    NotImplementedError,
+)
+
+_META_KEY = "__meta__"
+_SPLITS = ("train", "test")
+
+
+def file_fingerprint(base: Path, files: list[Path]) -> list[tuple[str, int, int]]:
+    """Sorted (path relative to ``base``, size, mtime_ns) per file: changes whenever a file does."""
+    rows = []
+    for path in files:
+        stat = path.stat()
+        rows.append((path.relative_to(base).as_posix(), stat.st_size, stat.st_mtime_ns))
+    return sorted(rows)
+
+
+def cache_key(parts: dict) -> str:
+    """Hex SHA-256 of a JSON-able description of the input (always includes CACHE_VERSION)."""
+    payload = json.dumps({**parts, "cache_version": CACHE_VERSION}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def cache_path(cache_dir: str | os.PathLike, prefix: str, key: str) -> Path:
+    """Where the cache file for ``key`` lives; the prefix only makes the folder readable to humans."""
+    return Path(cache_dir).expanduser() / f"{prefix}_{key[:24]}.npz"
+
+
+def save_clips(path: Path, key: str, train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> None:
+    """Write clips to ``path`` atomically: a temp file in the same folder, fsync, then os.replace.
+
+    A crash mid-write leaves at most a stray ``*.tmp`` file, never a truncated cache under the real name.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise CutlabError(
+            f"data.cache_dir={path.parent} cannot be written ({exc}); point data.cache_dir at a writable "
+            "folder or set it to null to disable caching"
+        ) from exc
+    arrays = {f"{split}__{name}": clip for split, clips in zip(_SPLITS, (train, test)) for name, clip in clips.items()}
+    arrays[_META_KEY] = np.array(json.dumps({"key": key}))
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.savez(handle, **arrays)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def load_clips(path: Path, key: str, image_size: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | None:
+    """Read a cache file; None when absent. A corrupt or mismatching file is deleted with a warning."""
+    if not path.is_file():
+        return None
+    try:
+        return _read_checked(path, key, image_size)
+    except NPZ_READ_ERRORS as exc:
+        warnings.warn(f"discarding corrupt video cache {path} ({exc!r}); rebuilding it", stacklevel=3)
+        path.unlink(missing_ok=True)
+        return None
+
+
+def _read_checked(path: Path, key: str, image_size: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Load every array and verify key, dtype and shape; raises ValueError on any mismatch."""
+    train: dict[str, np.ndarray] = {}
+    test: dict[str, np.ndarray] = {}
+    with np.load(path, allow_pickle=False) as archive:
+        if _META_KEY not in archive.files or json.loads(str(archive[_META_KEY])).get("key") != key:
+            raise ValueError("cache key mismatch")
+        for name in archive.files:
+            if name == _META_KEY:
+                continue
+            split, _, clip_name = name.partition("__")
+            clip = archive[name]
+            if split not in _SPLITS or clip.dtype != np.uint8 or clip.ndim != 3 or clip.shape[1:] != (image_size, image_size):
+                raise ValueError(f"unexpected cache entry {name} {clip.dtype} {clip.shape}")
+            (train if split == "train" else test)[clip_name] = clip
+    if not train or not test:
+        raise ValueError("cache holds no train or no test clips")
+    return train, test

@@ -1,0 +1,200 @@
+"""Video clips for the video experiments: loading, validation split, frame windows, patch tokens, sigma_x.
+
+Clips stay uint8 ``[frames, H, W]`` numpy arrays end to end (Ped2 is ~117 MB as uint8, 4x that as
+float32); conversion to float happens per batch in :func:`to_patch_tokens`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from cutlab.errors import CutlabError
+
+DATASETS = ("synthetic", "ucsd_ped2", "ucsd_ped1")
+
+
+@dataclass
+class VideoClips:
+    """Preprocessed clips: name -> uint8 array [frames, 160, 160] (grayscale, already resized)."""
+
+    train: dict[str, np.ndarray]
+    test: dict[str, np.ndarray]
+    source: str  # human-readable description of where they came from
+
+
+class ProgressLine:
+    """Throttled ``label: done/total unit`` lines on stderr (no tqdm; safe in logs and non-TTYs)."""
+
+    def __init__(self, label: str, total: int, unit: str, enabled: bool = True, every_s: float = 0.5):
+        self.label, self.total, self.unit, self.enabled, self.every_s = label, total, unit, enabled, every_s
+        self.start = self.last = time.perf_counter()
+
+    def update(self, done: int) -> None:
+        """Print at most once per ``every_s`` seconds so thousands of frames do not flood the log."""
+        now = time.perf_counter()
+        if self.enabled and now - self.last >= self.every_s and done < self.total:
+            self.last = now
+            print(f"{self.label}: {done}/{self.total} {self.unit}", file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        """Always report completion with the elapsed time."""
+        if self.enabled:
+            elapsed = time.perf_counter() - self.start
+            print(f"{self.label}: {self.total}/{self.total} {self.unit} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
+
+
+def load_video_clips(
+    name: str, root: str | None, cache_dir: str | None, image_size: int = 160, progress: bool = True
+) -> VideoClips:
+    """Load a video set by name: ``synthetic`` (generated) or ``ucsd_ped2`` / ``ucsd_ped1`` (from ``root``).
+
+    ``root`` for UCSD is a ``.npz`` (keys ``training_NN`` / ``testing_NN``) or a folder in the official
+    layout (``<root>/UCSDped2/Train/Train001/001.tif``); ``cache_dir`` (or None) keeps preprocessed copies.
+    """
+    # Imported here because both modules import VideoClips from this one.
+    from cutlab.core.data.synthetic import make_synthetic_clips
+    from cutlab.core.data.ucsd import load_ucsd
+
+    if name not in DATASETS:
+        raise CutlabError(f"data.name={name!r} is not a known video set; use one of {', '.join(DATASETS)}")
+    if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
+        raise CutlabError(f"data.image_size={image_size!r} is not a positive integer; set it to e.g. 160")
+    if name == "synthetic":
+        return make_synthetic_clips(size=image_size, progress=progress)
+    return load_ucsd(name.removeprefix("ucsd_"), root, cache_dir, image_size, progress)
+
+
+def split_validation(clips: dict[str, np.ndarray], val_clips: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Hold out the last ``val_clips`` clips (sorted by name) as validation: returns (train, val)."""
+    if isinstance(val_clips, bool) or not isinstance(val_clips, int) or not 1 <= val_clips < len(clips):
+        raise CutlabError(
+            f"data.val_clips={val_clips!r} must be an integer in [1, {len(clips) - 1}] for {len(clips)} training "
+            "clips (at least one clip must stay for training); change data.val_clips"
+        )
+    names = sorted(clips)
+    keep, held = names[: len(names) - val_clips], names[len(names) - val_clips :]
+    return {n: clips[n] for n in keep}, {n: clips[n] for n in held}
+
+
+class FrameWindows(Dataset):
+    """Every window of ``frames`` consecutive frames inside one clip, at starts 0, stride, 2*stride, ...
+
+    Windows never cross clip boundaries; items are uint8 tensors ``[frames, H, W]`` (copies, so a
+    consumer writing into a batch cannot corrupt the stored clips).
+    """
+
+    def __init__(self, clips: dict[str, np.ndarray], frames: int, stride: int):
+        _check_positive("frames", frames)
+        _check_positive("stride", stride)
+        if not clips:
+            raise CutlabError("FrameWindows got no clips; check data.root and the train/validation split")
+        self.clips = {name: _check_clip(name, clip) for name, clip in clips.items()}
+        self.frames, self.stride = frames, stride
+        # (clip name, start frame) per sample, in clip order then time order.
+        self.index: list[tuple[str, int]] = [
+            (name, start) for name, clip in self.clips.items() for start in range(0, len(clip) - frames + 1, stride)
+        ]
+        if not self.index:
+            shortest = min(len(clip) for clip in self.clips.values())
+            raise CutlabError(
+                f"no window of frames={frames} fits: the longest of {len(self.clips)} clips is shorter "
+                f"(shortest clip has {shortest} frames); lower the window length (frames) below the clip length"
+            )
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        name, start = self.index[i]  # list indexing gives IndexError / negative indices for free
+        return torch.from_numpy(self.clips[name][start : start + self.frames].copy())
+
+
+def _check_positive(what: str, value: int) -> None:
+    """Window length and stride must be positive integers."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise CutlabError(f"FrameWindows {what}={value!r} must be a positive integer; fix the data.{what} setting")
+
+
+def _check_clip(name: str, clip: np.ndarray) -> np.ndarray:
+    """Clips must be uint8 [frames, H, W]; anything else would silently change memory use or scaling."""
+    if not isinstance(clip, np.ndarray) or clip.dtype != np.uint8 or clip.ndim != 3:
+        got = f"{clip.dtype} {clip.shape}" if isinstance(clip, np.ndarray) else type(clip).__name__
+        raise CutlabError(f"clip {name!r} is {got}; FrameWindows needs uint8 arrays [frames, H, W] from load_video_clips")
+    return clip
+
+
+def to_patch_tokens(frames: torch.Tensor, patch: int = 16) -> torch.Tensor:
+    """[B, T, H, W] -> [B, T, P, patch*patch]: non-overlapping patches, row-major, values in [0, 1].
+
+    uint8 is divided by 255 into float32; floating input is passed through unscaled in its own dtype.
+    """
+    if frames.ndim != 4:
+        raise CutlabError(f"to_patch_tokens needs frames [B, T, H, W], got shape {tuple(frames.shape)}")
+    batch, time_steps, height, width = frames.shape
+    if patch < 1 or height % patch or width % patch:
+        raise CutlabError(
+            f"frames of {height}x{width} do not split into {patch}x{patch} patches; "
+            "choose data.image_size divisible by the patch size"
+        )
+    if frames.dtype == torch.uint8:
+        frames = frames.to(torch.float32) / 255.0
+    elif not frames.is_floating_point():
+        raise CutlabError(f"to_patch_tokens needs uint8 or floating frames, got {frames.dtype}")
+    rows, cols = height // patch, width // patch
+    tokens = frames.reshape(batch, time_steps, rows, patch, cols, patch).permute(0, 1, 2, 4, 3, 5)
+    return tokens.reshape(batch, time_steps, rows * cols, patch * patch)
+
+
+def from_patch_tokens(tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """Exact inverse of :func:`to_patch_tokens`: [B, T, P, patch*patch] -> [B, T, H, W]."""
+    if tokens.ndim != 4:
+        raise CutlabError(f"from_patch_tokens needs tokens [B, T, P, patch*patch], got shape {tuple(tokens.shape)}")
+    batch, time_steps, count, dim = tokens.shape
+    patch = int(round(dim**0.5))
+    if patch * patch != dim or height % patch or width % patch or count != (height // patch) * (width // patch):
+        raise CutlabError(
+            f"tokens {tuple(tokens.shape)} do not tile a {height}x{width} frame; pass the height and width "
+            "the tokens were made from"
+        )
+    rows, cols = height // patch, width // patch
+    grid = tokens.reshape(batch, time_steps, rows, cols, patch, patch).permute(0, 1, 2, 4, 3, 5)
+    return grid.reshape(batch, time_steps, height, width)
+
+
+def pixel_std(clips: dict[str, np.ndarray]) -> float:
+    """sigma_x: std of all clean pixels on the [0, 1] scale, streamed clip by clip (no float copy of the set).
+
+    uint8 clips accumulate exact integer sums (so no cancellation error); float clips are taken as [0, 1].
+    """
+    if not clips:
+        raise CutlabError("pixel_std got no clips; check data.root and the train/validation split")
+    count, total, squares = 0, 0, 0  # sums in units of 1/255; Python ints stay exact for uint8 data
+    exact = True
+    for name, clip in clips.items():
+        if clip.dtype != np.uint8 and not np.issubdtype(clip.dtype, np.floating):
+            raise CutlabError(f"pixel_std: clip {name!r} has dtype {clip.dtype}; pass uint8 clips from load_video_clips")
+        exact = exact and clip.dtype == np.uint8
+        for chunk in _frame_chunks(clip):
+            wide = chunk.astype(np.uint64) if clip.dtype == np.uint8 else chunk.astype(np.float64) * 255.0
+            total += wide.sum().item()
+            squares += (wide * wide).sum().item()
+        count += clip.size
+    if count == 0:
+        raise CutlabError("pixel_std got only empty clips; check data.root")
+    if exact:
+        variance = (count * squares - total * total) / (count * count)  # integer numerator: no cancellation
+    else:
+        variance = squares / count - (total / count) ** 2
+    return float(np.sqrt(max(variance, 0.0)) / 255.0)
+
+
+def _frame_chunks(clip: np.ndarray, frames_per_chunk: int = 64):
+    """Views of at most ``frames_per_chunk`` frames: bounds the temporary wide-dtype copies to a few MB."""
+    for start in range(0, len(clip), frames_per_chunk):
+        yield clip[start : start + frames_per_chunk]

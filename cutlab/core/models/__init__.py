@@ -1,0 +1,7 @@
+"""Layerwise models: each returns its L+1 representations Phi_0 ... Phi_L (SPEC section 3)."""
+
+from cutlab.core.models.base import LayerwiseModel
+from cutlab.core.models.dust import DUST
+from cutlab.core.models.ut import UT
+
+__all__ = ["LayerwiseModel", "DUST", "UT"]

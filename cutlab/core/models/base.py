@@ -1,0 +1,39 @@
+"""The layerwise-model protocol and the attention both unrolled video models share."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class LayerwiseModel(nn.Module):
+    """A model with ``depth`` blocks that exposes all L+1 representations of its input.
+
+    ``forward(x)`` returns a list ``[Phi_0, ..., Phi_L]``; Phi_0 is the representation before the first
+    block. Every objective turns that list into the per-sample, per-layer loss matrix [batch, L+1].
+    """
+
+    depth: int
+
+
+def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float, scale: float) -> torch.Tensor:
+    """One symmetric softmax-attention step over the sequence axis (SPEC section 3).
+
+    ``Z = (1 - beta) Y + beta softmax(scale * Q Q^T) Y`` with ``Q = Y W_a^T``: queries and keys share one
+    projection and there is no value matrix (Yang et al. 2022), which keeps the layer a descent step of
+    a symmetric energy. tokens: [N, T, k]; queries: [N, T, q] (already projected).
+    """
+    weights = torch.softmax(scale * queries @ queries.transpose(-1, -2), dim=-1)
+    return (1.0 - step) * tokens + step * (weights @ tokens)
+
+
+def to_sequences(tokens: torch.Tensor) -> torch.Tensor:
+    """[B, T, P, n] video patch tokens -> [B*P, T, n]: one sequence over time per patch position."""
+    batch, frames, patches, width = tokens.shape
+    return tokens.permute(0, 2, 1, 3).reshape(batch * patches, frames, width)
+
+
+def from_sequences(sequences: torch.Tensor, batch: int) -> torch.Tensor:
+    """Inverse of :func:`to_sequences`: [B*P, T, n] -> [B, T, P, n]."""
+    _, frames, width = sequences.shape
+    return sequences.reshape(batch, -1, frames, width).permute(0, 2, 1, 3)

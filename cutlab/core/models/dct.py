@@ -1,0 +1,33 @@
+"""Overcomplete 2-D DCT dictionaries, the initialisation of DUST and UT on video (Luong et al. 2021)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def dct_1d(size: int, atoms: int) -> torch.Tensor:
+    """Overcomplete 1-D DCT-II frame: [size, atoms], unit-norm columns (atoms >= size)."""
+    n = torch.arange(size, dtype=torch.float64)[:, None]
+    k = torch.arange(atoms, dtype=torch.float64)[None, :]
+    basis = torch.cos(math.pi * (n + 0.5) * k / atoms)
+    basis[:, 1:] -= basis[:, 1:].mean(dim=0, keepdim=True)  # non-DC atoms zero-mean, as in Luong et al.
+    return basis / basis.norm(dim=0, keepdim=True)
+
+
+def dct_2d_dictionary(patch: int, atoms: int) -> torch.Tensor:
+    """Separable overcomplete 2-D DCT: [patch*patch, atoms] with unit-norm columns.
+
+    ``atoms`` must be a perfect square k*k with k >= patch (d = 2n is not a square for n = 256, so the
+    2-D frame takes k = ceil(sqrt(atoms)) per axis and keeps the ``atoms`` lowest-frequency products).
+    """
+    per_axis = math.ceil(math.sqrt(atoms))
+    if per_axis < patch:
+        raise ValueError(f"a DCT dictionary needs at least {patch * patch} atoms for {patch}x{patch} patches, got {atoms}")
+    one_d = dct_1d(patch, per_axis)
+    full = torch.kron(one_d, one_d)  # [patch*patch, per_axis**2], column (i, j) = outer product of atoms i, j
+    i, j = torch.meshgrid(torch.arange(per_axis), torch.arange(per_axis), indexing="ij")
+    order = torch.argsort((i + j).flatten() * per_axis * per_axis + (i * per_axis + j).flatten())
+    chosen = full[:, order[:atoms]]
+    return (chosen / chosen.norm(dim=0, keepdim=True)).to(torch.float32)

@@ -1,0 +1,85 @@
+"""DUST: the deep-unfolded sequential transformer for video (De Weerdt et al. 2023; paper App. C.3-C.4)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cutlab.core.models.base import LayerwiseModel, from_sequences, symmetric_attention, to_sequences
+from cutlab.core.models.dct import dct_2d_dictionary
+
+
+def soft_threshold(values: torch.Tensor, threshold: float) -> torch.Tensor:
+    """The proximal operator of threshold*||.||_1."""
+    return torch.sign(values) * torch.relu(values.abs() - threshold)
+
+
+def lipschitz_constant(dictionary: torch.Tensor) -> torch.Tensor:
+    """||D||_2^2, the Lipschitz constant of the gradient of 1/2||x - D h||^2 (no gradient through it)."""
+    return torch.linalg.matrix_norm(dictionary.detach(), ord=2) ** 2
+
+
+class DUST(LayerwiseModel):
+    """Symmetric attention over time, then one LISTA step with weights coupled to the dictionary D.
+
+    Codes are row vectors h (d atoms), reconstructions ``Phi = h D^T`` (n pixels). Per block l:
+
+        Z   = (1 - beta) H + beta softmax(scale (H D_l^T)(H D_l^T)^T) H       attention scored on reconstructions
+        H_l = soft_theta( Z (I - D_l^T D_l / c) + x D_l / c )                 LISTA, coupled weights (Chen et al. 2018)
+
+    and ``H_0 = soft_theta(x D_0 / c)``, the first ISTA step from zero. ``c = margin * ||D||_2^2`` is recomputed
+    from the current dictionary so the step stays a descent step as D trains. Only the dictionaries train:
+    theta and beta are fixed, because learning them let the model meet the descent constraints trivially
+    (paper App. C.4). ``per_layer_dictionary`` gives D_0 ... D_L (the paper's constrained DUST) instead of
+    one shared D (its ERM DUST).
+    """
+
+    def __init__(
+        self,
+        depth: int,
+        patch: int = 16,
+        atoms: int = 512,
+        threshold: float = 0.01,
+        attention_step: float = 0.5,
+        attention_scale: float | None = None,
+        lipschitz_margin: float = 1.0,
+        per_layer_dictionary: bool = False,
+    ) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"DUST needs depth L >= 1, got {depth}")
+        if lipschitz_margin < 1.0:
+            raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
+        self.depth = depth
+        self.threshold = threshold
+        self.attention_step = attention_step
+        self.attention_scale = attention_scale if attention_scale is not None else 1.0 / (patch * patch)
+        self.lipschitz_margin = lipschitz_margin
+        initial = dct_2d_dictionary(patch, atoms)
+        count = depth + 1 if per_layer_dictionary else 1
+        self.dictionaries = nn.ParameterList([nn.Parameter(initial.clone()) for _ in range(count)])
+
+    def dictionary(self, layer: int) -> torch.Tensor:
+        return self.dictionaries[layer if len(self.dictionaries) > 1 else 0]
+
+    def step_size(self, dictionary: torch.Tensor) -> torch.Tensor:
+        return self.lipschitz_margin * lipschitz_constant(dictionary)
+
+    def lista_step(self, codes: torch.Tensor, noisy: torch.Tensor, dictionary: torch.Tensor) -> torch.Tensor:
+        """``soft(Z (I - D^T D / c) + x D / c)``, computed as ``Z - (Z D^T - x) D / c`` (no d x d matrix)."""
+        c = self.step_size(dictionary)
+        return soft_threshold(codes - (codes @ dictionary.T - noisy) @ dictionary / c, self.threshold)
+
+    def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
+        """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
+        batch = noisy.shape[0]
+        x = to_sequences(noisy)
+        first = self.dictionary(0)
+        codes = soft_threshold(x @ first / self.step_size(first), self.threshold)
+        outputs = [from_sequences(codes @ first.T, batch)]
+        for layer in range(1, self.depth + 1):
+            dictionary = self.dictionary(layer)
+            attended = symmetric_attention(codes, codes @ dictionary.T, self.attention_step, self.attention_scale)
+            codes = self.lista_step(attended, x, dictionary)
+            outputs.append(from_sequences(codes @ dictionary.T, batch))
+        return outputs

@@ -1,0 +1,61 @@
+"""UT: the unrolled transformer of Yang, Huang & Wipf (2022), on video patch tokens."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cutlab.core.models.base import LayerwiseModel, from_sequences, symmetric_attention, to_sequences
+from cutlab.core.models.dct import dct_2d_dictionary
+
+
+class UT(LayerwiseModel):
+    """Tied symmetric attention, then a ReLU descent step with a symmetric weight, in a DCT code space.
+
+    Tokens are encoded once, ``Y_0 = x E``, and every layer is read out by the same decoder,
+    ``Phi_l = Y_l D^T`` (D: DCT dictionary, E initialised to its right inverse so Phi_0 = x at the start). Per block:
+
+        Z   = (1 - beta) Y + beta softmax(scale (Y W_a^T)(Y W_a^T)^T) Y     W_a shared by queries/keys, tied over layers
+        Y_l = Z - ReLU(Z S_l + b_l) S_l                                     S_l = (W_l + W_l^T)/2 symmetric
+
+    The second line is a gradient step on the energy 1/2 ||ReLU(Z S + b)||^2, the unrolled form of a
+    ReLU feed-forward layer with a symmetric weight and a residual (Yang et al. 2022, section 4).
+    """
+
+    def __init__(
+        self,
+        depth: int,
+        patch: int = 16,
+        atoms: int = 512,
+        attention_step: float = 0.5,
+        attention_scale: float | None = None,
+        feedforward_init_std: float = 0.02,
+    ) -> None:
+        super().__init__()
+        if depth < 1:
+            raise ValueError(f"UT needs depth L >= 1, got {depth}")
+        self.depth = depth
+        self.attention_step = attention_step
+        self.attention_scale = attention_scale if attention_scale is not None else 1.0 / (patch * patch)
+        decoder = dct_2d_dictionary(patch, atoms)
+        self.decoder = nn.Parameter(decoder)
+        # E = (D D^T)^-1 D, so x E D^T = x: the untrained model passes its input through exactly.
+        self.encoder = nn.Parameter(torch.linalg.solve(decoder @ decoder.T, decoder))
+        # W_a starts as D: attention scores compare reconstructed frames, like DUST's.
+        self.attention = nn.Parameter(decoder.clone())
+        self.weights = nn.ParameterList(
+            [nn.Parameter(feedforward_init_std * torch.randn(atoms, atoms)) for _ in range(depth)]
+        )
+        self.biases = nn.ParameterList([nn.Parameter(torch.zeros(atoms)) for _ in range(depth)])
+
+    def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
+        """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
+        batch = noisy.shape[0]
+        codes = to_sequences(noisy) @ self.encoder
+        outputs = [from_sequences(codes @ self.decoder.T, batch)]
+        for weight, bias in zip(self.weights, self.biases):
+            attended = symmetric_attention(codes, codes @ self.attention.T, self.attention_step, self.attention_scale)
+            symmetric = 0.5 * (weight + weight.T)
+            codes = attended - torch.relu(attended @ symmetric + bias) @ symmetric
+            outputs.append(from_sequences(codes @ self.decoder.T, batch))
+        return outputs

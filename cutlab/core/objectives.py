@@ -1,0 +1,29 @@
+"""Per-layer objectives: representations Phi_0..Phi_L -> the per-sample, per-layer loss matrix [batch, L+1]."""
+
+from __future__ import annotations
+
+import torch
+
+
+class DenoisingObjective:
+    """f = 1/2 sum_t ||x_t - Phi_l(x~)_t||^2 (SPEC section 1), on pixels scaled to [0, 1].
+
+    Tokens are [B, T, P, n] (T frames, P patch positions, n pixels per patch). The sum runs over frames and
+    pixels of one patch-position sequence, the unit DUST and UT process; the sample's loss is the mean over
+    its P sequences, so a sample's loss does not grow with the frame size. The metric is RMSE on the 0-255
+    scale, ``255 sqrt(mean (x - x_hat)^2)``, accumulated as sums so it is exact over any number of batches.
+    """
+
+    metric_name = "rmse"
+    higher_is_better = False
+
+    def loss_matrix(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> torch.Tensor:
+        return torch.stack([0.5 * (out - clean).pow(2).sum(dim=(1, 3)).mean(dim=1) for out in outputs], dim=1)
+
+    def metric_sums(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """Per-layer sum of squared pixel errors [L+1] and the number of pixels it covers."""
+        sums = torch.stack([(out.detach() - clean).pow(2).sum() for out in outputs])
+        return sums, clean.numel()
+
+    def metric_from_sums(self, sums: torch.Tensor, count: int) -> torch.Tensor:
+        return 255.0 * torch.sqrt(sums / count)

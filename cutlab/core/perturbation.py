@@ -1,0 +1,24 @@
+"""Input perturbation x~ = x + xi, xi ~ N(mu, (gamma * sigma_x)^2 I) (SPEC section 2)."""
+
+from __future__ import annotations
+
+import torch
+
+# Distinct streams for training and evaluation noise, so neither depends on how much of the other ran.
+TRAIN_STREAM = 0
+EVAL_STREAM = 1
+
+
+def noise_generator(seed: int, stream: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A generator determined by (seed, stream, index) alone: a resumed run draws the same noise."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed((seed * 1_000_003 + stream * 7_919 + index) % (2**63 - 1))
+    return generator
+
+
+def perturb(clean: torch.Tensor, gamma: float, sigma: float, mean: float, generator: torch.Generator) -> torch.Tensor:
+    """``clean + N(mean, (gamma * sigma)^2)`` elementwise; gamma = 0 and mean = 0 returns ``clean`` itself."""
+    if gamma == 0.0 and mean == 0.0:
+        return clean
+    noise = torch.randn(clean.shape, generator=generator, device=clean.device, dtype=clean.dtype)
+    return clean + mean + (gamma * sigma) * noise

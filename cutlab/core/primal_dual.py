@@ -1,0 +1,235 @@
+"""Algorithm 1: primal-dual training of the descent-constrained problem (P-CUT), and ERM as its special case.
+
+Sign convention (as in Cooper): a constraint value ``g <= 0`` is satisfied. For layer losses
+l_0 ... l_L (minibatch means of the loss matrix's columns):
+
+    g_0 = l_0 - epsilon                  reference constraint: stops the model inflating l_0 to make descent easy
+    g_l = l_l - (1 - alpha) l_{l-1}      descent constraints, l = 1 ... L
+
+and the Lagrangian is ``Lambda(theta, lambda) = l_L + sum_l lambda_l g_l`` with lambda >= 0. The primal step
+descends on Lambda (any torch optimiser, Adam in the paper); the dual step *ascends* on lambda with its
+own Adam (dLambda/dlambda_l = g_l) and projects onto lambda >= 0.
+
+Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g <= u with a cost (c/2)||u||^2:
+- ``slack``: explicit slacks u >= 0, descended on (c u - lambda) while lambda ascends on (g - u);
+  resilience restarts set u to 0 at every epoch end (paper App. B.2).
+- ``weight_decay``: the slacks eliminated (u* = lambda / c): the dual gradient is g - lambda/c, i.e.
+  Adam(maximize=True, weight_decay=1/c) on lambda.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from cutlab.errors import CutlabError
+
+Resilience = Literal["off", "slack", "weight_decay"]
+Cadence = Literal["batch", "epoch"]
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """The descent constraints of (P-CUT). ``epsilon=None`` drops the reference constraint on l_0."""
+
+    alpha: float
+    epsilon: float | None = None
+    detach_prev: bool = False  # stop gradients through l_{l-1} in g_l (the paper does not; recorded either way)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0:
+            raise CutlabError(f"train.alpha must lie in (0, 1), got {self.alpha}; the paper's 1-alpha of 0.75 is alpha=0.25")
+        if self.epsilon is not None and self.epsilon <= 0:
+            raise CutlabError(f"train.epsilon must be > 0 or null (off), got {self.epsilon}")
+
+    def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
+        """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
+        previous = layer_losses[:-1].detach() if self.detach_prev else layer_losses[:-1]
+        descent = layer_losses[1:] - (1.0 - self.alpha) * previous
+        reference = layer_losses[:1] - self.epsilon if self.epsilon is not None else torch.zeros_like(layer_losses[:1])
+        return torch.cat([reference, descent])
+
+    def active_mask(self, layers: int) -> torch.Tensor:
+        """Which of the L+1 constraint slots exist (slot 0 only when epsilon is set)."""
+        mask = torch.ones(layers, dtype=torch.bool)
+        mask[0] = self.epsilon is not None
+        return mask
+
+
+@dataclass(frozen=True)
+class DualSettings:
+    """How the multipliers (and slacks) move. ``resilience_c`` is c in (c/2)||u||^2; ignored when off."""
+
+    lr: float
+    resilience: Resilience = "off"
+    resilience_c: float = 1.0
+    slack_lr: float | None = None  # defaults to lr
+    cadence: Cadence = "batch"
+    resilience_restarts: bool = True
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise CutlabError(f"train.dual_lr must be > 0, got {self.lr}")
+        if self.resilience not in ("off", "slack", "weight_decay"):
+            raise CutlabError(f"train.resilience must be off, slack or weight_decay, got {self.resilience!r}")
+        if self.resilience != "off" and self.resilience_c <= 0:
+            raise CutlabError(f"train.resilience_c must be > 0 with resilience={self.resilience} (use resilience=off for none)")
+        if self.cadence not in ("batch", "epoch"):
+            raise CutlabError(f"train.dual_cadence must be batch or epoch, got {self.cadence!r}")
+
+
+@dataclass
+class StepResult:
+    """What one primal(-dual) step saw: everything the history and W&B record, detached."""
+
+    layer_losses: torch.Tensor
+    constraint_values: torch.Tensor
+    multipliers: torch.Tensor
+    slacks: torch.Tensor
+    lagrangian: float
+    grad_norm: float
+
+
+class NonFiniteLoss(CutlabError):
+    """A loss became NaN or infinite; the parameters are left at the last finite step."""
+
+
+class PrimalDual:
+    """One primal and (optionally) one dual update per minibatch. ``constraints=None`` is ERM: minimise l_L.
+
+    The multipliers and slacks are plain tensors updated by their own optimisers, so the state a checkpoint
+    needs is ``state_dict()`` of this object plus the primal optimiser and the model.
+    """
+
+    def __init__(
+        self,
+        parameters: list[torch.nn.Parameter],
+        primal_optimizer: torch.optim.Optimizer,
+        layers: int,
+        constraints: Constraints | None = None,
+        dual: DualSettings | None = None,
+        grad_clip: float | None = None,
+    ) -> None:
+        if constraints is not None and dual is None:
+            raise CutlabError("constrained training needs dual settings (train.dual_lr, ...)")
+        self.parameters = list(parameters)
+        self.primal_optimizer = primal_optimizer
+        self.constraints = constraints
+        self.dual = dual
+        self.grad_clip = grad_clip
+        self.active = constraints.active_mask(layers) if constraints else torch.zeros(layers, dtype=torch.bool)
+        self.multipliers = torch.zeros(layers)
+        self.slacks = torch.zeros(layers)
+        self.multipliers.grad = torch.zeros(layers)
+        self.slacks.grad = torch.zeros(layers)
+        self.dual_optimizer: torch.optim.Optimizer | None = None
+        self.slack_optimizer: torch.optim.Optimizer | None = None
+        if constraints is not None and dual is not None:
+            decay = 1.0 / dual.resilience_c if dual.resilience == "weight_decay" else 0.0
+            self.dual_optimizer = torch.optim.Adam([self.multipliers], lr=dual.lr, maximize=True, weight_decay=decay)
+            if dual.resilience == "slack":
+                self.slack_optimizer = torch.optim.SGD([self.slacks], lr=dual.slack_lr or dual.lr)
+        self._epoch_sum = torch.zeros(layers)
+        self._epoch_batches = 0
+
+    @property
+    def constrained(self) -> bool:
+        return self.constraints is not None
+
+    def effective_slacks(self) -> torch.Tensor:
+        """The relaxation each constraint is allowed: u (slack form), lambda/c (weight-decay form), or 0."""
+        if self.dual is None or self.dual.resilience == "off":
+            return torch.zeros_like(self.slacks)
+        if self.dual.resilience == "slack":
+            return self.slacks.clone()
+        return self.multipliers / self.dual.resilience_c
+
+    def step(self, loss_matrix: torch.Tensor, dual_active: bool) -> StepResult:
+        """Primal step on the Lagrangian of one minibatch; dual step too when ``dual_active`` and cadence is batch.
+
+        ``dual_active=False`` is the primal warm-up: lambda stays where it is (0 at the start).
+        """
+        layer_losses = loss_matrix.mean(dim=0)
+        if not torch.isfinite(layer_losses).all():
+            bad = int((~torch.isfinite(layer_losses)).nonzero()[0])
+            raise NonFiniteLoss(
+                f"the loss of layer {bad} became {layer_losses[bad].item()}; lower the primal learning rate "
+                "(train.lr=...), set gradient clipping (train.grad_clip=1.0), or check the input data for NaNs"
+            )
+        objective = layer_losses[-1]
+        if self.constraints is not None:
+            values = self.constraints.values(layer_losses) * self.active
+            lagrangian = objective + (self.multipliers.to(values.device) * values).sum()
+        else:
+            values = torch.zeros_like(layer_losses)
+            lagrangian = objective
+        self.primal_optimizer.zero_grad(set_to_none=True)
+        lagrangian.backward()
+        grad_norm = self._clip_gradients()
+        self.primal_optimizer.step()
+        detached = values.detach().cpu()
+        if self.constrained and dual_active:
+            if self.dual.cadence == "batch":
+                self.dual_step(detached)
+            else:
+                self._epoch_sum += detached
+                self._epoch_batches += 1
+        return StepResult(
+            layer_losses=layer_losses.detach().cpu(),
+            constraint_values=detached,
+            multipliers=self.multipliers.clone(),
+            slacks=self.slacks.clone(),
+            lagrangian=float(lagrangian.detach()),
+            grad_norm=grad_norm,
+        )
+
+    def dual_step(self, constraint_values: torch.Tensor) -> None:
+        """Simultaneous projected ascent on lambda (gradient g - u) and descent on u (gradient c u - lambda)."""
+        assert self.dual_optimizer is not None and self.dual is not None
+        old_multipliers = self.multipliers.clone()
+        self.multipliers.grad.copy_((constraint_values - self.slacks) * self.active)
+        if self.slack_optimizer is not None:
+            self.slacks.grad.copy_((self.dual.resilience_c * self.slacks - old_multipliers) * self.active)
+            self.slack_optimizer.step()
+            self.slacks.clamp_(min=0.0)
+        self.dual_optimizer.step()
+        self.multipliers.clamp_(min=0.0)
+
+    def end_epoch(self, dual_active: bool) -> None:
+        """Epoch cadence: one dual step on the epoch's mean constraint values. Then the resilience restart."""
+        if self.constrained and dual_active and self.dual.cadence == "epoch" and self._epoch_batches:
+            self.dual_step(self._epoch_sum / self._epoch_batches)
+        self._epoch_sum.zero_()
+        self._epoch_batches = 0
+        if self.slack_optimizer is not None and self.dual.resilience_restarts:
+            self.slacks.zero_()
+
+    def _clip_gradients(self) -> float:
+        grads = [p.grad for p in self.parameters if p.grad is not None]
+        if not grads:
+            return 0.0
+        if self.grad_clip:
+            return float(torch.nn.utils.clip_grad_norm_(self.parameters, self.grad_clip))
+        return float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+
+    def state_dict(self) -> dict:
+        return {
+            "multipliers": self.multipliers.clone(),
+            "slacks": self.slacks.clone(),
+            "dual_optimizer": self.dual_optimizer.state_dict() if self.dual_optimizer else None,
+            "slack_optimizer": self.slack_optimizer.state_dict() if self.slack_optimizer else None,
+            "epoch_sum": self._epoch_sum.clone(),
+            "epoch_batches": self._epoch_batches,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.multipliers.copy_(state["multipliers"])
+        self.slacks.copy_(state["slacks"])
+        if self.dual_optimizer and state["dual_optimizer"]:
+            self.dual_optimizer.load_state_dict(state["dual_optimizer"])
+        if self.slack_optimizer and state["slack_optimizer"]:
+            self.slack_optimizer.load_state_dict(state["slack_optimizer"])
+        self._epoch_sum.copy_(state["epoch_sum"])
+        self._epoch_batches = state["epoch_batches"]

@@ -1,0 +1,147 @@
+"""The training loop around :class:`PrimalDual`: epochs, warm-up, deterministic batches and noise, resume.
+
+Everything random in a step is a function of (seed, epoch, step), not of a running RNG, so a run resumed
+from a checkpoint draws the same batches and the same noise as one that never stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Protocol
+
+import torch
+
+from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturb
+from cutlab.core.primal_dual import PrimalDual, StepResult
+
+
+class Objective(Protocol):
+    def loss_matrix(self, outputs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor: ...
+
+
+class SampleSource(Protocol):
+    """A map-style dataset: ``len`` and ``[i]`` returning one clean sample tensor."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> torch.Tensor: ...
+
+
+@dataclass(frozen=True)
+class Schedule:
+    epochs: int
+    batch_size: int
+    warmup_epochs: int = 0  # primal warm-up: lambda frozen at 0 for the first epochs (paper App. B.2)
+    max_steps_per_epoch: int | None = None  # a budget cap for quick runs; None = the whole training set
+
+
+@dataclass
+class Progress:
+    """Where the loop is: the next step to run is batch ``batch`` of epoch ``epoch``; ``step`` counts all steps."""
+
+    epoch: int = 0
+    batch: int = 0
+    step: int = 0
+
+
+def epoch_batches(count: int, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
+    """The shuffled sample indices of every batch of one epoch, determined by (seed, epoch)."""
+    generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    return list(torch.randperm(count, generator=generator).split(batch_size))
+
+
+def collate(samples: SampleSource, indices: torch.Tensor) -> torch.Tensor:
+    return torch.stack([samples[int(i)] for i in indices])
+
+
+StepCallback = Callable[[Progress, StepResult, float], None]
+EpochCallback = Callable[[Progress], None]
+
+
+class Trainer:
+    """Runs the schedule; ``on_step`` sees every step's result, ``on_epoch_end`` every finished epoch.
+
+    ``prepare`` turns a collated clean batch into (model input, target) on the device, e.g. uint8 frames
+    into float patch tokens. Perturbation uses ``gamma * sigma`` with a generator of (seed, step).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        objective: Objective,
+        primal_dual: PrimalDual,
+        train_set: SampleSource,
+        schedule: Schedule,
+        prepare: Callable[[torch.Tensor], torch.Tensor],
+        gamma: float,
+        sigma: float,
+        noise_mean: float = 0.0,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.model = model
+        self.objective = objective
+        self.primal_dual = primal_dual
+        self.train_set = train_set
+        self.schedule = schedule
+        self.prepare = prepare
+        self.gamma = gamma
+        self.sigma = sigma
+        self.noise_mean = noise_mean
+        self.seed = seed
+        self.device = torch.device(device)
+        self.progress = Progress()
+
+    def steps_per_epoch(self) -> int:
+        full = -(-len(self.train_set) // self.schedule.batch_size)
+        cap = self.schedule.max_steps_per_epoch
+        return min(full, cap) if cap else full
+
+    def dual_active(self, epoch: int) -> bool:
+        return epoch >= self.schedule.warmup_epochs
+
+    def train_step(self, clean_batch: torch.Tensor) -> StepResult:
+        clean = self.prepare(clean_batch.to(self.device))
+        generator = noise_generator(self.seed, TRAIN_STREAM, self.progress.step, self.device)
+        noisy = perturb(clean, self.gamma, self.sigma, self.noise_mean, generator)
+        self.model.train()
+        outputs = self.model(noisy)
+        return self.primal_dual.step(self.objective.loss_matrix(outputs, clean), self.dual_active(self.progress.epoch))
+
+    def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:
+        indices = epoch_batches(len(self.train_set), self.schedule.batch_size, self.seed, self.progress.epoch)
+        yield from indices[self.progress.batch : self.steps_per_epoch()]
+
+    def run(self, on_step: StepCallback | None = None, on_epoch_end: EpochCallback | None = None) -> Progress:
+        """Train from ``self.progress`` to the end of the schedule (resumes mid-epoch after ``load_state_dict``)."""
+        while self.progress.epoch < self.schedule.epochs:
+            for indices in self.batches_left_in_epoch():
+                started = time.perf_counter()
+                result = self.train_step(collate(self.train_set, indices))
+                self.progress.batch += 1
+                self.progress.step += 1
+                if on_step:
+                    on_step(self.progress, result, time.perf_counter() - started)
+            self.primal_dual.end_epoch(self.dual_active(self.progress.epoch))
+            self.progress.epoch += 1
+            self.progress.batch = 0
+            if on_epoch_end:
+                on_epoch_end(self.progress)
+        return self.progress
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "primal_optimizer": self.primal_dual.primal_optimizer.state_dict(),
+            "primal_dual": self.primal_dual.state_dict(),
+            "progress": vars(self.progress).copy(),
+            "rng": {"torch": torch.get_rng_state()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.primal_dual.primal_optimizer.load_state_dict(state["primal_optimizer"])
+        self.primal_dual.load_state_dict(state["primal_dual"])
+        self.progress = Progress(**state["progress"])
+        torch.set_rng_state(state["rng"]["torch"])

@@ -1,0 +1,230 @@
+"""One run: build the task, train (resuming if a checkpoint exists), evaluate, and write the run record."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cutlab.checkpoints import load_checkpoint, save_checkpoint
+from cutlab.config_check import check_config
+from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual, StepResult
+from cutlab.core.training import Progress, Schedule, Trainer
+from cutlab.errors import CutlabError
+from cutlab.provenance import provenance
+from cutlab.records import (
+    CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
+    write_atomic, write_evaluation, write_json, write_sample_losses,
+)
+from cutlab.tracking import Tracker
+from cutlab.video_task import Task, build_video_task, pick_device
+
+log = logging.getLogger("cutlab")
+
+# Keys that may differ between a run and its resumption without changing its result.
+VOLATILE_KEYS = ("paths", "wandb", "device", "progress", "run_name", "checkpoint")
+
+
+def _comparable(config: dict) -> dict:
+    kept = {key: value for key, value in config.items() if key not in VOLATILE_KEYS}
+    kept["eval"] = {key: value for key, value in kept.get("eval", {}).items() if key != "batch_size"}
+    return kept
+
+
+def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out
+
+
+def build_primal_dual(cfg: DictConfig, model: torch.nn.Module) -> PrimalDual:
+    train = cfg.train
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(parameters, lr=train.lr)
+    constraints = dual = None
+    if train.constrained:
+        constraints = Constraints(alpha=train.alpha, epsilon=train.epsilon, detach_prev=train.detach_prev)
+        dual = DualSettings(
+            lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
+            cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
+        )
+    return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
+
+
+def _check_run_folder(run_dir: Path, resolved: dict) -> None:
+    stored = run_dir / CONFIG
+    if not stored.exists():
+        return
+    differences = _differences(_comparable(OmegaConf.to_container(OmegaConf.load(stored))), _comparable(resolved))
+    if differences:
+        raise CutlabError(
+            f"{run_dir} already holds a run with another configuration ({'; '.join(differences[:5])}); "
+            "pass run_name=<new name> to start a separate run (the existing one is kept)"
+        )
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
+    """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed."""
+    check_config(cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    existing = read_summary(run_dir)
+    if existing and existing.get("status") == "complete":
+        log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
+        return existing
+    _check_run_folder(run_dir, resolved)
+    checkpoint = load_checkpoint(run_dir)
+    device = pick_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    task = build_video_task(cfg)
+    task.model.to(device)
+    trainer = Trainer(
+        task.model, task.objective, build_primal_dual(cfg, task.model), task.train_set,
+        Schedule(cfg.train.epochs, cfg.train.batch_size, cfg.train.warmup_epochs, cfg.train.max_steps_per_epoch),
+        task.prepare, cfg.gamma, task.sigma, cfg.noise_mean, cfg.seed, device,
+    )
+    if checkpoint:
+        trainer.load_state_dict(checkpoint["trainer"])
+        log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
+        write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
+    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved)
+
+
+def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None, resolved: dict) -> dict:
+    layers = cfg.L + 1
+    tracker = Tracker(
+        cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
+        cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None,
+    )
+    summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
+               "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma}
+    write_json(run_dir / SUMMARY, summary)
+    history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
+    started = time.perf_counter()
+    total_steps = trainer.steps_per_epoch() * cfg.train.epochs
+    reporter = _ProgressReporter(enabled=cfg.progress, total_steps=total_steps, epochs=cfg.train.epochs)
+
+    def checkpoint_now() -> None:
+        save_checkpoint(run_dir, {"trainer": trainer.state_dict(), "wandb_id": tracker.run_id,
+                                  "record_version": RECORD_VERSION})
+
+    def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
+        row = _history_row(progress, result, trainer, seconds)
+        history.write(row)
+        tracker.log({k: v for k, v in row.items() if k not in ("step", "phase")}, step=progress.step)
+        reporter.step(progress, result, seconds)
+        if progress.step % cfg.checkpoint.every_steps == 0:
+            checkpoint_now()
+
+    try:
+        trainer.run(on_step=on_step, on_epoch_end=lambda progress: checkpoint_now())
+        history.close()
+        summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter))
+        summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
+                       wall_time_s=time.perf_counter() - started)
+        write_json(run_dir / SUMMARY, summary)
+        tracker.summarize(summary)
+        tracker.finish()
+        reporter.done(summary)
+        return summary
+    except BaseException as error:
+        history.close()
+        summary.update(status="failed", error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
+        write_json(run_dir / SUMMARY, summary)
+        tracker.finish(failed=True)
+        raise
+
+
+def _history_row(progress: Progress, result: StepResult, trainer: Trainer, seconds: float) -> dict:
+    row = {"step": progress.step, "epoch": progress.epoch,
+           "phase": "constrained" if trainer.primal_dual.constrained and trainer.dual_active(progress.epoch) else "primal",
+           "lagrangian": result.lagrangian, "grad_norm": result.grad_norm, "step_time": seconds,
+           "lr": trainer.primal_dual.primal_optimizer.param_groups[0]["lr"],
+           "dual_lr": trainer.primal_dual.dual.lr if trainer.primal_dual.dual else 0.0}
+    for name, values in (("loss", result.layer_losses), ("lambda", result.multipliers),
+                         ("slack", result.slacks), ("g", result.constraint_values)):
+        row.update({f"{name}_{layer}": float(value) for layer, value in enumerate(values)})
+    return row
+
+
+def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracker: Tracker, reporter) -> dict:
+    grid = [float(g) for g in cfg.eval.gamma_test]
+    common = dict(sigma=task.sigma, noise_mean=cfg.noise_mean, seed=cfg.seed, batch_size=cfg.eval.batch_size,
+                  device=trainer.device)
+    # validation: the grid for model selection, plus gamma_train for the feasibility verdict
+    val_grid = grid + ([float(cfg.gamma)] if float(cfg.gamma) not in grid else [])
+    validation = evaluate(task.model, task.objective, task.val_set, task.prepare, val_grid,
+                          progress=reporter.evaluating("validation"), **common)
+    test = evaluate(task.model, task.objective, task.test_set, task.prepare, grid,
+                    progress=reporter.evaluating("test"), **common)
+    rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
+    write_evaluation(run_dir, rows)
+    write_sample_losses(run_dir, test)
+    tracker.log_table("eval", rows)
+    constraints = Constraints(alpha=cfg.train.alpha, epsilon=cfg.train.epsilon, detach_prev=cfg.train.detach_prev)
+    verdict = feasibility_verdict(
+        validation.mean_loss[val_grid.index(float(cfg.gamma))], constraints,
+        trainer.primal_dual.effective_slacks(), cfg.eval.feasibility_tol, trainer.primal_dual.constrained,
+    )
+    return _headline(validation, test, grid, verdict)
+
+
+def _headline(validation: Evaluation, test: Evaluation, grid: list[float], verdict) -> dict:
+    last = test.metric.shape[1] - 1
+    layer_means = test.mean_loss.mean(dim=0)
+    return {
+        "metric": test.metric_name,
+        "selection_mode": "min" if test.metric_name == "rmse" else "max",
+        "test_mean_metric": float(test.metric[:, last].mean()),  # Table 3's number: mean over the gamma_test grid
+        "test_metric_by_gamma": {str(g): float(test.metric[i, last]) for i, g in enumerate(grid)},
+        "selection_metric": float(validation.metric[: len(grid), last].mean()),
+        "test_layer_loss_mean_over_gamma": [float(v) for v in layer_means],
+        "descends_in_mean": bool((layer_means[1:] < layer_means[:-1]).all()),
+        "ratio_stats_by_gamma": {str(g): test.ratio_stats(i) for i, g in enumerate(grid)},
+        "verdict": verdict.status,
+        "feasibility": verdict.as_dict(),
+    }
+
+
+class _ProgressReporter:
+    """A progress line on stderr every few seconds and at each epoch end; silent when disabled."""
+
+    def __init__(self, enabled: bool, total_steps: int, epochs: int, every_s: float = 5.0) -> None:
+        self.enabled, self.total_steps, self.epochs, self.every_s = enabled, total_steps, epochs, every_s
+        self.last = time.perf_counter() - every_s
+
+    def _print(self, text: str) -> None:
+        if self.enabled:
+            print(f"[cutlab] {text}", file=sys.stderr, flush=True)
+
+    def step(self, progress: Progress, result: StepResult, seconds: float) -> None:
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or progress.step == self.total_steps:
+            self.last = now
+            losses = " ".join(f"{v:.3g}" for v in result.layer_losses.tolist())
+            self._print(f"epoch {progress.epoch + 1}/{self.epochs} step {progress.step}/{self.total_steps} "
+                        f"({seconds:.2f} s/step) layer losses [{losses}] max lambda {float(result.multipliers.max()):.3g}")
+
+    def evaluating(self, split: str):
+        def report(done: int, total: int) -> None:
+            now = time.perf_counter()
+            if now - self.last >= self.every_s or done == total:
+                self.last = now
+                self._print(f"evaluating {split}: batch {done}/{total}")
+        return report
+
+    def done(self, summary: dict) -> None:
+        self._print(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
+                    f"verdict {summary['verdict']}")

@@ -1,0 +1,48 @@
+"""Where a run came from: enough to reproduce it from its record alone."""
+
+from __future__ import annotations
+
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+
+def _git(args: list[str], cwd: Path) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def provenance(seed: int, device: torch.device) -> dict:
+    source = Path(__file__).resolve().parent.parent
+    status = _git(["status", "--porcelain", "--untracked-files=no"], source)
+    import numpy
+    import omegaconf
+    import pandas
+
+    import cutlab
+
+    return {
+        "git_commit": _git(["rev-parse", "HEAD"], source),
+        "git_dirty": bool(status) if status is not None else None,
+        "seed": seed,
+        "host": socket.gethostname(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "command": sys.argv,
+        "versions": {
+            "cutlab": cutlab.__version__,
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "numpy": numpy.__version__,
+            "pandas": pandas.__version__,
+            "omegaconf": omegaconf.__version__,
+        },
+    }

@@ -1,0 +1,64 @@
+"""Builds the video denoising task from config: clips, windows, sigma_x, model and objective."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+from omegaconf import DictConfig
+
+from cutlab.core.data.video import FrameWindows, load_video_clips, pixel_std, split_validation, to_patch_tokens
+from cutlab.core.models import DUST, UT, LayerwiseModel
+from cutlab.core.objectives import DenoisingObjective
+
+
+@dataclass
+class Task:
+    """Everything the training loop and the evaluation need, independent of the model family."""
+
+    model: LayerwiseModel
+    objective: DenoisingObjective
+    train_set: FrameWindows
+    val_set: FrameWindows
+    test_set: FrameWindows
+    prepare: partial
+    sigma: float
+    source: str
+
+
+def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
+    model = cfg.model
+    if model.name == "dust":
+        return DUST(
+            depth=depth, patch=model.patch, atoms=model.atoms, threshold=model.threshold,
+            attention_step=model.attention_step, attention_scale=model.attention_scale,
+            lipschitz_margin=model.lipschitz_margin, per_layer_dictionary=bool(model.per_layer_dictionary),
+        )
+    return UT(
+        depth=depth, patch=model.patch, atoms=model.atoms, attention_step=model.attention_step,
+        attention_scale=model.attention_scale, feedforward_init_std=model.feedforward_init_std,
+    )
+
+
+def build_video_task(cfg: DictConfig) -> Task:
+    data = cfg.data
+    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress)
+    train_clips, val_clips = split_validation(clips.train, data.val_clips)
+    return Task(
+        model=build_model(cfg, cfg.L),
+        objective=DenoisingObjective(),
+        train_set=FrameWindows(train_clips, data.frames, data.stride),
+        val_set=FrameWindows(val_clips, data.frames, data.stride),
+        test_set=FrameWindows(clips.test, data.frames, data.stride),
+        prepare=partial(to_patch_tokens, patch=data.patch),
+        # sigma_x of the clean training clips that are trained on (SPEC section 2)
+        sigma=pixel_std(train_clips),
+        source=clips.source,
+    )
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
