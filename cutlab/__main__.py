@@ -41,7 +41,27 @@ def _remove_if_empty(run_dir: Path) -> None:
         pass
 
 
+GROUPS = ("model", "data", "train")
+
+
+def check_group_choices(arguments: list[str]) -> None:
+    """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones (before Hydra starts)."""
+    for argument in arguments:
+        group, _, value = argument.lstrip("+~").partition("=")
+        if group not in GROUPS or not value or "(" in value:
+            continue
+        known = sorted(path.stem for path in (Path(CONFIG_DIR) / group).glob("*.yaml"))
+        for choice in value.split(","):
+            if choice not in known:
+                raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}")
+
+
 def main() -> None:
+    try:
+        check_group_choices(sys.argv[1:])
+    except CutlabError as error:
+        print(f"cutlab: error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     app()
 
 

@@ -58,8 +58,8 @@ def check_config(cfg: DictConfig) -> None:
     if train.grad_clip is not None:
         _number("train.grad_clip", train.grad_clip, "1.0", minimum=0.0, exclusive=True)
     _number("train.alpha", train.alpha, "0.25", minimum=0.0, exclusive=True)
-    if train.epsilon is not None:
-        _number("train.epsilon", train.epsilon, "6.5", minimum=0.0, exclusive=True)
+    if train.epsilon not in (None, "auto"):
+        _number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
     _integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
     if train.constrained:
         _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)

@@ -47,13 +47,32 @@ def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def build_primal_dual(cfg: DictConfig, model: torch.nn.Module) -> PrimalDual:
+def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
+    """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model on the first training windows.
+
+    ``auto`` reads the reference constraint l_0 <= epsilon as "Phi_0 may not get worse than at
+    initialisation": the paper's epsilon (6.5 for DUST) is in its own, unstated loss units.
+    """
+    if cfg.train.epsilon != "auto":
+        return cfg.train.epsilon
+    count = min(len(task.train_set), batches * cfg.train.batch_size)
+    first = torch.utils.data.Subset(task.train_set, range(count))
+    initial = evaluate(task.model, task.objective, first, task.prepare, [float(cfg.gamma)], task.sigma,
+                       cfg.noise_mean, cfg.seed, cfg.train.batch_size, device)
+    return float(initial.mean_loss[0, 0])
+
+
+def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
+    return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev)
+
+
+def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None) -> PrimalDual:
     train = cfg.train
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(parameters, lr=train.lr)
     constraints = dual = None
     if train.constrained:
-        constraints = Constraints(alpha=train.alpha, epsilon=train.epsilon, detach_prev=train.detach_prev)
+        constraints = constraints_of(cfg, epsilon)
         dual = DualSettings(
             lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
             cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
@@ -87,8 +106,9 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
     torch.manual_seed(cfg.seed)
     task = build_video_task(cfg)
     task.model.to(device)
+    epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
     trainer = Trainer(
-        task.model, task.objective, build_primal_dual(cfg, task.model), task.train_set,
+        task.model, task.objective, build_primal_dual(cfg, task.model, epsilon), task.train_set,
         Schedule(cfg.train.epochs, cfg.train.batch_size, cfg.train.warmup_epochs, cfg.train.max_steps_per_epoch),
         task.prepare, cfg.gamma, task.sigma, cfg.noise_mean, cfg.seed, device,
     )
@@ -99,17 +119,19 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
-    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved)
+    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon)
 
 
-def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None, resolved: dict) -> dict:
+def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None, resolved: dict,
+                      epsilon: float | None) -> dict:
     layers = cfg.L + 1
     tracker = Tracker(
         cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
         cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None,
     )
     summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
-               "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma}
+               "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,
+               "epsilon": epsilon}
     write_json(run_dir / SUMMARY, summary)
     history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
     started = time.perf_counter()
@@ -118,7 +140,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
 
     def checkpoint_now() -> None:
         save_checkpoint(run_dir, {"trainer": trainer.state_dict(), "wandb_id": tracker.run_id,
-                                  "record_version": RECORD_VERSION})
+                                  "epsilon": epsilon, "record_version": RECORD_VERSION})
 
     def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
         row = _history_row(progress, result, trainer, seconds)
@@ -131,7 +153,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     try:
         trainer.run(on_step=on_step, on_epoch_end=lambda progress: checkpoint_now())
         history.close()
-        summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter))
+        summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter, epsilon))
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
                        wall_time_s=time.perf_counter() - started)
         write_json(run_dir / SUMMARY, summary)
@@ -159,7 +181,8 @@ def _history_row(progress: Progress, result: StepResult, trainer: Trainer, secon
     return row
 
 
-def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracker: Tracker, reporter) -> dict:
+def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracker: Tracker, reporter,
+                        epsilon: float | None) -> dict:
     grid = [float(g) for g in cfg.eval.gamma_test]
     common = dict(sigma=task.sigma, noise_mean=cfg.noise_mean, seed=cfg.seed, batch_size=cfg.eval.batch_size,
                   device=trainer.device)
@@ -173,9 +196,8 @@ def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracke
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
     tracker.log_table("eval", rows)
-    constraints = Constraints(alpha=cfg.train.alpha, epsilon=cfg.train.epsilon, detach_prev=cfg.train.detach_prev)
     verdict = feasibility_verdict(
-        validation.mean_loss[val_grid.index(float(cfg.gamma))], constraints,
+        validation.mean_loss[val_grid.index(float(cfg.gamma))], constraints_of(cfg, epsilon),
         trainer.primal_dual.effective_slacks(), cfg.eval.feasibility_tol, trainer.primal_dual.constrained,
     )
     return _headline(validation, test, grid, verdict)

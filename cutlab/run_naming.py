@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-MAX_NAME = 120
+MAX_NAME = 200  # well under the 255-byte limit of common filesystems
 
 
 def run_name(explicit: str | None, override_dirname: str) -> str:

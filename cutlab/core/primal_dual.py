@@ -139,11 +139,10 @@ class PrimalDual:
         return self.constraints is not None
 
     def effective_slacks(self) -> torch.Tensor:
-        """The relaxation each constraint is allowed: u (slack form), lambda/c (weight-decay form), or 0."""
+        """The relaxation each constraint is allowed: the optimal slack u* = lambda / c for the current
+        multipliers in both resilient forms (the slack variables themselves are zeroed by restarts), else 0."""
         if self.dual is None or self.dual.resilience == "off":
             return torch.zeros_like(self.slacks)
-        if self.dual.resilience == "slack":
-            return self.slacks.clone()
         return self.multipliers / self.dual.resilience_c
 
     def step(self, loss_matrix: torch.Tensor, dual_active: bool) -> StepResult:
@@ -160,7 +159,7 @@ class PrimalDual:
             )
         objective = layer_losses[-1]
         if self.constraints is not None:
-            values = self.constraints.values(layer_losses) * self.active
+            values = self.constraints.values(layer_losses) * self.active.to(layer_losses.device)
             lagrangian = objective + (self.multipliers.to(values.device) * values).sum()
         else:
             values = torch.zeros_like(layer_losses)

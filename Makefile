@@ -1,0 +1,32 @@
+# One-command set-up: every target bootstraps .venv first (idempotent: redone only when the
+# dependency files change). constraints.txt keeps torch on the 2.13.0 wheel on every pip call
+# (on machines without a GPU pip finds the local CPU build; see ../shared/notes/stack.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PIP := $(BIN)/python -m pip --disable-pip-version-check
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-all clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --constraint constraints.txt "torch==2.13.0"
+	$(PIP) install --quiet --constraint constraints.txt --editable ".[dev]"
+	touch $(STAMP)
+
+# The main job on the embedded default: constrained DUST on generated video, then evaluation.
+run: setup
+	$(BIN)/python -m cutlab
+
+# The default test run (slow tests excluded; `make test-all` runs them too).
+test: setup
+	$(BIN)/python -m pytest
+
+test-all: setup
+	$(BIN)/python -m pytest -m "slow or not slow"
+
+clean:
+	rm -rf $(VENV) *.egg-info

@@ -1,0 +1,36 @@
+"""Shared test fixtures: where ../shared lives, and a tiny video batch."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+PED2_FULL = SHARED / "data" / "ucsd_ped2" / "ped2_gray160_uint8.npz"
+PED2_TINY = SHARED / "data" / "ucsd_ped2" / "ped2_gray160_tiny.npz"
+
+# W&B and any cache stay inside the test's own folders; nothing reaches the network.
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+
+def require_shared(path: Path) -> Path:
+    if not path.exists():
+        pytest.skip(f"{path} is missing: the real data lives in ../shared beside the checkout")
+    return path
+
+
+@pytest.fixture
+def ped2_tokens() -> torch.Tensor:
+    """Two real Ped2 samples of 4 frames as [B, T, P, n] patch tokens in [0, 1] (the first 30 patch positions)."""
+    import numpy as np
+
+    from cutlab.core.data.video import to_patch_tokens
+
+    clips = np.load(require_shared(PED2_TINY))
+    frames = torch.from_numpy(np.stack([clips["training_01"][:4], clips["training_02"][:4]]))
+    return to_patch_tokens(frames, patch=16)[:, :, :30].contiguous()

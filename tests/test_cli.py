@@ -1,0 +1,175 @@
+"""End to end through the real command line: ``python -m cutlab`` on real Ped2 data and on the embedded default."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import PED2_FULL, ROOT, require_shared
+
+TINY_PED2 = [
+    "data=ucsd_ped2", "L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "train.warmup_epochs=1",
+    "data.stride=200", "eval.gamma_test=[0,0.2]",
+]
+
+
+def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
+           "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def folder_fingerprint(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() + str(p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ped2_sweep(tmp_path_factory) -> Path:
+    """Both models x both training modes on the real Ped2 npz, one Hydra multirun, tiny budget."""
+    require_shared(PED2_FULL)
+    runs = tmp_path_factory.mktemp("ped2") / "runs"
+    cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], runs)
+    return runs
+
+
+@pytest.mark.parametrize("model", ["dust", "ut"])
+@pytest.mark.parametrize("train", ["erm", "constrained"])
+def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
+    run = next(p for p in ped2_sweep.iterdir() if f"model={model}" in p.name and f"train={train}" in p.name)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["record_version"] == 1
+    assert summary["steps"] == 4 and "ped2_gray160_uint8.npz" in summary["data_source"]
+    history = pd.read_csv(run / "history.csv")
+    assert list(history["step"]) == [1, 2, 3, 4]
+    assert {f"loss_{l}" for l in range(3)} | {f"lambda_{l}" for l in range(3)} | {"g_2", "slack_2"} <= set(history.columns)
+    if train == "erm":
+        assert (history.filter(like="lambda_") == 0).all().all()
+    else:  # warm-up epoch: lambda frozen at 0; then the dual steps move it
+        assert (history.filter(like="lambda_").iloc[:2] == 0).all().all()
+        assert list(history["phase"]) == ["primal", "primal", "constrained", "constrained"]
+    evaluation = pd.read_csv(run / "eval.csv")
+    test_rmse = evaluation.query("split == 'test' and metric == 'rmse'")
+    assert sorted(test_rmse["gamma_test"].unique()) == [0.0, 0.2] and sorted(test_rmse["layer"].unique()) == [0, 1, 2]
+    last = test_rmse.query("layer == 2")["value"]
+    assert summary["test_mean_metric"] == pytest.approx(last.mean())
+    assert 0 < summary["test_mean_metric"] < 255
+    # the verdict follows from the recorded validation losses at gamma_train and the recorded bounds
+    feasibility = summary["feasibility"]
+    violated = [i for i, (g, a) in enumerate(zip(feasibility["constraint_values"], feasibility["allowed"])) if g > a]
+    assert violated == feasibility["violated_layers"]
+    expected = "unconstrained" if train == "erm" else ("infeasible" if violated else "feasible")
+    assert summary["verdict"] == expected
+    val_losses = evaluation.query("split == 'val' and metric == 'loss' and gamma_test == 0.09").sort_values("layer")["value"]
+    alpha = 0.25 if model == "dust" else 0.22
+    descent = val_losses.to_numpy()[1:] - (1 - alpha) * val_losses.to_numpy()[:-1]
+    np.testing.assert_allclose(feasibility["constraint_values"][1:], descent, rtol=1e-5)
+    config = (run / "config.yaml").read_text()
+    assert f"name: {model}" in config and "ucsd_ped2" in config
+    provenance = json.loads((run / "provenance.json").read_text())
+    assert provenance["seed"] == 0 and provenance["device"] == "cpu" and provenance["versions"]["torch"]
+    # W&B ran offline into the run folder, under the id the record names
+    assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
+    assert list(run.glob(f"wandb/offline-run-*/run-{summary['wandb_id']}.wandb"))
+    samples = pd.read_csv(run / "sample_losses.csv")
+    assert len(samples) == 2 * 12  # 12 test clips, one 10-frame window each at stride 200
+
+
+def test_rerunning_a_complete_command_skips_it_and_touches_nothing(ped2_sweep):
+    # Hydra rewrites its description of the latest sweep (multirun.yaml) on every -m call; runs are untouched
+    runs_only = lambda: {k: v for k, v in folder_fingerprint(ped2_sweep).items() if k != "multirun.yaml"}
+    before = runs_only()
+    result = cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], ped2_sweep)
+    assert (result.stdout + result.stderr).count("complete; skipped") == 4
+    assert runs_only() == before
+
+
+def test_a_killed_run_resumes_and_ends_identical_to_an_uninterrupted_one(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["train.epochs=6", "checkpoint.every_steps=3", "wandb.mode=disabled", "L=2", "eval.gamma_test=[0,0.3]"]
+    cutlab([*args, "run_name=uninterrupted"], runs)
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args, "run_name=killed"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = runs / "killed"
+    deadline = time.time() + 300
+    while not (killed / "checkpoint.pt").exists() or len(pd.read_csv(killed / "history.csv")) < 8:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert json.loads((killed / "summary.json").read_text())["status"] == "running"
+    result = cutlab([*args, "run_name=killed"], runs)
+    assert "resuming" in result.stdout + result.stderr
+    reference, resumed = runs / "uninterrupted", killed
+    columns = lambda frame: frame.drop(columns=["step_time"])
+    pd.testing.assert_frame_equal(columns(pd.read_csv(resumed / "history.csv")), columns(pd.read_csv(reference / "history.csv")))
+    pd.testing.assert_frame_equal(pd.read_csv(resumed / "eval.csv"), pd.read_csv(reference / "eval.csv"))
+    assert json.loads((resumed / "summary.json").read_text())["status"] == "complete"
+
+
+def test_the_embedded_default_runs_with_no_file(tmp_path):
+    runs = tmp_path / "runs"
+    cutlab(["train.epochs=2", "wandb.mode=disabled", "eval.gamma_test=[0,0.5]"], runs)
+    summary = json.loads(next(runs.glob("*/summary.json")).read_text())
+    assert summary["status"] == "complete" and summary["data_source"].startswith("synthetic")
+
+
+@pytest.fixture(scope="module")
+def earlier_run(tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("bad") / "runs"
+    cutlab(["train.epochs=1", "train.max_steps_per_epoch=1", "wandb.mode=disabled", "eval.gamma_test=[0]"], runs)
+    return runs
+
+
+def corrupt_npz(folder: Path) -> Path:
+    path = folder / "corrupt.npz"
+    path.write_bytes(np.random.default_rng(0).bytes(4096))
+    return path
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["model=transformerx"], "unknown model 'transformerx'; choose one of model=dust,ut"),
+        (["data=imagenet"], "unknown data 'imagenet'; choose one of data="),
+        (["data=ucsd_ped2", "data.root=/nonexistent/UCSDped2"], "data.root"),
+        (["gamma=abc"], "gamma must be a number, got 'abc'; e.g. gamma=0.09"),
+        (["data=ucsd_ped2", "data.root=CORRUPT"], "corrupt.npz"),
+    ],
+    ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz"],
+)
+def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
+    before = folder_fingerprint(earlier_run)
+    folders = set(earlier_run.iterdir())
+    args = [f"data.root={corrupt_npz(earlier_run.parent)}" if a == "data.root=CORRUPT" else a for a in args]
+    result = cutlab(args, earlier_run, check=False)
+    assert result.returncode == 2
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("cutlab: error: ") and expected in message, result.stderr
+    assert "Traceback" not in result.stderr
+    assert folder_fingerprint(earlier_run) == before and set(earlier_run.iterdir()) == folders
+
+
+def test_a_nan_loss_stops_with_the_fix_and_a_failed_record(earlier_run):
+    before = folder_fingerprint(earlier_run)
+    result = cutlab(["train.lr=1e30", "wandb.mode=disabled", "run_name=nan"], earlier_run, check=False)
+    assert result.returncode == 2
+    assert "became nan" in result.stderr and "train.lr" in result.stderr and "Traceback" not in result.stderr
+    summary = json.loads((earlier_run / "nan" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "NonFiniteLoss" in summary["error"]
+    assert {k: v for k, v in folder_fingerprint(earlier_run).items() if not k.startswith("nan/")} == before

@@ -1,0 +1,85 @@
+"""Perturbation, evaluation over the gamma_test grid, descent ratios and the feasibility verdict."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cutlab.core.evaluation import evaluate, feasibility_verdict
+from cutlab.core.models import DUST
+from cutlab.core.objectives import DenoisingObjective
+from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, noise_generator, perturb
+from cutlab.core.primal_dual import Constraints
+
+
+def test_perturbation_has_the_requested_mean_and_standard_deviation():
+    clean = torch.full((200_000,), 0.5)
+    for gamma, sigma, mean in ((0.09, 0.25, 0.0), (1.0, 0.2, 0.03), (0.5, 1.0, -0.1)):
+        noise = perturb(clean, gamma, sigma, mean, noise_generator(0, TRAIN_STREAM, 7)) - clean
+        assert math.isclose(float(noise.std()), gamma * sigma, rel_tol=0.01)
+        assert math.isclose(float(noise.mean()), mean, abs_tol=4 * gamma * sigma / math.sqrt(noise.numel()))
+
+
+def test_noise_is_a_function_of_seed_stream_and_index_only():
+    clean = torch.zeros(1000)
+    draw = lambda seed, stream, index: perturb(clean, 1.0, 1.0, 0.0, noise_generator(seed, stream, index))
+    assert torch.equal(draw(3, TRAIN_STREAM, 5), draw(3, TRAIN_STREAM, 5))
+    assert not torch.equal(draw(3, TRAIN_STREAM, 5), draw(3, TRAIN_STREAM, 6))
+    assert not torch.equal(draw(3, TRAIN_STREAM, 5), draw(3, EVAL_STREAM, 5))
+    assert not torch.equal(draw(3, TRAIN_STREAM, 5), draw(4, TRAIN_STREAM, 5))
+    assert perturb(clean, 0.0, 1.0, 0.0, noise_generator(0, 0, 0)) is clean
+
+
+class Samples:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor
+
+    def __len__(self) -> int:
+        return len(self.tensor)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.tensor[index]
+
+
+def test_evaluate_matches_a_plain_loop_over_gammas_and_batches(ped2_tokens):
+    """One forward per batch for all gammas gives the same numbers as one forward per gamma and sample."""
+    model, objective = DUST(depth=2), DenoisingObjective()
+    samples = Samples(torch.cat([ped2_tokens, ped2_tokens.flip(1)]))  # 4 samples, batches of 3 + 1
+    gammas, sigma = [0.0, 0.3, 1.0], 0.2
+    result = evaluate(model, objective, samples, lambda x: x, gammas, sigma, seed=5, batch_size=3)
+    for g, gamma in enumerate(gammas):
+        squared, count, losses = torch.zeros(3, dtype=torch.float64), 0, []
+        for batch_index, start in enumerate((0, 3)):
+            clean = samples.tensor[start : start + 3]
+            noisy = perturb(clean, gamma, sigma, 0.0, noise_generator(5, EVAL_STREAM, batch_index * 1_000 + g))
+            outputs = model(noisy)
+            squared += torch.stack([((o - clean) ** 2).sum() for o in outputs]).double()
+            count += clean.numel()
+            losses.append(objective.loss_matrix(outputs, clean))
+        torch.testing.assert_close(result.metric[g], 255 * torch.sqrt(squared / count), rtol=1e-5, atol=1e-4)
+        torch.testing.assert_close(result.sample_losses[g], torch.cat(losses).detach(), rtol=1e-5, atol=1e-5)
+    assert result.metric[2, 0] > result.metric[0, 0]  # more noise, worse Phi_0
+
+
+def test_ratio_statistics():
+    from cutlab.core.evaluation import Evaluation
+
+    losses = torch.tensor([[[4.0, 2.0, 3.0], [1.0, 0.5, 0.25]]])  # ratios 0.5, 1.5, 0.5, 0.5
+    stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
+    assert stats == {"ratio_mean": 0.75, "ratio_median": 0.5, "fraction_decreasing": 0.75}
+
+
+def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
+    constraints = Constraints(alpha=0.5, epsilon=1.0)
+    losses = torch.tensor([1.0, 0.6, 0.3])  # g = [0, 0.1, 0.0]: layer 1 misses by 0.1 (20 % of its 0.5 target)
+    strict = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=True)
+    assert strict.status == "infeasible" and strict.violated_layers == [1]
+    relaxed = feasibility_verdict(losses, constraints, torch.tensor([0.0, 0.1, 0.0]), tolerance=0.02, constrained=True)
+    assert relaxed.status == "feasible"
+    tolerant = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.25, constrained=True)
+    assert tolerant.status == "feasible"
+    erm = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=False)
+    assert erm.status == "unconstrained" and erm.violated_layers == [1]
+    no_reference = feasibility_verdict(torch.tensor([9.0, 4.0]), Constraints(alpha=0.5), torch.zeros(2), 0.0, True)
+    assert no_reference.status == "feasible"  # epsilon off: l_0 = 9 is not a violation

@@ -1,0 +1,119 @@
+"""The layerwise models against their equations (SPEC section 3), and the model contract."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from cutlab.core.models import DUST, UT
+from cutlab.core.models.base import from_sequences, symmetric_attention, to_sequences
+from cutlab.core.models.dct import dct_2d_dictionary
+from cutlab.core.models.dust import soft_threshold
+from cutlab.core.objectives import DenoisingObjective
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+
+
+def test_dct_dictionary_is_an_overcomplete_unit_norm_dct_frame():
+    dictionary = dct_2d_dictionary(16, 512).double()
+    assert dictionary.shape == (256, 512)
+    torch.testing.assert_close(dictionary.norm(dim=0), torch.ones(512, dtype=torch.float64))
+    assert torch.linalg.matrix_rank(dictionary) == 256  # spans the patch space
+    # the first atom is the constant (DC) patch; the second varies along one axis only (a 1-D cosine)
+    torch.testing.assert_close(dictionary[:, 0], torch.full((256,), 1 / 16, dtype=torch.float64))
+    second = dictionary[:, 1].reshape(16, 16)
+    assert torch.allclose(second, second[:1].expand(16, 16)) or torch.allclose(second, second[:, :1].expand(16, 16))
+    assert not torch.allclose(second, torch.full_like(second, second[0, 0].item()))
+
+
+def test_dust_layer_is_a_lista_step_of_its_dictionary(ped2_tokens):
+    """Phi_l = D H_l with H_l = soft_theta((I - D^T D / c) Z + D^T x / c), checked with the matrices written out."""
+    torch.manual_seed(0)
+    model = DUST(depth=2, threshold=0.02, attention_step=0.3, per_layer_dictionary=True).double()
+    with torch.no_grad():
+        for dictionary in model.dictionaries:  # distinct dictionaries so a mix-up of layers would show
+            dictionary.add_(0.01 * torch.randn_like(dictionary))
+    model.converge_step_sizes()
+    x = ped2_tokens.double()
+    outputs = model(x)
+    sequences = to_sequences(x)
+    codes = None
+    for layer, dictionary in enumerate(model.dictionaries):
+        c = torch.linalg.matrix_norm(dictionary, ord=2) ** 2  # the exact Lipschitz constant
+        torch.testing.assert_close(model.step_size(layer), c, rtol=1e-6, atol=0)  # ... which power iteration tracks
+        if layer == 0:
+            codes = soft_threshold(sequences @ dictionary / c, 0.02)
+        else:
+            scores = torch.softmax((codes @ dictionary.T) @ (codes @ dictionary.T).transpose(1, 2) / 256, dim=-1)
+            attended = 0.7 * codes + 0.3 * scores @ codes
+            lista = torch.eye(512, dtype=torch.float64) - dictionary.T @ dictionary / c
+            codes = soft_threshold(attended @ lista + sequences @ dictionary / c, 0.02)
+        torch.testing.assert_close(outputs[layer], from_sequences(codes @ dictionary.T, x.shape[0]))
+
+
+def test_dust_trains_only_its_dictionaries_shared_for_erm_per_layer_when_constrained():
+    shared, per_layer = DUST(depth=3), DUST(depth=3, per_layer_dictionary=True)
+    assert [p.shape for p in shared.parameters()] == [(256, 512)]
+    assert [p.shape for p in per_layer.parameters()] == [(256, 512)] * 4
+
+
+def test_dust_descends_at_initialisation_like_ista(ped2_tokens):
+    losses = DenoisingObjective().loss_matrix(DUST(depth=5)(ped2_tokens), ped2_tokens).mean(0)
+    assert (losses[1:] < losses[:-1]).all(), losses
+
+
+def test_ut_starts_as_identity_and_has_symmetric_tied_attention(ped2_tokens):
+    model = UT(depth=3)
+    outputs = model(ped2_tokens)
+    torch.testing.assert_close(outputs[0], ped2_tokens, atol=1e-3, rtol=0)  # E is D's right inverse (float32 solve)
+    assert model.attention.shape == (256, 512)  # one projection, shared by queries, keys and every layer
+    names = {name.split(".")[0] for name, _ in model.named_parameters()}
+    assert names == {"decoder", "encoder", "attention", "weights", "biases"}
+
+
+def test_ut_block_follows_its_equation(ped2_tokens):
+    torch.manual_seed(1)
+    model = UT(depth=1, attention_step=0.4, feedforward_init_std=0.05).double()
+    x = ped2_tokens.double()
+    codes = to_sequences(x) @ model.encoder
+    queries = codes @ model.attention.T
+    attended = 0.6 * codes + 0.4 * torch.softmax(queries @ queries.transpose(1, 2) / 256, dim=-1) @ codes
+    weight = 0.5 * (model.weights[0] + model.weights[0].T)
+    expected = attended - torch.relu(attended @ weight + model.biases[0]) @ weight
+    torch.testing.assert_close(model(x)[1], from_sequences(expected @ model.decoder.T, x.shape[0]))
+
+
+def test_symmetric_attention_rows_are_convex_combinations():
+    tokens = torch.randn(3, 5, 8)
+    same = symmetric_attention(tokens.expand(3, 5, 8).clone()[:, :1].expand(3, 5, 8), torch.randn(3, 5, 8)[:, :1].expand(3, 5, 8), 0.5, 1.0)
+    torch.testing.assert_close(same, tokens[:, :1].expand(3, 5, 8))  # attending among equal tokens changes nothing
+
+
+@pytest.mark.parametrize("make_model", [lambda: DUST(depth=3), lambda: DUST(depth=3, per_layer_dictionary=True), lambda: UT(depth=3)])
+@pytest.mark.parametrize("constrained", [False, True])
+def test_contract_outputs_and_a_step_lowers_the_objective(make_model, constrained, ped2_tokens):
+    """Every model: L+1 outputs of the input's shape; a few steps on a fixed batch lower what they optimise."""
+    torch.manual_seed(0)
+    model = make_model()
+    noisy = ped2_tokens + 0.05 * torch.randn_like(ped2_tokens)
+    outputs = model(noisy)
+    assert len(outputs) == model.depth + 1 and all(o.shape == noisy.shape for o in outputs)
+    objective = DenoisingObjective()
+    parameters = list(model.parameters())
+    constraints = Constraints(alpha=0.1, epsilon=None) if constrained else None
+    dual = DualSettings(lr=0.01) if constrained else None
+    trainer = PrimalDual(parameters, torch.optim.Adam(parameters, lr=1e-3), model.depth + 1, constraints, dual)
+    before = objective.loss_matrix(model(noisy), ped2_tokens).mean(0)
+    for _ in range(3):
+        trainer.step(objective.loss_matrix(model(noisy), ped2_tokens), dual_active=True)
+    after = objective.loss_matrix(model(noisy), ped2_tokens).mean(0)
+    lagrangian = lambda losses: losses[-1] + (trainer.multipliers * constraints.values(losses)).sum() if constrained else losses[-1]
+    assert lagrangian(after) < lagrangian(before) or after[-1] < before[-1]
+
+
+def test_rmse_is_on_the_0_255_scale():
+    clean = torch.zeros(1, 2, 3, 4)
+    out = [clean + 10 / 255]
+    sums, count = DenoisingObjective().metric_sums(out, clean)
+    assert math.isclose(float(DenoisingObjective().metric_from_sums(sums, count)[0]), 10.0, rel_tol=1e-5)

@@ -1,0 +1,658 @@
+"""The primal-dual core (SPEC section 1, Algorithm 1): Cooper as a bit-for-bit oracle, known KKT points,
+the resilient equilibrium, the behaviours the experiments rely on, and exact resume at the Trainer level.
+
+All problems are tiny and deterministic (fixed batches, CPU), so every assertion is either exact
+(``torch.equal``) or against a closed-form / independently computed value with a stated tolerance.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+
+import cooper  # the oracle (cooper-optim 1.0.1, a dev dependency)
+import pytest
+import torch
+
+from cutlab.core.primal_dual import Constraints, DualSettings, NonFiniteLoss, PrimalDual
+from cutlab.core.training import Schedule, Trainer
+from cutlab.errors import CutlabError
+
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Tiny layerwise models
+# --------------------------------------------------------------------------------------------------------------
+
+
+class TinyUnrolled(torch.nn.Module):
+    """Phi_0 = embed(x), Phi_l = Phi_{l-1} + tanh(block_l(Phi_{l-1})); blocks 1 and 2 are tied (one module used
+    twice, so its gradient is accumulated from two uses), block 3 is untied. Returns the L+1 = 4 representations."""
+
+    layers = 4  # L + 1
+
+    def __init__(self, dim: int = 6, seed: int = 0) -> None:
+        super().__init__()
+        generator_state = torch.get_rng_state()
+        torch.manual_seed(seed)
+        self.embed = torch.nn.Linear(dim, dim)
+        self.tied = torch.nn.Linear(dim, dim)
+        self.last = torch.nn.Linear(dim, dim)
+        torch.set_rng_state(generator_state)
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        h = self.embed(x)
+        outputs = [h]
+        for block in (self.tied, self.tied, self.last):
+            h = h + torch.tanh(block(h))
+            outputs.append(h)
+        return outputs
+
+
+class SquaredError:
+    """The per-sample, per-layer loss matrix [batch, L+1]: f = 1/2 ||Phi_l - y||^2 (sum over features)."""
+
+    def loss_matrix(self, outputs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        return torch.stack([0.5 * (out - target).pow(2).sum(dim=1) for out in outputs], dim=1)
+
+
+def regression_batch(batch: int = 16, dim: int = 6, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, dim, generator=generator)
+    weight = torch.randn(dim, dim, generator=generator)
+    y = torch.tanh(x @ weight) + 0.1 * torch.randn(batch, dim, generator=generator)
+    return x, y
+
+
+class ScalarLayers(torch.nn.Module):
+    """A layerwise "model" with one scalar parameter theta. ``uses[l]`` says whether Phi_l = theta (True) or a
+    fixed 0 (False), broadcast over the batch. With per-sample targets y_{i,l}, the layer loss is
+
+        l_l = mean_i 1/2 (Phi_l - y_{i,l})^2 = 1/2 (Phi_l - mean_l)^2 + k_l,   k_l = 1/2 var_l (population variance),
+
+    so the irreducible part k_l is set by the spread of the targets (two samples at mean_l +- sqrt(2 k_l))."""
+
+    def __init__(self, uses: list[bool], init: float = 0.0) -> None:
+        super().__init__()
+        self.uses = uses
+        self.theta = torch.nn.Parameter(torch.tensor(init))
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        batch = x.shape[0]
+        return [self.theta.expand(batch) if use else torch.zeros(batch) for use in self.uses]
+
+
+def scalar_targets(means_and_floors: list[tuple[float, float]]) -> torch.Tensor:
+    """Targets [2, L+1]: layer l's two samples at mean_l +- sqrt(2 k_l), giving l_l = 1/2 (Phi_l - mean_l)^2 + k_l."""
+    columns = [[mean + math.sqrt(2 * floor), mean - math.sqrt(2 * floor)] for mean, floor in means_and_floors]
+    return torch.tensor(columns).T.contiguous()
+
+
+def scalar_loss_matrix(outputs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+    return torch.stack([0.5 * (out - target[:, l]).pow(2) for l, out in enumerate(outputs)], dim=1)
+
+
+def snapshot(module: torch.nn.Module) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in module.parameters()]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 1. Cooper 1.0.1 as the oracle, bit for bit
+# --------------------------------------------------------------------------------------------------------------
+
+
+class DescentCMP(cooper.ConstrainedMinimizationProblem):
+    """(P-CUT) written for Cooper: one inequality Constraint with one DenseMultiplier over the constraint vector
+    [g_0, g_1 .. g_L] (or [g_1 .. g_L] when epsilon is None), g_0 = l_0 - eps, g_l = l_l - (1-alpha) l_{l-1}."""
+
+    def __init__(self, alpha: float, epsilon: float | None, layers: int) -> None:
+        super().__init__()
+        self.alpha = alpha
+        self.epsilon = epsilon
+        count = layers if epsilon is not None else layers - 1
+        self.descent = cooper.Constraint(
+            constraint_type=cooper.ConstraintType.INEQUALITY,
+            formulation_type=cooper.formulations.Lagrangian,
+            multiplier=cooper.multipliers.DenseMultiplier(num_constraints=count),
+        )
+
+    def compute_cmp_state(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> cooper.CMPState:
+        layer_losses = SquaredError().loss_matrix(model(x), y).mean(dim=0)
+        violation = layer_losses[1:] - (1.0 - self.alpha) * layer_losses[:-1]
+        if self.epsilon is not None:
+            violation = torch.cat([layer_losses[:1] - self.epsilon, violation])
+        return cooper.CMPState(
+            loss=layer_losses[-1], observed_constraints={self.descent: cooper.ConstraintState(violation=violation)}
+        )
+
+
+@pytest.mark.parametrize("epsilon", [1.0, None], ids=["with-reference", "descent-only"])
+def test_matches_cooper_simultaneous_optimizer_bit_for_bit(epsilon: float | None) -> None:
+    # Bit-for-bit is attainable: both sides evaluate the same model graph on the same batch; the primal
+    # gradient of sum_l lambda_l g_l reaches each layer loss as a sum of at most two non-zero terms (from g_l and
+    # g_{l+1}; plus 1 from the objective at l_L), and two-term float addition is commutative, so the order in
+    # which autograd accumulates them cannot matter; the dual gradient is g itself on both sides; both use
+    # torch's Adam (single-tensor path on CPU, elementwise) and project with max(., 0).
+    alpha, primal_lr, dual_lr, steps = 0.2, 1e-2, 0.05, 32
+    x, y = regression_batch()
+    ours_model, oracle_model = TinyUnrolled(seed=2), TinyUnrolled(seed=2)
+    assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), oracle_model.parameters()))
+
+    ours = PrimalDual(
+        list(ours_model.parameters()),
+        torch.optim.Adam(ours_model.parameters(), lr=primal_lr),
+        TinyUnrolled.layers,
+        Constraints(alpha=alpha, epsilon=epsilon),
+        DualSettings(lr=dual_lr, resilience="off", cadence="batch"),
+    )
+    cmp = DescentCMP(alpha, epsilon, TinyUnrolled.layers)
+    oracle = cooper.optim.SimultaneousOptimizer(
+        cmp=cmp,
+        primal_optimizers=torch.optim.Adam(oracle_model.parameters(), lr=primal_lr),
+        dual_optimizers=torch.optim.Adam(cmp.dual_parameters(), lr=dual_lr, maximize=True),
+    )
+    # slot 0 of PrimalDual is the reference constraint; without epsilon it is masked and Cooper has no entry for it
+    slots = slice(0, None) if epsilon is not None else slice(1, None)
+
+    clamped_after_positive = False
+    previous = torch.zeros(TinyUnrolled.layers)
+    for step in range(steps):
+        result = ours.step(SquaredError().loss_matrix(ours_model(x), y), dual_active=True)
+        rollout = oracle.roll(compute_cmp_state_kwargs={"model": oracle_model, "x": x, "y": y})
+        oracle_multipliers = cmp.descent.multiplier.weight.detach()
+
+        oracle_values = rollout.cmp_state.observed_constraints[cmp.descent].violation.detach()
+        assert torch.equal(result.constraint_values[slots], oracle_values), f"constraint values differ at step {step}"
+        for mine, theirs in zip(ours_model.parameters(), oracle_model.parameters()):
+            assert torch.equal(mine, theirs), f"primal parameters differ after step {step}"
+        assert torch.equal(ours.multipliers[slots], oracle_multipliers), f"multipliers differ after step {step}"
+        if epsilon is None:
+            assert ours.multipliers[0] == 0 and result.constraint_values[0] == 0
+        clamped_after_positive |= bool(((previous > 0) & (ours.multipliers == 0)).any())
+        previous = ours.multipliers.clone()
+
+    # the run is not trivial: multipliers moved, and the projection max(lambda, 0) was exercised
+    assert (ours.multipliers[slots] > 0).sum() >= 2
+    assert clamped_after_positive
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 2. A known KKT point
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_converges_to_closed_form_kkt_point_with_active_descent_constraint() -> None:
+    # Model: one scalar theta, Phi_0 = Phi_1 = theta. Targets: layer 0 both samples at 0, layer 1 at 1 +- sqrt(2k):
+    #     l_0 = 1/2 theta^2,   l_1 = 1/2 (theta - 1)^2 + k.
+    # Problem (L = 1): minimise l_1  s.t.  g_1 = l_1 - (1-alpha) l_0 <= 0,  g_0 = l_0 - eps <= 0.
+    #     g_1(theta) = (alpha/2) theta^2 - theta + 1/2 + k      (convex: the theta^2 coefficient is alpha/2 > 0)
+    # g_1 <= 0 on [(1 - sqrt(D))/alpha, (1 + sqrt(D))/alpha] with D = 1 - alpha (1 + 2k). The unconstrained
+    # minimiser theta = 1 is infeasible when g_1(1) = k - (1-alpha)/2 > 0, so the descent constraint is ACTIVE and
+    #     theta* = (1 - sqrt(D)) / alpha                         (the feasible point nearest to 1)
+    # Stationarity: l_1'(theta*) + lambda_1 g_1'(theta*) = (theta* - 1) + lambda_1 (alpha theta* - 1) = 0, so
+    #     lambda_1* = (theta* - 1) / (1 - alpha theta*) = (theta* - 1) / sqrt(D).
+    # Slater holds (the interval has interior), so (theta*, lambda*) is the unique KKT pair. With alpha = 1/2,
+    # k = 0.4: D = 0.1, theta* = 2 - 2 sqrt(0.1) = 1.36754..., lambda_1* = 1/sqrt(0.1) - 2 = 1.16228...
+    # eps = 2 > l_0(theta*) = 0.935 keeps the reference constraint inactive: l_0 <= 1.4 along the whole run
+    # (theta rises from 0), so g_0 < 0 at every step and its multiplier must stay exactly 0.
+    # Note g_1 depends on theta through l_0 too: an implementation that detached l_{l-1} would converge elsewhere.
+    alpha, floor, epsilon = 0.5, 0.4, 2.0
+    discriminant = 1.0 - alpha * (1.0 + 2.0 * floor)
+    theta_star = (1.0 - math.sqrt(discriminant)) / alpha
+    lambda_star = (theta_star - 1.0) / math.sqrt(discriminant)
+    assert floor - (1 - alpha) / 2 > 0  # the constraint is active at the solution
+
+    model = ScalarLayers([True, True], init=0.0)
+    targets = scalar_targets([(0.0, 0.0), (1.0, floor)])
+    primal_dual = PrimalDual(
+        [model.theta],
+        torch.optim.Adam([model.theta], lr=0.01),
+        2,
+        Constraints(alpha=alpha, epsilon=epsilon),
+        DualSettings(lr=0.01),
+    )
+    inputs = torch.zeros(2, 1)
+    for _ in range(2500):
+        result = primal_dual.step(scalar_loss_matrix(model(inputs), targets), dual_active=True)
+        assert result.constraint_values[0] < 0
+        assert primal_dual.multipliers[0] == 0
+
+    # tolerance: 1e-4 relative (the run reaches ~3e-6; float32 Adam noise floor is ~1e-7)
+    assert model.theta.item() == pytest.approx(theta_star, rel=1e-4)
+    assert primal_dual.multipliers[1].item() == pytest.approx(lambda_star, rel=1e-4)
+    assert result.constraint_values[1].abs().item() < 1e-4  # complementary slackness: active constraint is tight
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 3. The resilient equilibrium (both forms)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _resilient_reference(alpha: float, c: float) -> tuple[float, list[float]]:
+    """The resilient problem min l_L + (c/2)||u||^2 s.t. g <= u, u >= 0 has u* = [g]_+ and equals minimising
+    P(theta) = l_2 + (c/2) sum_l [g_l]_+^2 (convex here); its multipliers are lambda_l = c [g_l(theta*)]_+.
+    Solved independently in float64 by bisection on P'(theta) = 0."""
+
+    def losses(theta: float) -> list[float]:
+        return [1.0, 0.5 * theta**2 + 0.6, 0.5 * (theta - 1.0) ** 2 + 0.4]
+
+    def constraint_values(theta: float) -> list[float]:
+        l0, l1, l2 = losses(theta)
+        return [l1 - (1 - alpha) * l0, l2 - (1 - alpha) * l1]
+
+    def derivative(theta: float) -> float:
+        g1, g2 = constraint_values(theta)
+        dg1, dg2 = theta, (theta - 1.0) - (1 - alpha) * theta
+        return (theta - 1.0) + c * max(g1, 0.0) * dg1 + c * max(g2, 0.0) * dg2
+
+    low, high = -2.0, 2.0
+    assert derivative(low) < 0 < derivative(high)
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if derivative(middle) < 0 else (low, middle)
+    theta = 0.5 * (low + high)
+    return theta, [c * max(g, 0.0) for g in constraint_values(theta)]
+
+
+@pytest.mark.parametrize("resilience", ["slack", "weight_decay"])
+def test_resilient_equilibrium_on_infeasible_constraints(resilience: str) -> None:
+    # l_0 = 1 (Phi_0 does not depend on theta), l_1 = 1/2 theta^2 + 0.6, l_2 = 1/2 (theta - 1)^2 + 0.4, alpha = 1/2:
+    # g_1 = l_1 - 0.5 >= 0.1 for every theta, so the descent constraints cannot all be met. At the resilient
+    # equilibrium every active layer has g_l = u_l = lambda_l / c, i.e. l_l = (1-alpha) l_{l-1} + lambda_l / c.
+    alpha, c = 0.5, 2.0
+    model = ScalarLayers([False, True, True], init=0.0)
+    targets = scalar_targets([(0.0, 1.0), (0.0, 0.6), (1.0, 0.4)])
+    primal_dual = PrimalDual(
+        [model.theta],
+        torch.optim.Adam([model.theta], lr=0.01),
+        3,
+        Constraints(alpha=alpha),  # epsilon None: slot 0 masked
+        DualSettings(lr=0.003, resilience=resilience, resilience_c=c, slack_lr=0.1, resilience_restarts=False),
+    )
+    inputs = torch.zeros(2, 1)
+    for _ in range(1500):
+        result = primal_dual.step(scalar_loss_matrix(model(inputs), targets), dual_active=True)
+    # the losses at the final parameters (result.layer_losses are those *before* the last step)
+    layer_losses = scalar_loss_matrix(model(inputs), targets).mean(dim=0).detach()
+    multipliers = primal_dual.multipliers
+    assert layer_losses[1] > (1 - alpha) * layer_losses[0]  # still infeasible, as designed
+    assert (multipliers[1:] > 0.05).all(), "both descent constraints must be active for the identity to bite"
+    assert multipliers[0] == 0
+
+    # tolerance: 1e-5 absolute on l_l - (1-alpha) l_{l-1} - lambda_l / c (the runs reach ~1e-6)
+    residual = layer_losses[1:] - (1 - alpha) * layer_losses[:-1] - multipliers[1:] / c
+    assert residual.abs().max() < 1e-5, residual
+    if resilience == "slack":
+        assert (primal_dual.slacks[1:] - multipliers[1:] / c).abs().max() < 1e-5
+        assert primal_dual.slacks[0] == 0
+    else:
+        assert torch.equal(primal_dual.slacks, torch.zeros(3))  # no explicit slacks in this form
+    torch.testing.assert_close(primal_dual.effective_slacks()[1:], multipliers[1:] / c, rtol=0, atol=1e-5)
+
+    # and it is the equilibrium of the resilient problem, solved independently: 1e-4 absolute
+    theta_ref, multipliers_ref = _resilient_reference(alpha, c)
+    assert model.theta.item() == pytest.approx(theta_ref, abs=1e-4)
+    assert multipliers[1:].tolist() == pytest.approx(multipliers_ref, abs=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. Behaviour
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _tiny_primal_dual(
+    constraints: Constraints | None, dual: DualSettings | None, seed: int = 0
+) -> tuple[TinyUnrolled, PrimalDual]:
+    model = TinyUnrolled(seed=seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return model, PrimalDual(list(model.parameters()), optimizer, TinyUnrolled.layers, constraints, dual)
+
+
+def test_warmup_keeps_multipliers_at_zero() -> None:
+    model, primal_dual = _tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5), DualSettings(lr=0.1))
+    x, y = regression_batch()
+    before = snapshot(model)
+    for _ in range(5):
+        result = primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=False)
+        assert (result.constraint_values > 0).any()  # there is something the dual would react to
+        assert torch.equal(primal_dual.multipliers, torch.zeros(4))
+    primal_dual.end_epoch(dual_active=False)
+    assert torch.equal(primal_dual.multipliers, torch.zeros(4))
+    assert not primal_dual.dual_optimizer.state  # the dual Adam never stepped
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # the primal did
+    # and the first dual-active step moves them
+    primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+    assert (primal_dual.multipliers > 0).any()
+
+
+@pytest.mark.parametrize("cadence", ["batch", "epoch"])
+def test_multipliers_are_projected_onto_nonnegative(cadence: str) -> None:
+    # slot 1: l_1 = 0 << (1-alpha) l_0 = 5 (strongly satisfied from the start); slot 2: violated for the first
+    # 5 steps then strongly satisfied, so its multiplier first grows then is pushed down past 0.
+    primal_dual = PrimalDual([], torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), 3,
+                             Constraints(alpha=0.5), DualSettings(lr=0.5, cadence=cadence))
+    grew = False
+    for step in range(20):
+        slot2 = 3.0 if step < 5 else -20.0
+        layer_losses = torch.tensor([10.0, 0.0, slot2])  # g_1 = 0 - 0.5 * 10 = -5, g_2 = l_2 - 0.5 * l_1 = slot2
+        primal_dual.step(layer_losses.expand(4, 3).clone().requires_grad_(), dual_active=True)
+        if cadence == "epoch":
+            primal_dual.end_epoch(dual_active=True)
+        assert (primal_dual.multipliers >= 0).all(), primal_dual.multipliers
+        assert primal_dual.multipliers[1] == 0
+        grew |= bool(primal_dual.multipliers[2] > 0.5)
+    assert grew
+    assert primal_dual.multipliers[2] == 0
+
+
+def _adam_maximize(gradients: list[torch.Tensor], lr: float) -> torch.Tensor:
+    """Hand-written Adam ascent (torch defaults betas=(0.9, 0.999), eps=1e-8) from lambda=0, projected on >= 0
+    after each step, in float64."""
+    beta1, beta2 = ADAM_BETAS
+    value = torch.zeros_like(gradients[0], dtype=torch.float64)
+    first = torch.zeros_like(value)
+    second = torch.zeros_like(value)
+    for t, gradient in enumerate(gradients, start=1):
+        g = gradient.double()
+        first = beta1 * first + (1 - beta1) * g
+        second = beta2 * second + (1 - beta2) * g * g
+        value = value + lr * (first / (1 - beta1**t)) / ((second / (1 - beta2**t)).sqrt() + ADAM_EPS)
+        value = value.clamp(min=0.0)
+    return value
+
+
+def test_epoch_cadence_steps_once_per_epoch_on_the_mean() -> None:
+    # A "model" whose layer losses are parameters plus fixed per-batch offsets, so the constraint values swing.
+    # Epoch 1 has 3 batches, epoch 2 has 2: Adam's first step only sees sign(mean), its second step sees the
+    # ratio of the two epoch means, which differs between mean and sum (different batch counts) and from any
+    # single batch's value.
+    lr = 0.1
+    weights = torch.nn.Parameter(torch.tensor([1.0, 1.0, 1.0, 1.0]))
+    primal_dual = PrimalDual([weights], torch.optim.SGD([weights], lr=0.01), 4,
+                             Constraints(alpha=0.5, epsilon=1.5), DualSettings(lr=lr, cadence="epoch"))
+    offsets = [
+        [
+            torch.tensor([2.0, 1.5, -0.5, 0.3]),
+            torch.tensor([-1.0, 0.0, 1.0, 2.0]),
+            torch.tensor([-0.8, -1.0, 2.5, -0.4]),
+        ],
+        [torch.tensor([1.0, 3.0, 0.0, 0.2]), torch.tensor([0.0, -2.0, 1.0, 0.1])],
+    ]
+    epoch_means = []
+    frozen = primal_dual.multipliers.clone()
+    for epoch_offsets in offsets:
+        values = []
+        for offset in epoch_offsets:
+            loss_matrix = (weights + offset).expand(2, 4)  # both rows equal: the layer losses are weights + offset
+            result = primal_dual.step(loss_matrix, dual_active=True)
+            values.append(result.constraint_values)
+            # within an epoch the multipliers do not move
+            assert torch.equal(primal_dual.multipliers, frozen)
+        mean = torch.stack(values).double().mean(dim=0)
+        epoch_means.append(mean)
+        primal_dual.end_epoch(dual_active=True)
+        expected_so_far = _adam_maximize(epoch_means, lr)
+        frozen = primal_dual.multipliers.clone()
+        # tolerance: float32 implementation vs float64 hand computation, 1e-6 relative + 1e-7 absolute
+        torch.testing.assert_close(primal_dual.multipliers.double(), expected_so_far, rtol=1e-6, atol=1e-7)
+        if len(epoch_means) == 1:
+            # the test discriminates: some slot's last batch has the opposite sign to the epoch mean, and one
+            # mean is negative (projected to 0)
+            assert ((values[-1] > 0) != (mean > 0)).any()
+            assert (mean < 0).any() and (mean > 0).any()
+            assert (primal_dual.multipliers == 0).any()
+    # the second step really depends on the means' magnitudes: the sum would give a different answer
+    sums = [epoch_means[0] * 3, epoch_means[1] * 2]
+    assert not torch.allclose(_adam_maximize(sums, lr), expected_so_far, rtol=1e-3)
+    # end_epoch outside the dual phase does nothing to the multipliers
+    frozen = primal_dual.multipliers.clone()
+    primal_dual.step((weights + offsets[0][0]).expand(2, 4), dual_active=False)
+    primal_dual.end_epoch(dual_active=False)
+    assert torch.equal(primal_dual.multipliers, frozen)
+
+
+@pytest.mark.parametrize("restarts", [True, False])
+def test_resilience_restarts_reset_slacks_at_epoch_end(restarts: bool) -> None:
+    model, primal_dual = _tiny_primal_dual(
+        Constraints(alpha=0.2, epsilon=0.5),
+        DualSettings(lr=0.05, resilience="slack", resilience_c=1.0, slack_lr=0.5, resilience_restarts=restarts),
+    )
+    x, y = regression_batch()
+    for _ in range(6):
+        primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+    slacks, multipliers = primal_dual.slacks.clone(), primal_dual.multipliers.clone()
+    assert (slacks > 0).any() and (multipliers > 0).any()
+    primal_dual.end_epoch(dual_active=True)
+    if restarts:
+        assert torch.equal(primal_dual.slacks, torch.zeros(4))
+    else:
+        assert torch.equal(primal_dual.slacks, slacks)
+    assert torch.equal(primal_dual.multipliers, multipliers)  # the restart touches the slacks only
+
+
+class PerLayerParameters(torch.nn.Module):
+    """Phi_l = theta_l (a vector per layer): each theta_l affects l_l and nothing else."""
+
+    def __init__(self, layers: int, dim: int = 3) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(5)
+        self.thetas = torch.nn.ParameterList(
+            [torch.nn.Parameter(torch.randn(dim, generator=generator)) for _ in range(layers)]
+        )
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        return [theta.expand(x.shape[0], -1) for theta in self.thetas]
+
+
+@pytest.mark.parametrize("detach_prev", [False, True])
+def test_detach_prev_removes_gradient_through_previous_layer(detach_prev: bool) -> None:
+    alpha = 0.25
+    multipliers = torch.tensor([0.7, 1.3, 2.1, 0.4])
+    model = PerLayerParameters(4)
+    generator = torch.Generator().manual_seed(6)
+    x, y = torch.zeros(5, 3), torch.randn(5, 3, generator=generator)
+    primal_dual = PrimalDual(list(model.parameters()), torch.optim.SGD(model.parameters(), lr=0.0), 4,
+                             Constraints(alpha=alpha, epsilon=0.1, detach_prev=detach_prev), DualSettings(lr=0.1))
+    primal_dual.multipliers.copy_(multipliers)
+
+    # reference gradients of each layer loss w.r.t. its own theta, by autograd on a copy
+    reference = copy.deepcopy(model)
+    layer_losses = SquaredError().loss_matrix(reference(x), y).mean(dim=0)
+    own = [torch.autograd.grad(layer_losses[l], reference.thetas[l])[0] for l in range(4)]
+
+    result = primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=False)
+    # the forward values do not depend on detaching
+    expected_values = torch.cat([layer_losses[:1] - 0.1, layer_losses[1:] - (1 - alpha) * layer_losses[:-1]]).detach()
+    assert torch.equal(result.constraint_values, expected_values)
+    # theta_l enters g_l (weight lambda_l), g_{l+1} through l_l = "l_{l-1}" of the next constraint (weight
+    # -(1-alpha) lambda_{l+1}, absent when detached) and the objective when l = L (weight 1)
+    for l in range(4):
+        weight = multipliers[l].item()
+        if l < 3 and not detach_prev:
+            weight -= (1 - alpha) * multipliers[l + 1].item()
+        if l == 3:
+            weight += 1.0
+        torch.testing.assert_close(model.thetas[l].grad, weight * own[l], rtol=1e-6, atol=1e-7)
+    # the layer that only affects l_1 (= l_{l-1} of constraint g_2): gradient differs from the attached case by
+    # exactly the (1-alpha) lambda_2 term, so detach_prev is visible
+    attached = (multipliers[1] - (1 - alpha) * multipliers[2]).item() * own[1]
+    assert torch.allclose(model.thetas[1].grad, attached, rtol=1e-6, atol=1e-7) != detach_prev
+
+
+def test_erm_minimises_the_last_layer_only() -> None:
+    model, primal_dual = _tiny_primal_dual(None, None, seed=4)
+    assert not primal_dual.constrained and primal_dual.dual_optimizer is None
+    x, y = regression_batch(seed=2)
+    reference = copy.deepcopy(model)
+    last = SquaredError().loss_matrix(reference(x), y)[:, -1].mean()
+    expected = torch.autograd.grad(last, list(reference.parameters()))
+    everything = SquaredError().loss_matrix(reference(x), y).mean(dim=0).sum()
+    other = torch.autograd.grad(everything, list(reference.parameters()))
+
+    result = primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+    # tolerance: 1e-6 relative (same graph up to where the column is selected; in practice identical)
+    for grad, reference_grad, other_grad in zip((p.grad for p in model.parameters()), expected, other):
+        torch.testing.assert_close(grad, reference_grad, rtol=1e-6, atol=1e-8)
+    assert any(not torch.allclose(e, o) for e, o in zip(expected, other))  # the other layers would matter
+    assert result.lagrangian == pytest.approx(last.item(), rel=1e-6)
+    primal_dual.end_epoch(dual_active=True)
+    assert torch.equal(primal_dual.multipliers, torch.zeros(4)) and torch.equal(primal_dual.slacks, torch.zeros(4))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_loss_raises_and_leaves_parameters_unchanged(bad: float) -> None:
+    model, primal_dual = _tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5), DualSettings(lr=0.1))
+    x, y = regression_batch()
+    primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)  # optimiser state exists
+    before, multipliers = snapshot(model), primal_dual.multipliers.clone()
+    adam_state = copy.deepcopy(primal_dual.primal_optimizer.state_dict())
+
+    loss_matrix = SquaredError().loss_matrix(model(x), y)
+    poison = torch.zeros_like(loss_matrix)
+    poison[3, 2] = bad
+    with pytest.raises(NonFiniteLoss, match=r"train\.lr") as caught:
+        primal_dual.step(loss_matrix + poison, dual_active=True)
+    assert isinstance(caught.value, CutlabError)
+    assert "layer 2" in str(caught.value)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(primal_dual.multipliers, multipliers)
+    after_state = primal_dual.primal_optimizer.state_dict()["state"]
+    for key, entry in adam_state["state"].items():
+        assert all(torch.equal(entry[name], after_state[key][name]) for name in entry)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Constraints(alpha=1.5),
+        lambda: Constraints(alpha=0.0),
+        lambda: Constraints(alpha=0.2, epsilon=-1.0),
+        lambda: DualSettings(lr=0.0),
+        lambda: DualSettings(lr=-0.1),
+        lambda: DualSettings(lr=0.1, resilience="bogus"),
+        lambda: DualSettings(lr=0.1, resilience="slack", resilience_c=0.0),
+        lambda: DualSettings(lr=0.1, cadence="step"),
+        lambda: PrimalDual([], torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), 3, Constraints(0.2), None),
+    ],
+    ids=["alpha>1", "alpha=0", "eps<0", "dual-lr-0", "dual-lr<0", "unknown-resilience", "c=0", "cadence", "no-dual"],
+)
+def test_bad_settings_raise_cutlab_error(make) -> None:
+    with pytest.raises(CutlabError):
+        make()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 5. Exact resume at the Trainer level
+# --------------------------------------------------------------------------------------------------------------
+
+
+class FixedSamples:
+    """A map-style data set of fixed random clean samples."""
+
+    def __init__(self, count: int = 20, dim: int = 6) -> None:
+        self.data = torch.randn(count, dim, generator=torch.Generator().manual_seed(11))
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return self.data[index]
+
+
+class Interrupted(Exception):
+    pass
+
+
+def _build_trainer(cadence: str, model_seed: int) -> Trainer:
+    model = TinyUnrolled(seed=model_seed)
+    primal_dual = PrimalDual(
+        list(model.parameters()),
+        torch.optim.Adam(model.parameters(), lr=1e-2),
+        TinyUnrolled.layers,
+        Constraints(alpha=0.3, epsilon=1.0),
+        DualSettings(lr=0.05, resilience="slack", resilience_c=2.0, slack_lr=0.2, cadence=cadence),
+    )
+    return Trainer(
+        model=model,
+        objective=SquaredError(),
+        primal_dual=primal_dual,
+        train_set=FixedSamples(),
+        schedule=Schedule(epochs=3, batch_size=4, warmup_epochs=1),  # 5 steps per epoch
+        prepare=lambda batch: batch.float(),
+        gamma=0.3,
+        sigma=0.8,
+        seed=7,
+    )
+
+
+def _final_state(trainer: Trainer) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in trainer.model.parameters()] + [
+        trainer.primal_dual.multipliers.clone(),
+        trainer.primal_dual.slacks.clone(),
+    ]
+
+
+@pytest.mark.parametrize("cadence", ["batch", "epoch"])
+@pytest.mark.parametrize("stop_after", [5, 8], ids=["end-of-warmup-epoch", "mid-epoch"])
+def test_resume_is_exact(cadence: str, stop_after: int) -> None:
+    uninterrupted = _build_trainer(cadence, model_seed=0)
+    reference_steps = []
+    uninterrupted.run(on_step=lambda progress, result, _: reference_steps.append(result))
+    assert uninterrupted.progress.step == 15
+    reference = _final_state(uninterrupted)
+    assert (reference[-2] > 0).any()  # the multipliers moved ...
+    assert any((result.slacks > 0).any() for result in reference_steps) == (cadence == "batch")  # ... and the slacks
+    # warm-up: lambda frozen at 0 through epoch 0; the first dual step comes at the first step of epoch 1 (batch
+    # cadence) or at the end of epoch 1 (epoch cadence)
+    first_dual = 5 if cadence == "batch" else 10
+    assert all(torch.equal(r.multipliers, torch.zeros(4)) for r in reference_steps[:first_dual])
+    assert (reference_steps[first_dual].multipliers > 0).any()
+
+    interrupted = _build_trainer(cadence, model_seed=0)
+    saved: dict = {}
+
+    def stop(progress, result, _seconds) -> None:
+        if progress.step == stop_after:
+            buffer = io.BytesIO()
+            torch.save(interrupted.state_dict(), buffer)
+            saved["state"] = buffer.getvalue()
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        interrupted.run(on_step=stop)
+    resumed = _build_trainer(cadence, model_seed=99)  # fresh model, optimisers, multipliers
+    resumed.load_state_dict(torch.load(io.BytesIO(saved["state"]), weights_only=False))
+    resumed_steps = []
+    resumed.run(on_step=lambda progress, result, _: resumed_steps.append(result))
+
+    assert resumed.progress.step == 15
+    assert len(resumed_steps) == 15 - stop_after
+    for mine, theirs in zip(resumed_steps, reference_steps[stop_after:]):
+        assert torch.equal(mine.layer_losses, theirs.layer_losses)
+        assert torch.equal(mine.multipliers, theirs.multipliers)
+        assert torch.equal(mine.slacks, theirs.slacks)
+    final = _final_state(resumed)
+    assert len(final) == len(reference)
+    for mine, theirs in zip(final, reference):
+        assert torch.equal(mine, theirs)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_constrained_step_runs_on_cuda_like_on_cpu() -> None:
+    # The constraint mask lives on the CPU; multiplying it with CUDA constraint values must not fail.
+    x, y = regression_batch()
+    results = {}
+    for device in ("cpu", "cuda"):
+        model = TinyUnrolled(seed=2).to(device)
+        primal_dual = PrimalDual(list(model.parameters()), torch.optim.Adam(model.parameters(), lr=1e-2),
+                                 TinyUnrolled.layers, Constraints(alpha=0.2), DualSettings(lr=0.05))
+        for _ in range(3):
+            result = primal_dual.step(SquaredError().loss_matrix(model(x.to(device)), y.to(device)), dual_active=True)
+        results[device] = (result.constraint_values, primal_dual.multipliers.clone())
+    # tolerance: CUDA kernels sum in another order; 1e-4 absolute after 3 steps
+    for cpu, cuda in zip(results["cpu"], results["cuda"]):
+        assert cuda.device.type == "cpu"
+        torch.testing.assert_close(cuda, cpu, rtol=1e-4, atol=1e-4)
