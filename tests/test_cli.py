@@ -33,6 +33,15 @@ def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True
     return result
 
 
+def wandb_history(run_dir: Path) -> list[dict]:
+    """The step records of an offline W&B run, read back without a server (``wandb leet inspect``)."""
+    wandb = Path(sys.executable).parent / "wandb"
+    out = subprocess.run([str(wandb), "leet", "inspect", "--json", str(run_dir)], capture_output=True, text=True,
+                         timeout=120, check=True)
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return [r["history"]["item"] for r in records if r.get("type") == "history"]
+
+
 def folder_fingerprint(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() + str(p.stat().st_mtime_ns)
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -84,7 +93,13 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert provenance["seed"] == 0 and provenance["device"] == "cpu" and provenance["versions"]["torch"]
     # W&B ran offline into the run folder, under the id the record names
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
-    assert list(run.glob(f"wandb/offline-run-*/run-{summary['wandb_id']}.wandb"))
+    (offline,) = run.glob("wandb/offline-run-*")
+    assert (offline / f"run-{summary['wandb_id']}.wandb").exists()
+    logged = wandb_history(offline)
+    assert [item["_step"] for item in logged] == [1, 2, 3, 4]
+    for item, (_, row) in zip(logged, history.iterrows()):
+        for column in ("loss_0", "loss_2", "lambda_1", "g_2", "slack_1"):
+            assert item[column] == pytest.approx(row[column], rel=1e-6, abs=1e-12)
     samples = pd.read_csv(run / "sample_losses.csv")
     assert len(samples) == 2 * 12  # 12 test clips, one 10-frame window each at stride 200
 

@@ -14,18 +14,21 @@ def soft_threshold(values: torch.Tensor, threshold: float) -> torch.Tensor:
     return torch.sign(values) * torch.relu(values.abs() - threshold)
 
 
-@torch.no_grad()
 def power_iteration(dictionary: torch.Tensor, vector: torch.Tensor, iterations: int) -> torch.Tensor:
     """||D||_2^2 (the Lipschitz constant of the gradient of 1/2||x - D h||^2) by power iteration on D^T D.
 
-    ``vector`` (the top right singular vector's estimate) is updated in place: warm-started from the last
-    step, a couple of iterations track a dictionary that moves a little per step, at the cost of a few
-    matrix-vector products instead of an SVD (19 ms per dictionary per step on 2 CPU cores).
+    ``vector`` (the top right singular vector's estimate) is updated in place without gradient: warm-started
+    from the last step, a couple of iterations track a dictionary that moves a little per step, at the cost of
+    a few matrix-vector products instead of an SVD (19 ms per dictionary per step on 2 CPU cores). The value
+    ||D v||^2 keeps its gradient, 2 D v v^T, which is the exact gradient of sigma_max^2: the step size c is part
+    of the layer, and a gradient that treated it as constant would steer D against its own c (we saw ERM
+    DUST's loss climb steadily from step 10 on Ped2 with a detached c).
     """
-    for _ in range(iterations):
-        vector.copy_(dictionary.T @ (dictionary @ vector))
-        vector.div_(vector.norm())
-    return (dictionary @ vector).pow(2).sum()
+    with torch.no_grad():
+        for _ in range(iterations):
+            vector.copy_(dictionary.T @ (dictionary @ vector))
+            vector.div_(vector.norm())
+    return (dictionary @ vector.clone()).pow(2).sum()  # a snapshot: later refinements must not alter this graph
 
 
 class DUST(LayerwiseModel):
@@ -37,7 +40,7 @@ class DUST(LayerwiseModel):
         H_l = soft_theta( Z (I - D_l^T D_l / c) + x D_l / c )                 LISTA, coupled weights (Chen et al. 2018)
 
     and ``H_0 = soft_theta(x D_0 / c)``, the first ISTA step from zero. ``c = margin * ||D||_2^2`` is recomputed
-    from the current dictionary so the step stays a descent step as D trains. Only the dictionaries train:
+    from the current dictionary (with its gradient) so the step stays a descent step as D trains. Only the dictionaries train:
     theta and beta are fixed, because learning them let the model meet the descent constraints trivially
     (paper App. C.4). ``per_layer_dictionary`` gives D_0 ... D_L (the paper's constrained DUST) instead of
     one shared D (its ERM DUST).
@@ -75,8 +78,9 @@ class DUST(LayerwiseModel):
 
     def converge_step_sizes(self, iterations: int = 500) -> None:
         """Run power iteration to convergence, e.g. after dictionaries were replaced from outside training."""
-        for index, dictionary in enumerate(self.dictionaries):
-            power_iteration(dictionary, self.singular_vectors[index], iterations)
+        with torch.no_grad():
+            for index, dictionary in enumerate(self.dictionaries):
+                power_iteration(dictionary, self.singular_vectors[index], iterations)
 
     def dictionary_index(self, layer: int) -> int:
         return layer if len(self.dictionaries) > 1 else 0
