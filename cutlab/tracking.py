@@ -9,6 +9,8 @@ from typing import Any
 from cutlab.errors import CutlabError
 
 MODES = ("offline", "online", "disabled")
+# A cache folder the user chose is kept; otherwise each run's W&B cache lives in that run's own folder.
+USER_CACHE_DIR = os.environ.get("WANDB_CACHE_DIR")
 
 
 class Tracker:
@@ -22,7 +24,7 @@ class Tracker:
         self.mode = mode
         if mode == "disabled":
             return
-        os.environ.setdefault("WANDB_CACHE_DIR", str(run_dir / "wandb" / "cache"))
+        os.environ["WANDB_CACHE_DIR"] = USER_CACHE_DIR or str(run_dir / "wandb" / "cache")
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
