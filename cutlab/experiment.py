@@ -76,6 +76,7 @@ def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | 
         dual = DualSettings(
             lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
             cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
+            optimizer=train.dual_optimizer,
         )
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 

@@ -68,6 +68,7 @@ class DualSettings:
     slack_lr: float | None = None  # defaults to lr
     cadence: Cadence = "batch"
     resilience_restarts: bool = True
+    optimizer: Literal["adam", "sgd"] = "adam"  # the paper: Adam; sgd = plain projected gradient ascent
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -78,6 +79,8 @@ class DualSettings:
             raise CutlabError(f"train.resilience_c must be > 0 with resilience={self.resilience} (use resilience=off for none)")
         if self.cadence not in ("batch", "epoch"):
             raise CutlabError(f"train.dual_cadence must be batch or epoch, got {self.cadence!r}")
+        if self.optimizer not in ("adam", "sgd"):
+            raise CutlabError(f"train.dual_optimizer must be adam or sgd, got {self.optimizer!r}")
 
 
 @dataclass
@@ -128,7 +131,8 @@ class PrimalDual:
         self.slack_optimizer: torch.optim.Optimizer | None = None
         if constraints is not None and dual is not None:
             decay = 1.0 / dual.resilience_c if dual.resilience == "weight_decay" else 0.0
-            self.dual_optimizer = torch.optim.Adam([self.multipliers], lr=dual.lr, maximize=True, weight_decay=decay)
+            dual_class = torch.optim.Adam if dual.optimizer == "adam" else torch.optim.SGD
+            self.dual_optimizer = dual_class([self.multipliers], lr=dual.lr, maximize=True, weight_decay=decay)
             if dual.resilience == "slack":
                 self.slack_optimizer = torch.optim.SGD([self.slacks], lr=dual.slack_lr or dual.lr)
         self._epoch_sum = torch.zeros(layers)

@@ -100,7 +100,8 @@ def _read_checked(path: Path, key: str, image_size: int) -> tuple[dict[str, np.n
     """Load every array and verify key, dtype and shape; raises ValueError on any mismatch."""
     train: dict[str, np.ndarray] = {}
     test: dict[str, np.ndarray] = {}
-    with np.load(path, allow_pickle=False) as archive:
+    # Our own handle: np.load leaks the file it opened when the zip directory is unreadable.
+    with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
         if _META_KEY not in archive.files or json.loads(str(archive[_META_KEY])).get("key") != key:
             raise ValueError("cache key mismatch")
         for name in archive.files:
@@ -108,7 +109,8 @@ def _read_checked(path: Path, key: str, image_size: int) -> tuple[dict[str, np.n
                 continue
             split, _, clip_name = name.partition("__")
             clip = archive[name]
-            if split not in _SPLITS or clip.dtype != np.uint8 or clip.ndim != 3 or clip.shape[1:] != (image_size, image_size):
+            square = clip.ndim == 3 and clip.shape[1:] == (image_size, image_size)
+            if split not in _SPLITS or clip.dtype != np.uint8 or not square:
                 raise ValueError(f"unexpected cache entry {name} {clip.dtype} {clip.shape}")
             (train if split == "train" else test)[clip_name] = clip
     if not train or not test:

@@ -29,7 +29,9 @@ _ARCHIVE_TOP = "UCSD_Anomaly_Dataset.v1p2"
 Clips = dict[str, np.ndarray]
 
 
-def load_ucsd(variant: str, root: str | os.PathLike | None, cache_dir: str | None, image_size: int, progress: bool) -> VideoClips:
+def load_ucsd(
+    variant: str, root: str | os.PathLike | None, cache_dir: str | None, image_size: int, progress: bool
+) -> VideoClips:
     """Load UCSD ``variant`` ('ped1' or 'ped2') from an official-layout folder or a .npz under ``root``."""
     kind, path = _locate(variant, root)
     if kind == "npz":
@@ -60,7 +62,9 @@ def _locate(variant: str, root: str | os.PathLike | None) -> tuple[str, Path]:
     for candidate in (path / f"{variant}_gray160_uint8.npz", path / f"ucsd_{variant}" / f"{variant}_gray160_uint8.npz"):
         if candidate.is_file():
             return "npz", candidate
-    raise CutlabError(f"data.root={path} {_describe_contents(path)}; expected {path}/{folder}/Train/Train001/001.tif ...; {hint}")
+    raise CutlabError(
+        f"data.root={path} {_describe_contents(path)}; expected {path}/{folder}/Train/Train001/001.tif ...; {hint}"
+    )
 
 
 def _check_variant(folder: Path, variant: str, hint: str) -> None:
@@ -114,7 +118,9 @@ def scan_official(folder: Path, hint: str) -> dict[str, dict[str, list[Path]]]:
     for split_dir, split in _SPLIT_DIRS:
         base = folder / split_dir
         if not base.is_dir():
-            raise CutlabError(f"data.root: {base} is missing (the UCSD layout has Train/ and Test/ side by side); {hint}")
+            raise CutlabError(
+                f"data.root: {base} is missing (the UCSD layout has Train/ and Test/ side by side); {hint}"
+            )
         clips: dict[str, list[Path]] = {}
         for entry in sorted(base.iterdir()):
             match = re.fullmatch(rf"{split_dir}(\d+)", entry.name, re.IGNORECASE)
@@ -122,7 +128,9 @@ def scan_official(folder: Path, hint: str) -> dict[str, dict[str, list[Path]]]:
                 continue
             frames = sorted((f for f in entry.iterdir() if _is_frame(f)), key=_natural_key)
             if not frames:
-                raise CutlabError(f"data.root: clip folder {entry} holds no .tif frames; restore it from the UCSD archive or {hint}")
+                raise CutlabError(
+                    f"data.root: clip folder {entry} holds no .tif frames; restore it from the UCSD archive or {hint}"
+                )
             clips[f"{split}_{int(match[1]):02d}"] = frames
         if not clips:
             raise CutlabError(f"data.root: {base} holds no {split_dir}NNN clip folders; {hint}")
@@ -167,7 +175,9 @@ def decode_frame(path: Path, image_size: int, hint: str = "") -> np.ndarray:
         with Image.open(path) as image:
             resized = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise CutlabError(f"data.root: cannot read frame {path} ({exc}); re-extract it from the UCSD archive or {hint}") from exc
+        raise CutlabError(
+            f"data.root: cannot read frame {path} ({exc}); re-extract it from the UCSD archive or {hint}"
+        ) from exc
     return np.asarray(resized, dtype=np.uint8)
 
 
@@ -176,11 +186,10 @@ def decode_frame(path: Path, image_size: int, hint: str = "") -> np.ndarray:
 
 def load_npz(path: Path, cache_dir: str | None, image_size: int, progress: bool, hint: str) -> VideoClips:
     """Read a training_NN/testing_NN .npz; a compressed or resized one is cached uncompressed when possible."""
-    compressed = _is_compressed(path, hint)
-    needs_resize = _stored_size(path, hint) != image_size
     described = f"{path.name} at {path}"
     target = None
-    if cache_dir is not None and (compressed or needs_resize):
+    if cache_dir is not None:
+        # Keyed on the file's identity only, so a cache hit never opens the (slow, compressed) source.
         stat = path.stat()
         key = cache.cache_key(
             {
@@ -194,8 +203,10 @@ def load_npz(path: Path, cache_dir: str | None, image_size: int, progress: bool,
         cached = cache.load_clips(target, key, image_size)
         if cached is not None:
             return VideoClips(train=cached[0], test=cached[1], source=f"{described} (cached in {target})")
-    train, test = _read_npz(path, image_size, progress and (compressed or needs_resize), hint)
-    if target is not None:
+    # An uncompressed npz at the right size already loads at disk speed: a cached copy would only cost space.
+    slow = _is_compressed(path, hint) or _stored_size(path, hint) != image_size
+    train, test = _read_npz(path, image_size, progress and slow, hint)
+    if target is not None and slow:
         cache.save_clips(target, key, train, test)
         described += f" (cached in {target})"
     return VideoClips(train=train, test=test, source=described)
@@ -219,7 +230,8 @@ def _stored_size(path: Path, hint: str) -> int | None:
                 return None
             with archive.open(members[0]) as handle:
                 version = np.lib.format.read_magic(handle)
-                read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                fmt = np.lib.format
+                read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
                 shape, _, _ = read_header(handle)
     except cache.NPZ_READ_ERRORS as exc:
         raise _npz_error(path, exc, hint) from exc
@@ -230,7 +242,9 @@ def _read_npz(path: Path, image_size: int, progress: bool, hint: str) -> tuple[C
     """Load, validate (uint8 [frames, H, W]) and, if needed, resize every training_/testing_ clip."""
     out: dict[str, Clips] = {"training": {}, "testing": {}}
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        # Our own handle: np.load leaks the file it opened when the zip directory is unreadable.
+        with open(path, "rb") as handle:
+            archive = np.load(handle, allow_pickle=False)
             if not isinstance(archive, np.lib.npyio.NpzFile):
                 raise ValueError("it is a single .npy array, not an .npz archive")
             keys = sorted(k for k in archive.files if _NPZ_KEY.fullmatch(k))
@@ -261,7 +275,8 @@ def _check_npz_clip(path: Path, key: str, clip: np.ndarray, hint: str) -> np.nda
     """uint8 [frames>=1, H, W] or a CutlabError naming the key."""
     if clip.dtype != np.uint8 or clip.ndim != 3 or clip.shape[0] < 1:
         raise CutlabError(
-            f"data.root={path}: array {key} is {clip.dtype} {clip.shape}, expected uint8 [frames, H, W] grayscale; {hint}"
+            f"data.root={path}: array {key} is {clip.dtype} {clip.shape}, expected uint8 [frames, H, W] "
+            f"grayscale; {hint}"
         )
     return clip
 

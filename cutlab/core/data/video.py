@@ -70,7 +70,9 @@ def load_video_clips(
     return load_ucsd(name.removeprefix("ucsd_"), root, cache_dir, image_size, progress)
 
 
-def split_validation(clips: dict[str, np.ndarray], val_clips: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+def split_validation(
+    clips: dict[str, np.ndarray], val_clips: int
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Hold out the last ``val_clips`` clips (sorted by name) as validation: returns (train, val)."""
     if isinstance(val_clips, bool) or not isinstance(val_clips, int) or not 1 <= val_clips < len(clips):
         raise CutlabError(
@@ -125,7 +127,9 @@ def _check_clip(name: str, clip: np.ndarray) -> np.ndarray:
     """Clips must be uint8 [frames, H, W]; anything else would silently change memory use or scaling."""
     if not isinstance(clip, np.ndarray) or clip.dtype != np.uint8 or clip.ndim != 3:
         got = f"{clip.dtype} {clip.shape}" if isinstance(clip, np.ndarray) else type(clip).__name__
-        raise CutlabError(f"clip {name!r} is {got}; FrameWindows needs uint8 arrays [frames, H, W] from load_video_clips")
+        raise CutlabError(
+            f"clip {name!r} is {got}; FrameWindows needs uint8 arrays [frames, H, W] from load_video_clips"
+        )
     return clip
 
 
@@ -178,7 +182,9 @@ def pixel_std(clips: dict[str, np.ndarray]) -> float:
     exact = True
     for name, clip in clips.items():
         if clip.dtype != np.uint8 and not np.issubdtype(clip.dtype, np.floating):
-            raise CutlabError(f"pixel_std: clip {name!r} has dtype {clip.dtype}; pass uint8 clips from load_video_clips")
+            raise CutlabError(
+                f"pixel_std: clip {name!r} has dtype {clip.dtype}; pass uint8 clips from load_video_clips"
+            )
         exact = exact and clip.dtype == np.uint8
         for chunk in _frame_chunks(clip):
             wide = chunk.astype(np.uint64) if clip.dtype == np.uint8 else chunk.astype(np.float64) * 255.0
