@@ -164,7 +164,10 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         return summary
     except BaseException as error:
         history.close()
-        summary.update(status="failed", error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
+        # an interrupted run resumes from its last checkpoint when the same command runs again
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        summary.update(status="interrupted" if stopped else "failed", error=f"{type(error).__name__}: {error}",
+                       steps=trainer.progress.step)
         write_json(run_dir / SUMMARY, summary)
         tracker.finish(failed=True)
         raise

@@ -8,7 +8,7 @@ Files, all readable by pandas without cutlab:
                           the Lagrangian, gradient norm, learning rates, step time
 - ``eval.csv``            long format: split, gamma_test, layer, metric, value (metric = rmse|accuracy|loss)
 - ``sample_losses.csv``   per-sample, per-layer losses on the test split at every gamma_test (Fig. 12's ratios)
-- ``summary.json``        status (running|complete|failed), the headline numbers, ratio statistics, the
+- ``summary.json``        status (running|complete|failed|interrupted), the headline numbers, ratio statistics, the
                           feasibility verdict, W&B run id, record_version. Written last: a run is complete
                           exactly when summary.json says ``"status": "complete"``.
 - ``checkpoint.pt``       everything needed to resume (see cutlab.checkpoints)

@@ -1,0 +1,403 @@
+"""Read folders of run records (cutlab.records) into pandas frames.
+
+``collect_runs(*folders)`` accepts one run folder, a sweep folder, or several, walks them for run
+records and returns a :class:`RunTable`:
+
+- ``runs``: one row per run folder: config columns, status, verdict, headline metrics, and the
+  run's ``state``: ``complete`` (a result), ``failed`` (stopped with an error), ``partial`` (half
+  written: still running, interrupted, or a record file missing/truncated) or ``unsupported`` (a
+  record format this analysis cannot read). Only ``complete`` runs are results (``usable``); the
+  others stay in the frame, flagged, with the reason in ``problem``.
+- ``metrics``: long frame of eval.csv, ``run, split, gamma_test, layer, metric, value``.
+- ``history``: the per-step history.csv of every run that has one (partial ones too: they are what
+  a user debugging a run looks at), with a ``run`` column.
+
+Video runs (metric ``rmse``, lower is better) and text runs (metric ``accuracy``, higher is better)
+share these frames; ``task`` tells them apart. W&B is not read: the run folder holds every number
+W&B gets, and analysis must work without W&B (a W&B API reader is left for later).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from cutlab.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
+
+#: record versions this module knows how to read (cutlab.records.RECORD_VERSION when it was written)
+SUPPORTED_RECORD_VERSIONS = (1,)
+#: a directory holding any of these files is a run folder
+RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
+#: directories never searched for runs (W&B's offline folders, caches)
+SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
+#: which task a headline metric belongs to, and its direction when the summary does not say
+TASK_OF_METRIC = {"rmse": "video", "accuracy": "text"}
+DEFAULT_MODE = {"rmse": "min", "accuracy": "max"}
+# the task of a run without a headline metric (a failed one), from its dataset
+TASK_OF_DATASET = {"synthetic": "video", "ucsd_ped1": "video", "ucsd_ped2": "video", "avenue": "video",
+                   "shanghaitech": "video", "imdb": "text", "mnli": "text"}
+EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
+STATES = ("complete", "failed", "partial", "unsupported")
+
+# Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
+CONFIG_COLUMNS = {
+    "model": "model.name", "dataset": "data.name", "L": "L", "gamma_train": "gamma", "seed": "seed",
+    "constrained": "train.constrained", "alpha": "train.alpha", "dual_lr": "train.dual_lr", "lr": "train.lr",
+    "epochs": "train.epochs", "batch_size": "train.batch_size", "resilience": "train.resilience",
+    "resilience_c": "train.resilience_c", "dual_cadence": "train.dual_cadence",
+    "warmup_epochs": "train.warmup_epochs", "detach_prev": "train.detach_prev",
+}
+
+
+class AnalysisError(Exception):
+    """Bad input to the analysis (missing or empty folder, no run records): the message names the fix."""
+
+
+@dataclass
+class RunTable:
+    """Everything read from a set of run folders. See the module docstring for the frames' columns."""
+
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    history: pd.DataFrame
+    folders: list[Path] = field(default_factory=list)
+
+    @property
+    def results(self) -> pd.DataFrame:
+        """The complete runs: the only ones counted as results."""
+        return self.runs[self.runs["usable"]]
+
+    def run(self, run_id: str) -> pd.Series:
+        return self.runs.loc[self.runs["run"] == run_id].iloc[0]
+
+    def curve(self, run_id: str, split: str = "test", metric: str | None = None, layer: int | None = None) -> pd.Series:
+        """``metric`` (default: the run's headline metric) against gamma_test at ``layer`` (default: the last)."""
+        row = self.run(run_id)
+        metric = metric or row["metric"]
+        rows = self.metrics[(self.metrics["run"] == run_id) & (self.metrics["split"] == split)
+                            & (self.metrics["metric"] == metric)]
+        layer = int(rows["layer"].max()) if layer is None and len(rows) else layer
+        rows = rows[rows["layer"] == layer].sort_values("gamma_test")
+        return pd.Series(rows["value"].to_numpy(), index=rows["gamma_test"].to_numpy(), name=metric)
+
+    def layer_losses(self, run_id: str, gamma_test: float, split: str = "test") -> pd.Series:
+        """Mean loss per layer at one gamma_test (the layerwise curves of Figs 1, 7, 13)."""
+        rows = self.metrics[(self.metrics["run"] == run_id) & (self.metrics["split"] == split)
+                            & (self.metrics["metric"] == "loss") & np.isclose(self.metrics["gamma_test"], gamma_test)]
+        rows = rows.sort_values("layer")
+        return pd.Series(rows["value"].to_numpy(), index=rows["layer"].to_numpy(), name="loss")
+
+    def sample_losses(self, run_id: str) -> pd.DataFrame | None:
+        """The run's sample_losses.csv (gamma_test, sample, loss_0..loss_L), read on demand; None if absent."""
+        path = Path(self.run(run_id)["path"]) / SAMPLE_LOSSES
+        try:
+            frame = pd.read_csv(path)
+        except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError):
+            return None
+        losses = [c for c in frame.columns if c.startswith("loss_")]
+        if "gamma_test" not in frame or not losses:
+            return None
+        return frame.dropna(subset=losses)
+
+    def history_of(self, run_id: str) -> pd.DataFrame:
+        frame = self.history[self.history["run"] == run_id]
+        return frame.dropna(axis=1, how="all")
+
+
+def collect_runs(*folders: str | os.PathLike) -> RunTable:
+    """Read every run record under ``folders`` (each a run folder or a folder of them, searched recursively).
+
+    Raises :class:`AnalysisError` for a missing folder, an empty one, or one without run records. A run
+    that cannot be counted as a result (failed, half-written, unknown record format) is kept in
+    ``runs`` with ``usable = False`` and the reason in ``problem``; it is never dropped silently.
+    """
+    if not folders:
+        raise AnalysisError("no runs folder given; pass the folder that holds the run records (e.g. runs/)")
+    roots = [Path(folder) for folder in folders]
+    run_dirs: list[Path] = []
+    for root in roots:
+        run_dirs += find_run_dirs(root)
+    run_dirs = sorted(set(path.resolve() for path in run_dirs))
+    ids = _run_ids(run_dirs)
+    rows, metrics, histories = [], [], []
+    for run_dir, run_id in zip(run_dirs, ids):
+        row, evaluation, history = read_run(run_dir)
+        row["run"] = run_id
+        rows.append(row)
+        if evaluation is not None:
+            metrics.append(evaluation.assign(run=run_id))
+        if history is not None:
+            histories.append(history.assign(run=run_id))
+    runs = _runs_frame(rows)
+    metric_frame = (pd.concat(metrics, ignore_index=True)[["run", *EVAL_COLUMNS]] if metrics
+                    else pd.DataFrame(columns=["run", *EVAL_COLUMNS]))
+    history_frame = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["run", "step"])
+    return RunTable(runs, metric_frame, history_frame, roots)
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """The run folders under ``root`` (``root`` itself if it is one); clear errors when there are none."""
+    if not root.exists():
+        raise AnalysisError(f"{root} does not exist; pass the folder that holds the run records "
+                            "(the runs_dir of python -m cutlab, e.g. runs/ or $CUTLAB_RUNS_DIR)")
+    if not root.is_dir():
+        raise AnalysisError(f"{root} is a file, not a folder; pass the folder that holds the run records")
+    if not any(root.iterdir()):
+        raise AnalysisError(f"{root} is empty: there are no run records to analyse; train some first "
+                            f"(CUTLAB_RUNS_DIR={root} python -m cutlab ...) or pass the folder that holds them")
+    found = []
+    for current, dirs, files in os.walk(root):
+        if any(name in files for name in RECORD_FILES):
+            found.append(Path(current))
+            dirs[:] = []  # a run folder's subfolders (wandb/) hold no runs
+        else:
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    if not found:
+        raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
+                            "folder that python -m cutlab wrote its runs into")
+    return found
+
+
+def _run_ids(run_dirs: list[Path]) -> list[str]:
+    """Short unique names: each run's path relative to the folder that holds them all."""
+    if len(run_dirs) == 1:
+        return [run_dirs[0].name]
+    common = Path(os.path.commonpath([str(p) for p in run_dirs]))
+    return [str(p.relative_to(common)) if p != common else p.name for p in run_dirs]
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.DataFrame | None]:
+    """One run folder: its row for ``runs``, its eval.csv (or None) and its history.csv (or None)."""
+    config, config_problem = _read_config(run_dir)
+    summary, summary_problem = _read_summary(run_dir)
+    row: dict[str, Any] = {"path": str(run_dir)}
+    row.update(_config_columns(config))
+    row.update(_summary_columns(summary))
+    evaluation, eval_problem = _read_eval(run_dir, row)
+    history = _read_history(run_dir)
+    row["has_history"] = history is not None
+    row["has_sample_losses"] = (run_dir / SAMPLE_LOSSES).exists()
+    if evaluation is not None and len(evaluation):
+        if row.get("L") is None:
+            row["L"] = int(evaluation["layer"].max())  # pretrained models may leave L to the model
+        if row.get("gamma_test_grid") is None:
+            row["gamma_test_grid"] = tuple(sorted(set(evaluation.loc[evaluation["split"] == "test", "gamma_test"])))
+    row["state"], row["problem"] = _classify(summary, summary_problem, config_problem, eval_problem)
+    row.update(_headline(row, evaluation if row["state"] == "complete" else None))
+    return row, evaluation, history
+
+
+def _read_config(run_dir: Path) -> tuple[dict, str | None]:
+    path = run_dir / CONFIG
+    if not path.exists():
+        return {}, f"{CONFIG} missing (the run folder was not written by python -m cutlab, or was copied in part)"
+    try:
+        config = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        return {}, f"{CONFIG} is not valid YAML ({str(error).splitlines()[0]})"
+    return (config, None) if isinstance(config, dict) else ({}, f"{CONFIG} is empty")
+
+
+def _read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
+    path = run_dir / SUMMARY
+    if not path.exists():
+        return None, (f"no {SUMMARY}: the run stopped before training began, or is starting now "
+                      "(run the same command again to resume it)")
+    try:
+        summary = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        return None, f"{SUMMARY} is not valid JSON ({error}): a half-written record"
+    if not isinstance(summary, dict):
+        return None, f"{SUMMARY} holds no JSON object: a half-written record"
+    return summary, None
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"alpha": 0.25}}`` -> ``{"train.alpha": 0.25}``; lists become tuples (hashable)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def _config_columns(config: dict) -> dict[str, Any]:
+    flat = flatten(config)
+    row = {column: flat.get(key) for column, key in CONFIG_COLUMNS.items()}
+    row["constrained"] = bool(row["constrained"]) if row["constrained"] is not None else None
+    row["arm"] = {True: "constrained", False: "erm"}.get(row["constrained"])
+    row["epsilon_config"] = flat.get("train.epsilon")
+    grid = flat.get("eval.gamma_test")
+    row["gamma_test_grid"] = tuple(float(g) for g in grid) if grid else None
+    row.update({f"cfg.{key}": value for key, value in flat.items()})
+    return row
+
+
+def _summary_columns(summary: dict | None) -> dict[str, Any]:
+    summary = summary or {}
+    feasibility = summary.get("feasibility") or {}
+    violated = feasibility.get("violated_layers")
+    return {
+        "status": summary.get("status", "missing") if summary else "missing",
+        "record_version": summary.get("record_version"),
+        "verdict": summary.get("verdict"),
+        "violated_layers": tuple(violated) if violated else (),
+        "error": summary.get("error"),
+        "metric": summary.get("metric"),
+        "selection_mode": summary.get("selection_mode"),
+        "selection_metric_summary": summary.get("selection_metric"),
+        "test_mean_metric_summary": summary.get("test_mean_metric"),
+        "epsilon": summary.get("epsilon"),
+        "sigma_x": summary.get("sigma_x"),
+        "steps": summary.get("steps"),
+        "wall_time_s": summary.get("wall_time_s"),
+        "wandb_id": summary.get("wandb_id"),
+        "data_source": summary.get("data_source"),
+    }
+
+
+def _read_eval(run_dir: Path, row: dict) -> tuple[pd.DataFrame | None, str | None]:
+    """eval.csv, checked for the rows a complete record has; (frame or None, problem or None)."""
+    path = run_dir / EVAL
+    if not path.exists():
+        return None, f"{EVAL} missing (the run ended before its evaluation was written)"
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        return None, f"{EVAL} cannot be read ({str(error).splitlines()[0]}): a half-written record"
+    missing = [c for c in EVAL_COLUMNS if c not in frame.columns]
+    if missing:
+        return None, f"{EVAL} lacks the columns {missing}: a half-written record or another format"
+    frame = frame[EVAL_COLUMNS].copy()
+    frame["gamma_test"] = pd.to_numeric(frame["gamma_test"], errors="coerce")
+    frame["layer"] = pd.to_numeric(frame["layer"], errors="coerce")
+    frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    broken = frame[["gamma_test", "layer", "value"]].isna().any(axis=1)
+    if broken.any():
+        return frame[~broken].astype({"layer": int}), f"{EVAL} is truncated ({int(broken.sum())} incomplete rows)"
+    frame = frame.astype({"layer": int})
+    return frame, _missing_eval_rows(frame, row)
+
+
+def _missing_eval_rows(frame: pd.DataFrame, row: dict) -> str | None:
+    """Every gamma_test of the config's grid and every layer 0..L must be there for the headline metric."""
+    metric = row.get("metric") or ("rmse" if "rmse" in set(frame["metric"]) else "accuracy")
+    test = frame[(frame["split"] == "test") & (frame["metric"] == metric)]
+    if test.empty:
+        return f"{EVAL} is truncated: no test rows for {metric}"
+    layers = row.get("L")
+    layers = int(layers) if layers is not None else int(test["layer"].max())
+    grid = row.get("gamma_test_grid") or tuple(sorted(set(test["gamma_test"])))
+    for gamma in grid:
+        present = set(test.loc[np.isclose(test["gamma_test"], gamma), "layer"])
+        lacking = sorted(set(range(layers + 1)) - present)
+        if lacking:
+            return f"{EVAL} is truncated: test {metric} lacks gamma_test={gamma:g}, layers {lacking}"
+    return None
+
+
+def _read_history(run_dir: Path) -> pd.DataFrame | None:
+    try:
+        frame = pd.read_csv(run_dir / HISTORY)
+    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
+        return None
+    if "step" not in frame.columns:
+        return None
+    frame["step"] = pd.to_numeric(frame["step"], errors="coerce")
+    return frame.dropna(subset=["step"])  # a line cut by a crash mid-write
+
+
+def _classify(summary: dict | None, summary_problem: str | None, config_problem: str | None,
+              eval_problem: str | None) -> tuple[str, str]:
+    """(state, problem): why a run is not a result, in words a user can act on."""
+    if summary is None:
+        return "partial", summary_problem or ""
+    version = summary.get("record_version")
+    if version is None:
+        return "unsupported", (f"{SUMMARY} has no record_version: an older run-record format this analysis "
+                               "cannot read; train the run again with the current cutlab (into a new folder)")
+    if version not in SUPPORTED_RECORD_VERSIONS:
+        return "unsupported", (f"record_version {version!r} is not one this analysis reads "
+                               f"({', '.join(map(str, SUPPORTED_RECORD_VERSIONS))}); update cutlab's analysis")
+    status = summary.get("status")
+    if status == "failed":
+        return "failed", str(summary.get("error") or "failed without an error message")
+    if status in ("running", "interrupted"):
+        return "partial", (f"{SUMMARY} says status {status!r}: the run is in progress or was stopped before it "
+                           "finished (run the same command again to resume it)")
+    if status != "complete":
+        return "unsupported", f"{SUMMARY} has an unknown status {status!r}"
+    if config_problem:
+        return "partial", config_problem
+    if eval_problem:
+        return "partial", eval_problem
+    return "complete", ""
+
+
+def _headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
+    """Task, selection direction, and the table numbers, computed from eval.csv (the full record)."""
+    metric = row.get("metric")
+    if metric is None and evaluation is not None:
+        metric = next((m for m in TASK_OF_METRIC if m in set(evaluation["metric"])), None)
+    out: dict[str, Any] = {
+        "metric": metric,
+        "task": TASK_OF_METRIC.get(metric, "other") if metric else TASK_OF_DATASET.get(row.get("dataset")),
+        "selection_mode": row.get("selection_mode") or DEFAULT_MODE.get(metric),
+        "test_mean_metric": math.nan, "test_auc": math.nan, "selection_metric": row.get("selection_metric_summary"),
+        "usable": row["state"] == "complete",
+        "partial": row["state"] == "partial",
+    }
+    if evaluation is None or metric is None:
+        return out
+    last = int(evaluation["layer"].max())
+    test = _last_layer(evaluation, "test", metric, last)
+    if len(test):
+        out["test_mean_metric"] = float(test.mean())  # Table 3's number: mean over the gamma_test grid
+        out["test_auc"] = area_under(test)  # Table 4's number
+    if out["selection_metric"] is None:
+        # older summaries without it: the validation metric averaged over the test grid, as cutlab does
+        val = _last_layer(evaluation, "val", metric, last)
+        val = val[val.index.isin(test.index)]
+        out["selection_metric"] = float(val.mean()) if len(val) else math.nan
+    return out
+
+
+def _last_layer(evaluation: pd.DataFrame, split: str, metric: str, last: int) -> pd.Series:
+    rows = evaluation[(evaluation["split"] == split) & (evaluation["metric"] == metric) & (evaluation["layer"] == last)]
+    rows = rows.sort_values("gamma_test")
+    return pd.Series(rows["value"].to_numpy(), index=rows["gamma_test"].to_numpy())
+
+
+def area_under(curve: pd.Series) -> float:
+    """Trapezoid area under ``value(gamma_test)`` in gamma units, not normalised (the paper's Table 4 AUC)."""
+    curve = curve.sort_index()
+    if len(curve) < 2:
+        return math.nan
+    return float(np.trapezoid(curve.to_numpy(dtype=float), curve.index.to_numpy(dtype=float)))
+
+
+def _runs_frame(rows: list[dict]) -> pd.DataFrame:
+    first = ["run", "task", "model", "dataset", "L", "gamma_train", "arm", "constrained", "seed", "alpha", "epsilon",
+             "dual_lr", "lr", "state", "partial", "usable", "status", "verdict", "violated_layers", "problem",
+             "metric", "selection_mode", "selection_metric", "test_mean_metric", "test_auc", "steps", "wall_time_s"]
+    frame = pd.DataFrame(rows)
+    for column in first:
+        if column not in frame:
+            frame[column] = None
+    rest = sorted(c for c in frame.columns if c not in first and not c.startswith("cfg."))
+    cfg = sorted(c for c in frame.columns if c.startswith("cfg."))
+    frame = frame[first + rest + cfg]
+    frame["usable"] = frame["usable"].astype(bool)
+    frame["partial"] = frame["partial"].astype(bool)
+    return frame.sort_values("run", kind="stable").reset_index(drop=True)

@@ -1,0 +1,227 @@
+"""One self-contained Markdown report of a set of runs: what ran, what failed or ended infeasible,
+the partial runs, Tables 3 and 4, and every figure (or why it was skipped).
+
+Layout of the report folder::
+
+    REPORT_DIR/report.md                      the report (relative links to everything below)
+    REPORT_DIR/tables/<table>.{md,csv,tex}    Tables 3 and 4
+    REPORT_DIR/figures/<figure>.{png,pdf}     the figures
+
+``write_report`` is the one entry point, for the command line and for a later reproduce command.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.collect import RunTable
+from analysis.figures import STEMS, FigureResult, make_figures
+from analysis.selection import cell_label, cell_order, reference_gamma_train, sort_cells
+from analysis.tables import TABLES, Table, build_tables
+
+REPORT = "report.md"
+TABLES_DIR = "tables"
+FIGURES_DIR = "figures"
+ERROR_WIDTH = 240  # characters of an error message shown in the report
+TASK_ORDER = ("video", "text")
+METRIC_NAME = {"rmse": "RMSE", "accuracy": "accuracy"}
+
+
+@dataclass
+class Report:
+    """What ``write_report`` wrote."""
+
+    path: Path
+    tables: list[Table] = field(default_factory=list)
+    table_files: list[Path] = field(default_factory=list)
+    figures: list[FigureResult] = field(default_factory=list)
+
+    @property
+    def files(self) -> list[Path]:
+        return [self.path, *self.table_files, *(p for f in self.figures for p in f.paths)]
+
+
+def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None = None,
+                 command: str | None = None) -> Report:
+    """Tables, figures and ``report.md`` for ``runs`` in ``out_dir`` (created; earlier outputs replaced)."""
+    out_dir = Path(out_dir)
+    _remove_stale(out_dir)
+    tables = build_tables(runs)
+    table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR)]
+    figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
+    report = Report(out_dir / REPORT, tables, table_files, figures)
+    text = "\n".join(_sections(runs, report, gamma_train, command))
+    report.path.write_text(text.rstrip() + "\n")
+    return report
+
+
+def _remove_stale(out_dir: Path) -> None:
+    """Delete this module's own earlier outputs, so a figure skipped now does not survive from a past run."""
+    stems = {spec.stem for spec in TABLES}
+    for path in (out_dir / TABLES_DIR).glob("*"):
+        if path.stem in stems:
+            path.unlink()
+    for path in (out_dir / FIGURES_DIR).glob("*"):
+        if path.suffix in (".png", ".pdf") and path.stem in STEMS:
+            path.unlink()
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _sections(runs: RunTable, report: Report, gamma_train: float | None, command: str | None) -> list[str]:
+    frame = runs.runs
+    lines = ["# cutlab analysis report", ""]
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines.append(f"Generated {when}" + (f" by `{command}`" if command else "") + " from "
+                 + ", ".join(f"`{folder}`" for folder in runs.folders) + ".")
+    lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
+                 "sample_losses.csv); W&B is not read.")
+    lines += ["", *_what_ran(frame, runs, gamma_train)]
+    lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame)]
+    for table in report.tables:
+        lines += ["", *_table_section(table)]
+    lines += ["", *_figure_sections(report.figures)]
+    return lines
+
+
+# ------------------------------------------------------------------------------------------- what ran
+
+def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) -> list[str]:
+    counts = frame["state"].value_counts()
+    complete = frame[frame["usable"]]
+    verdicts = complete["verdict"].value_counts()
+    lines = ["## What ran", "",
+             f"{len(frame)} run folders: {counts.get('complete', 0)} complete "
+             f"({verdicts.get('feasible', 0)} feasible, {verdicts.get('infeasible', 0)} infeasible, "
+             f"{verdicts.get('unconstrained', 0)} ERM), {counts.get('failed', 0)} failed, "
+             f"{counts.get('partial', 0)} partial, {counts.get('unsupported', 0)} unreadable. "
+             f"Only complete runs are counted as results.", ""]
+    lines += ["| task | model | dataset | constrained | ERM | failed | partial / unreadable | steps | wall time |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    keyed = frame.assign(task=frame["task"].fillna("?"), model=frame["model"].fillna("?"),
+                         dataset=frame["dataset"].fillna("?"))
+    keys = [row for _, row in keyed.drop_duplicates(["task", "model", "dataset"]).iterrows()]
+    keys.sort(key=lambda row: (TASK_ORDER.index(row["task"]) if row["task"] in TASK_ORDER else 9, cell_order(row)))
+    for key in keys:
+        group = keyed[(keyed["task"] == key["task"]) & (keyed["model"] == key["model"])
+                      & (keyed["dataset"] == key["dataset"])]
+        done = group[group["usable"]]
+        lines.append(
+            f"| {key['task']} | {key['model']} | {key['dataset']} | {int((done['arm'] == 'constrained').sum())} | "
+            f"{int((done['arm'] == 'erm').sum())} | {int((group['state'] == 'failed').sum())} | "
+            f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
+            f"{int(pd.to_numeric(group['steps'], errors='coerce').fillna(0).sum())} | "
+            f"{_duration(pd.to_numeric(group['wall_time_s'], errors='coerce').fillna(0).sum())} |")
+    steps = int(pd.to_numeric(frame["steps"], errors="coerce").fillna(0).sum())
+    wall = pd.to_numeric(frame["wall_time_s"], errors="coerce").fillna(0).sum()
+    lines += ["", f"In all: {steps} training steps, {_duration(wall)} of training and evaluation wall time "
+              "(summed over runs; failed and partial runs count their steps so far)."]
+    for task in ("video", "text"):
+        reference = gamma_train if gamma_train is not None else reference_gamma_train(frame, task)
+        if reference is not None:
+            lines.append(f"Figures of {task} runs at a single γ_train use γ_train = {reference:g}"
+                         + (" (chosen with --gamma-train)." if gamma_train is not None else
+                            " (the level with the most cells)."))
+    return lines
+
+
+def _failed(frame: pd.DataFrame) -> list[str]:
+    failed = sort_cells(frame[frame["state"] == "failed"])
+    lines = ["## Failed runs", ""]
+    if failed.empty:
+        return lines + ["None."]
+    lines += ["| run | setting | arm | steps | error |", "|---|---|---|---:|---|"]
+    for _, run in failed.iterrows():
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {run['arm'] or '?'} | {_int(run['steps'])} | "
+                     f"{_cell(_short(run['problem']))} |")
+    return lines
+
+
+def _infeasible(frame: pd.DataFrame) -> list[str]:
+    infeasible = sort_cells(frame[frame["usable"] & (frame["verdict"] == "infeasible")])
+    lines = ["## Runs that ended infeasible", ""]
+    if infeasible.empty:
+        constrained = int((frame["usable"] & (frame["arm"] == "constrained")).sum())
+        return lines + ["None: every complete constrained run satisfies its constraints on held-out data."
+                        if constrained else "None (no complete constrained runs)."]
+    lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
+              "at γ_train). They stay in the tables, marked †, when best on validation.", "",
+              "| run | setting | seed | violated layers | test metric |", "|---|---|---:|---|---:|"]
+    for _, run in infeasible.iterrows():
+        layers = ", ".join(str(layer) for layer in run["violated_layers"]) or "?"
+        value = run["test_auc"] if run["task"] == "text" else run["test_mean_metric"]
+        name = "accuracy AUC" if run["task"] == "text" else f"mean {METRIC_NAME.get(run['metric'], run['metric'])}"
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {_int(run['seed'])} | {layers} | "
+                     f"{name} {value:.3f} |")
+    return lines
+
+
+def _partial(frame: pd.DataFrame) -> list[str]:
+    partial = sort_cells(frame[frame["state"].isin(["partial", "unsupported"])])
+    lines = ["## Partial and unreadable runs (not counted as results)", ""]
+    if partial.empty:
+        return lines + ["None."]
+    lines += ["| run | setting | state | why |", "|---|---|---|---|"]
+    for _, run in partial.iterrows():
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {run['state']} | {_cell(_short(run['problem']))} |")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------- tables, figures
+
+def _table_section(table: Table) -> list[str]:
+    stem = f"{TABLES_DIR}/{table.spec.stem}"
+    lines = [f"## {table.spec.title}", ""]
+    if table.empty:
+        return lines + [f"Skipped: no complete {table.spec.task} runs. (Empty files are written beside this "
+                        f"report: [CSV]({stem}.csv), [LaTeX]({stem}.tex).)"]
+    return lines + [table.to_markdown().rstrip(), "",
+                    f"Files: [Markdown]({stem}.md) · [CSV]({stem}.csv) · [LaTeX]({stem}.tex)"]
+
+
+def _figure_sections(figures: list[FigureResult]) -> list[str]:
+    lines = ["## Figures", ""]
+    for figure in figures:
+        if not figure.written:
+            continue
+        png = next(p for p in figure.paths if p.suffix == ".png")
+        pdf = next(p for p in figure.paths if p.suffix == ".pdf")
+        lines += [f"### {figure.title}", "", figure.caption, "",
+                  f"![{figure.title}]({FIGURES_DIR}/{png.name})", "", f"[PDF]({FIGURES_DIR}/{pdf.name})", ""]
+    skipped = [figure for figure in figures if not figure.written]
+    lines += ["## Skipped figures", ""]
+    if not skipped:
+        return lines + ["None: every figure had data."]
+    return lines + [f"- **{figure.title}**: {figure.skipped}." for figure in skipped]
+
+
+# ------------------------------------------------------------------------------------------- formatting
+
+def _setting(run: pd.Series) -> str:
+    if run.get("model") is None or pd.isna(run.get("L")) or pd.isna(run.get("gamma_train")):
+        return "?"
+    return cell_label(run)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def _int(value) -> str:
+    return "?" if value is None or (isinstance(value, float) and math.isnan(value)) else str(int(value))
+
+
+def _short(text) -> str:
+    text = " ".join(str(text or "").split())
+    return text if len(text) <= ERROR_WIDTH else text[: ERROR_WIDTH - 1] + "…"
+
+
+def _cell(text) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|")

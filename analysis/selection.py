@@ -1,0 +1,94 @@
+"""Cells of the paper's grid and best-of-N selection by validation.
+
+A *cell* is one (task, model, dataset, L, gamma_train) setting; each cell has two *arms*,
+constrained and ERM. The paper reports, per cell and arm, the run that is best on validation among
+its seeds / search trials (SPEC section 1: "the best of each arm by validation is reported") and so
+does this module: selection never looks at test numbers. Only complete runs take part.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+CELL = ["task", "model", "dataset", "L", "gamma_train"]
+# Runs are compared only on the same gamma_test grid: the mean over a grid (and its validation
+# counterpart, the selection metric) changes with the grid.
+ARM_CELL = CELL + ["arm", "gamma_test_grid"]
+ARMS = ("constrained", "erm")
+#: model order of the paper's tables; other names follow alphabetically
+MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
+DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
+
+
+def select_best(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
+    """One row per group of ``keys`` (default: cell, arm and gamma_test grid): its best complete run by validation.
+
+    ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; ties go to
+    the first run by name, so the choice is deterministic. Adds ``n_runs`` (complete runs in the group)
+    and ``n_infeasible`` (how many of them ended infeasible).
+    """
+    keys = keys or ARM_CELL
+    usable = runs[runs["usable"]].copy()
+    if usable.empty:
+        return usable.assign(n_runs=pd.Series(dtype=int), n_infeasible=pd.Series(dtype=int))
+    sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
+    # a run without a selection metric can still be reported, but never beats one that has it
+    usable["_score"] = (sign * usable["selection_metric"].astype(float)).fillna(math.inf)
+    usable = usable.sort_values(["_score", "run"], kind="stable")
+    grouped = usable.groupby(keys, dropna=False, sort=False)
+    best = grouped.head(1).copy()
+    counts = grouped.size().rename("n_runs").reset_index()
+    infeasible = grouped["verdict"].apply(lambda v: int((v == "infeasible").sum())).rename("n_infeasible").reset_index()
+    best = best.merge(counts, on=keys, how="left").merge(infeasible, on=keys, how="left")
+    return sort_cells(best.drop(columns="_score"))
+
+
+def cell_order(row: pd.Series | dict) -> tuple:
+    """Sort key in the paper's order: model, dataset, L, gamma_train, arm (constrained first), seed, run."""
+    def rank(value, order: tuple[str, ...]) -> tuple[int, str]:
+        return (order.index(value) if value in order else len(order), str(value))
+
+    def number(value) -> float:
+        return math.inf if value is None or pd.isna(value) else float(value)
+
+    arm = row.get("arm")
+    return (rank(row.get("model"), MODEL_ORDER), rank(row.get("dataset"), DATASET_ORDER), number(row.get("L")),
+            number(row.get("gamma_train")), ARMS.index(arm) if arm in ARMS else len(ARMS), number(row.get("seed")),
+            str(row.get("run", "")))
+
+
+def sort_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` in :func:`cell_order`."""
+    if frame.empty:
+        return frame.reset_index(drop=True)
+    order = sorted(range(len(frame)), key=lambda i: cell_order(frame.iloc[i]))
+    return frame.iloc[order].reset_index(drop=True)
+
+
+def reference_gamma_train(runs: pd.DataFrame, task: str) -> float | None:
+    """The gamma_train with the most cells of ``task`` (the paper's figures fix one gamma_train).
+
+    Ties prefer a noisy training level over gamma_train = 0, then the smaller level.
+    """
+    cells = runs[runs["usable"] & (runs["task"] == task)].drop_duplicates(["model", "dataset", "L", "gamma_train"])
+    if cells.empty:
+        return None
+    counts = cells["gamma_train"].value_counts()
+    return float(min(counts.index, key=lambda g: (-counts[g], g == 0, g)))
+
+
+def three_gammas(grid: list[float] | tuple[float, ...]) -> list[float]:
+    """Lowest, middle and highest gamma_test of a grid: in-distribution, intermediate, most out-of-distribution."""
+    values = sorted(set(float(g) for g in grid))
+    if len(values) <= 3:
+        return values
+    return [values[0], values[len(values) // 2], values[-1]]
+
+
+def cell_label(row: pd.Series | dict, with_gamma: bool = True) -> str:
+    """A short readable name for a cell, e.g. ``dust · ucsd_ped2 · L=3 · γ_train=0.09``."""
+    text = f"{row['model']} · {row['dataset']} · L={int(row['L'])}"
+    return f"{text} · γ_train={row['gamma_train']:g}" if with_gamma else text

@@ -1,0 +1,407 @@
+"""The analysis package: collection, Tables 3/4 (golden files), figures, and the report command end to end.
+
+The golden folder is written here by hand with cutlab.records' own writers and file names, from
+chosen numbers: several seeds of one cell (best-of-N must follow validation, not test), an infeasible
+constrained run, cells the paper has (published value and difference), text cells (trapezoid AUC,
+checked against a hand computation), a failed run and two half-written ones (flagged partial,
+excluded from the tables). Regenerate the golden files with ``UPDATE_GOLDEN=1`` and read them by eye.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import ROOT
+from cutlab.records import (
+    CONFIG, EVAL, HISTORY, RECORD_VERSION, SAMPLE_LOSSES, SUMMARY, HistoryWriter, layer_columns, write_evaluation,
+)
+
+GOLDEN = Path(__file__).parent / "golden"
+UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+VIDEO_GRID = [0.0, 0.5, 1.0]
+TEXT_GRID = [0.0, 0.5, 1.0, 2.0]
+
+
+# --------------------------------------------------------------------------------------------- run records
+
+def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma: float, constrained: bool,
+              test: list[float] | float, selection: float, seed: int = 0, alpha: float = 0.25, dual_lr: float = 0.01,
+              verdict: str | None = None, violated: tuple[int, ...] = (), status: str = "complete",
+              error: str | None = None, evaluation: bool = True, truncate_eval: bool = False,
+              record_version: int | None = RECORD_VERSION) -> Path:
+    """One run folder in cutlab's record format. ``test``: the last layer's test metric per gamma_test
+    (text: accuracies), or for video the mean over the grid (a straight line of slope 4 around it)."""
+    text = dataset in ("imdb", "mnli")
+    grid = TEXT_GRID if text else VIDEO_GRID
+    run = root / name
+    run.mkdir(parents=True)
+    config = {"model": {"name": model}, "data": {"name": dataset}, "gamma": gamma, "L": L, "seed": seed,
+              "train": {"constrained": constrained, "alpha": alpha, "dual_lr": dual_lr, "epsilon": "auto", "lr": 1e-3,
+                        "epochs": 2, "batch_size": 4, "resilience": "slack", "resilience_c": 1.0,
+                        "dual_cadence": "batch", "warmup_epochs": 1, "detach_prev": False},
+              "eval": {"gamma_test": grid, "batch_size": 4, "feasibility_tol": 0.02},
+              "paths": {"runs_dir": str(root)}, "wandb": {"mode": "disabled"}}
+    (run / CONFIG).write_text(yaml.safe_dump(config))
+    last = list(test) if isinstance(test, list) else [test + 4 * (g - 0.5) for g in grid]
+    history = HistoryWriter(run / HISTORY, L + 1, None)
+    for step in range(1, 7):
+        dual = constrained and step > 3
+        row = {"step": step, "epoch": (step - 1) // 3, "phase": "constrained" if dual else "primal",
+               "lagrangian": 1.0, "grad_norm": 1.0, "lr": 1e-3, "dual_lr": dual_lr, "step_time": 0.1}
+        for layer in range(L + 1):
+            row.update({f"loss_{layer}": 40.0 * 0.7 ** layer / step, f"slack_{layer}": 0.0, f"g_{layer}": 0.1,
+                        f"lambda_{layer}": (0.02 * (step - 3) * (layer + 1)) if dual else 0.0})
+        history.write(row)
+    history.close()
+    summary = {"record_version": record_version, "status": status, "wandb_id": None, "sigma_x": 0.2,
+               "epsilon": 40.0, "steps": 6 if status != "running" else 3, "epochs": 2}
+    if error:
+        summary["error"] = error
+    if status == "complete":
+        mode = "max" if text else "min"
+        summary.update({
+            "metric": "accuracy" if text else "rmse", "selection_mode": mode, "selection_metric": selection,
+            "test_mean_metric": float(np.mean(last)), "test_metric_by_gamma": {str(g): v for g, v in zip(grid, last)},
+            "verdict": verdict or ("feasible" if constrained else "unconstrained"), "wall_time_s": 12.5,
+            "feasibility": {"status": verdict or ("feasible" if constrained else "unconstrained"),
+                            "violated_layers": list(violated), "tolerance": 0.02},
+        })
+    if summary.get("record_version") is None:
+        del summary["record_version"]
+    (run / SUMMARY).write_text(json.dumps(summary, indent=2))
+    if evaluation and status == "complete":
+        rows = _eval_rows(grid, last, selection, L, text)
+        write_evaluation(run, rows)
+        if truncate_eval:  # a crash mid-write: the file ends in the middle of a row
+            content = (run / EVAL).read_text()
+            (run / EVAL).write_text(content[: len(content) // 2].rsplit(",", 1)[0] + ",")
+        _write_samples(run, grid, L, constrained, seed)
+    return run
+
+
+def _eval_rows(grid: list[float], last: list[float], selection: float, L: int, text: bool) -> list[dict]:
+    """val and test rows for every gamma and layer: the last layer as given, earlier layers worse."""
+    rows = []
+    shift = selection - float(np.mean(last))  # validation curve: the test curve moved to mean = selection
+    for split, curve in (("val", [v + shift for v in last]), ("test", last)):
+        for gamma, value in zip(grid, curve):
+            for layer in range(L + 1):
+                depth = L - layer
+                metric = value - 0.05 * depth if text else value * (1 + 0.25 * depth)
+                loss = -math.log(max(metric, 1e-3)) if text else 1280 * (metric / 255) ** 2
+                rows.append({"split": split, "gamma_test": gamma, "layer": layer,
+                             "metric": "accuracy" if text else "rmse", "value": metric})
+                rows.append({"split": split, "gamma_test": gamma, "layer": layer, "metric": "loss", "value": loss})
+    return rows
+
+
+def _write_samples(run: Path, grid: list[float], L: int, constrained: bool, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    frames = []
+    for gamma in grid:
+        losses = np.empty((24, L + 1))
+        losses[:, 0] = 40 + rng.normal(0, 2, 24)
+        for layer in range(1, L + 1):
+            ratio = rng.normal(0.78, 0.08, 24) if constrained else rng.normal(0.97, 0.12, 24)
+            losses[:, layer] = losses[:, layer - 1] * ratio
+        frame = pd.DataFrame(losses, columns=layer_columns("loss", L + 1))
+        frame.insert(0, "sample", range(24))
+        frame.insert(0, "gamma_test", gamma)
+        frames.append(frame)
+    pd.concat(frames).to_csv(run / SAMPLE_LOSSES, index=False)
+
+
+def write_golden_folder(root: Path) -> Path:
+    """The fixed folder of run records behind the golden tables (numbers chosen, see the module docstring)."""
+    cell = dict(model="dust", dataset="ucsd_ped2", L=3, gamma=0.09)
+    # best-of-N: seed 1 is best on validation (14.0), seed 2 best on test (14.1): the table must show 15.2
+    write_run(root, "dust_ped2_L3_g0.09_con_s0", **cell, constrained=True, seed=0, test=14.9, selection=15.0)
+    write_run(root, "dust_ped2_L3_g0.09_con_s1", **cell, constrained=True, seed=1, test=15.2, selection=14.0)
+    write_run(root, "dust_ped2_L3_g0.09_con_s2", **cell, constrained=True, seed=2, test=14.1, selection=14.5)
+    write_run(root, "dust_ped2_L3_g0.09_erm_s0", **cell, constrained=False, seed=0, test=15.3, selection=15.5)
+    write_run(root, "dust_ped2_L3_g0.09_erm_s1", **cell, constrained=False, seed=1, test=15.4, selection=15.1)
+    # half-written: still running; and a "complete" one whose eval.csv was cut (it would win on validation)
+    write_run(root, "dust_ped2_L3_g0.09_con_s3", **cell, constrained=True, seed=3, test=9.0, selection=1.0,
+              status="running")
+    write_run(root, "dust_ped2_L3_g0.09_con_s4", **cell, constrained=True, seed=4, test=9.0, selection=1.0,
+              truncate_eval=True)
+    write_run(root, "dust_ped2_L5_g0.09_con", model="dust", dataset="ucsd_ped2", L=5, gamma=0.09, constrained=True,
+              test=14.0, selection=14.2)
+    write_run(root, "dust_ped2_L5_g0.09_erm", model="dust", dataset="ucsd_ped2", L=5, gamma=0.09, constrained=False,
+              test=14.8, selection=14.9)
+    write_run(root, "dust_ped2_L3_g0_con", model="dust", dataset="ucsd_ped2", L=3, gamma=0.0, constrained=True,
+              test=18.5, selection=18.0)
+    write_run(root, "dust_ped2_L3_g0_erm", model="dust", dataset="ucsd_ped2", L=3, gamma=0.0, constrained=False,
+              test=19.6, selection=19.0)
+    # an infeasible constrained run (like the paper's RMSE > 100 failures): shown, marked
+    write_run(root, "ut_ped2_L5_g0.11_con", model="ut", dataset="ucsd_ped2", L=5, gamma=0.11, constrained=True,
+              test=105.5, selection=104.0, verdict="infeasible", violated=(1, 2))
+    write_run(root, "ut_ped2_L5_g0.11_erm", model="ut", dataset="ucsd_ped2", L=5, gamma=0.11, constrained=False,
+              test=13.2, selection=13.0)
+    write_run(root, "ut_ped2_L3_g0.09_con_failed", model="ut", dataset="ucsd_ped2", L=3, gamma=0.09,
+              constrained=True, test=0.0, selection=0.0, status="failed", evaluation=False,
+              error="NonFiniteLoss: the loss of layer 0 became nan; lower the primal learning rate (train.lr=...)")
+    # an alpha and dual-lr sweep with seeds on generated video (no paper cell): the ablation figures
+    synthetic = dict(model="dust", dataset="synthetic", L=3, gamma=0.09)
+    for alpha in (0.1, 0.25, 0.5):
+        for seed in (0, 1):
+            mean = 12.0 - 4 * alpha + 0.3 * seed
+            write_run(root, f"dust_syn_a{alpha}_s{seed}", **synthetic, constrained=True, alpha=alpha, seed=seed,
+                      test=mean, selection=mean - 0.2 + 0.1 * seed,
+                      verdict="infeasible" if (alpha, seed) == (0.5, 1) else None,
+                      violated=(3,) if (alpha, seed) == (0.5, 1) else ())
+    for dual_lr in (0.05, 0.1):
+        for seed in (0, 1):
+            mean = 11.0 + 5 * dual_lr + 0.3 * seed
+            write_run(root, f"dust_syn_dlr{dual_lr}_s{seed}", **synthetic, constrained=True, dual_lr=dual_lr,
+                      seed=seed, test=mean, selection=mean + 0.1)
+    for seed in (0, 1):
+        write_run(root, f"dust_syn_erm_s{seed}", **synthetic, constrained=False, seed=seed, test=13.0 + 0.2 * seed,
+                  selection=13.1 + 0.2 * seed)
+    # text: best-of-N by validation accuracy (max): seed 0 (val 0.71) beats seed 1 (val 0.70, better on test)
+    text = dict(model="distilbert", dataset="imdb", L=6, gamma=0.2)
+    write_run(root, "distilbert_imdb_g0.2_con_s0", **text, constrained=True, seed=0, test=[0.9, 0.8, 0.6, 0.5],
+              selection=0.71)
+    write_run(root, "distilbert_imdb_g0.2_con_s1", **text, constrained=True, seed=1, test=[0.92, 0.85, 0.7, 0.6],
+              selection=0.70)
+    write_run(root, "distilbert_imdb_g0.2_erm", **text, constrained=False, test=[0.9, 0.7, 0.6, 0.4], selection=0.66)
+    write_run(root, "distilbert_imdb_g0.6_con", model="distilbert", dataset="imdb", L=6, gamma=0.6, constrained=True,
+              test=[0.88, 0.82, 0.72, 0.6], selection=0.75)
+    write_run(root, "ut_imdb_L3_g0_con", model="ut", dataset="imdb", L=3, gamma=0.0, constrained=True,
+              test=[0.86, 0.8, 0.7, 0.6], selection=0.74)
+    return root
+
+
+@pytest.fixture(scope="module")
+def golden_runs(tmp_path_factory) -> Path:
+    return write_golden_folder(tmp_path_factory.mktemp("golden") / "runs")
+
+
+def analysis_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "MPLBACKEND": "Agg", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "analysis", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def golden_report(golden_runs, tmp_path_factory) -> Path:
+    """``python -m analysis`` on the golden folder, once for the tests below."""
+    out = tmp_path_factory.mktemp("golden_report") / "report"
+    result = analysis_cli(str(golden_runs), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+# --------------------------------------------------------------------------------------------- collection
+
+def test_collect_flags_every_run(golden_runs):
+    from analysis.collect import collect_runs
+
+    table = collect_runs(golden_runs)
+    runs = table.runs.set_index("run")
+    assert len(runs) == 31
+    assert runs.loc["ut_ped2_L3_g0.09_con_failed", "state"] == "failed"
+    assert "NonFiniteLoss" in runs.loc["ut_ped2_L3_g0.09_con_failed", "problem"]
+    for partial in ("dust_ped2_L3_g0.09_con_s3", "dust_ped2_L3_g0.09_con_s4"):
+        assert runs.loc[partial, "partial"] and not runs.loc[partial, "usable"]
+    assert "running" in runs.loc["dust_ped2_L3_g0.09_con_s3", "problem"]
+    assert "truncated" in runs.loc["dust_ped2_L3_g0.09_con_s4", "problem"]
+    assert runs["usable"].sum() == 28
+    assert set(runs.loc[runs["usable"], "task"]) == {"video", "text"}
+    # text and video share the frames: the AUC is the trapezoid in gamma units, by hand
+    auc = 0.5 * (0.9 + 0.8) / 2 + 0.5 * (0.8 + 0.6) / 2 + 1.0 * (0.6 + 0.5) / 2
+    assert runs.loc["distilbert_imdb_g0.2_con_s0", "test_auc"] == pytest.approx(auc) == pytest.approx(1.325)
+    assert runs.loc["dust_ped2_L3_g0.09_con_s1", "test_mean_metric"] == pytest.approx(15.2)
+    assert set(table.metrics["run"]) >= set(runs.index[runs["usable"]])
+    assert set(table.metrics["split"]) == {"val", "test"}
+    assert set(table.history["run"]) >= {"dust_ped2_L3_g0.09_con_s3", "ut_ped2_L3_g0.09_con_failed"}
+    assert table.sample_losses("dust_ped2_L3_g0.09_con_s1").shape == (72, 6)
+
+
+def test_best_of_n_follows_validation_not_test(golden_runs):
+    from analysis.collect import collect_runs
+    from analysis.tables import TABLE3, TABLE4, build_table
+
+    table = collect_runs(golden_runs)
+    video = build_table(table, TABLE3).frame.set_index(["model", "dataset", "L", "gamma_train"])
+    row = video.loc[("dust", "ucsd_ped2", 3, 0.09)]
+    assert row["constrained_run"] == "dust_ped2_L3_g0.09_con_s1" and row["constrained_mean_rmse"] == 15.2
+    assert row["erm_run"] == "dust_ped2_L3_g0.09_erm_s1" and row["constrained_n_runs"] == 3
+    assert row["diff_constrained"] == pytest.approx(15.2 - 14.856)
+    infeasible = video.loc[("ut", "ucsd_ped2", 5, 0.11)]
+    assert infeasible["constrained_verdict"] == "infeasible" and infeasible["paper_constrained"] == 12.283
+    text = build_table(table, TABLE4).frame.set_index(["model", "dataset", "L", "gamma_train"])
+    assert text.loc[("distilbert", "imdb", 6, 0.2), "constrained_run"] == "distilbert_imdb_g0.2_con_s0"
+    assert text.loc[("distilbert", "imdb", 6, 0.2), "paper_L"] == 12  # the paper's DistilBERT row, marked
+
+
+@pytest.mark.parametrize("stem", ["table3_video_mean_rmse", "table4_text_accuracy_auc"])
+@pytest.mark.parametrize("suffix", [".md", ".csv"])
+def test_tables_match_golden_files(golden_report, stem, suffix):
+    produced = (golden_report / "tables" / f"{stem}{suffix}").read_text()
+    golden = GOLDEN / f"{stem}{suffix}"
+    if UPDATE:
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(produced)
+    assert produced == golden.read_text(), f"{stem}{suffix} differs from {golden} (UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_latex_table(golden_report):
+    latex = (golden_report / "tables" / "table3_video_mean_rmse.tex").read_text()
+    assert r"\begin{tabular}" in latex and r"\bottomrule" in latex
+    assert r"105.500 $^\dagger$" in latex and r"ucsd\_ped2" in latex
+
+
+# --------------------------------------------------------------------------------------------- figures
+
+def assert_image(png: Path) -> None:
+    import matplotlib.image
+
+    assert png.stat().st_size > 10_000, png
+    pixels = matplotlib.image.imread(png)
+    assert pixels.ndim == 3 and min(pixels.shape[:2]) > 300
+    assert float(pixels[..., :3].std()) > 0.02, f"{png} looks blank"
+
+
+def test_every_figure_is_written_for_data_that_supports_it(golden_report):
+    from analysis.figures import STEMS
+
+    for stem in STEMS:
+        png, pdf = golden_report / "figures" / f"{stem}.png", golden_report / "figures" / f"{stem}.pdf"
+        assert_image(png)
+        assert pdf.stat().st_size > 5_000 and pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_figures_say_why_they_are_skipped(golden_runs, tmp_path):
+    from analysis import figures
+    from analysis.collect import collect_runs
+
+    one_erm = tmp_path / "one"
+    shutil.copytree(golden_runs / "dust_ped2_L3_g0.09_erm_s0", one_erm / "dust_ped2_L3_g0.09_erm_s0")
+    runs, out = collect_runs(one_erm), tmp_path / "fig"
+    reasons = {
+        figures.rmse_vs_depth: "single depth", figures.accuracy_vs_gamma: "no complete text runs",
+        figures.alpha_ablation: "train.alpha", figures.dual_lr_ablation: "train.dual_lr",
+        figures.gamma_train_effect: "single γ_train", figures.descent_ratios: "no complete constrained run",
+        figures.dual_variables: "lambda",
+    }
+    for figure, reason in reasons.items():
+        result = figure(runs, out)
+        assert not result.written and reason in result.skipped and not result.paths, (figure.__name__, result)
+    assert not out.exists()  # a skipped figure writes nothing
+
+    only_failed = tmp_path / "failed"
+    shutil.copytree(golden_runs / "ut_ped2_L3_g0.09_con_failed", only_failed / "ut_ped2_L3_g0.09_con_failed")
+    runs = collect_runs(only_failed)
+    assert figures.rmse_vs_gamma(runs, out).skipped == "no complete video runs"
+    assert figures.layerwise_loss(runs, out).skipped == "no complete runs"
+    # a failed run is never a result; only the debugging plot of its multipliers is drawn
+    dual = figures.dual_variables(runs, out)
+    assert dual.written and "failed" in dual.caption.lower()
+    assert_image(dual.paths[0])
+
+
+# --------------------------------------------------------------------------------------------- the report
+
+def test_report_end_to_end_on_the_golden_folder(golden_report):
+    report = (golden_report / "report.md").read_text()
+    assert "31 run folders: 28 complete" in report and "1 failed, 2 partial" in report
+    assert "ut_ped2_L3_g0.09_con_failed" in report and "NonFiniteLoss" in report
+    assert "dust_ped2_L3_g0.09_con_s4" in report and "truncated" in report
+    assert "| ut_ped2_L5_g0.11_con | ut · ucsd_ped2 · L=5 · γ_train=0.11 | 0 | 1, 2 |" in report
+    assert (GOLDEN / "table3_video_mean_rmse.md").read_text().strip() in report
+    for stem in ("fig02_rmse_vs_gamma_test", "fig12_descent_ratios", "dual_variables"):
+        assert f"](figures/{stem}.png)" in report
+    assert "## Skipped figures\n\nNone" in report
+
+
+def test_report_on_a_real_cutlab_sweep(tmp_path):
+    """Tiny real runs through ``python -m cutlab``, then the report on their folder."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "cutlab", "-m", "model=dust", "train=erm,constrained", "train.epochs=2",
+         "train.max_steps_per_epoch=1", "train.batch_size=2", "train.epsilon=null", "wandb.mode=disabled",
+         "eval.gamma_test=[0,1.0]", "eval.batch_size=16", "data.image_size=32", "data.frames=4", "progress=false"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = tmp_path / "report"
+    report = analysis_cli(str(runs), "--out", str(out))
+    assert report.returncode == 0, report.stderr
+    text = (out / "report.md").read_text()
+    assert "2 run folders: 2 complete" in text
+    table = pd.read_csv(out / "tables" / "table3_video_mean_rmse.csv")
+    assert len(table) == 1 and table["constrained_mean_rmse"].notna().all() and table["erm_mean_rmse"].notna().all()
+    for stem in ("fig02_rmse_vs_gamma_test", "fig07_layerwise_loss", "fig12_descent_ratios", "dual_variables"):
+        assert_image(out / "figures" / f"{stem}.png")
+
+
+# --------------------------------------------------------------------------------------------- bad input
+
+def run_main(*args: str, capsys) -> tuple[int, str]:
+    from analysis.__main__ import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
+    code, err = run_main(str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and err.startswith("analysis: error: ") and "does not exist" in err and err.count("\n") == 1
+    (tmp_path / "empty").mkdir()
+    code, err = run_main(str(tmp_path / "empty"), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and "is empty" in err and "python -m cutlab" in err
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "notes.txt").write_text("no runs here")
+    code, err = run_main(str(tmp_path / "junk"), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and "holds no run records" in err
+    assert not (tmp_path / "r").exists()  # nothing written on bad input
+
+
+def test_old_record_format_and_half_written_records(tmp_path, capsys):
+    from analysis.collect import collect_runs
+
+    runs = tmp_path / "runs"
+    write_run(runs, "old", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=15.0,
+              selection=15.0, record_version=None)
+    write_run(runs, "future", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=15.0,
+              selection=15.0, record_version=2)
+    write_run(runs, "running", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=15.0,
+              selection=15.0, status="running")
+    stopped = write_run(runs, "interrupted", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True,
+                        test=15.0, selection=15.0, status="running")
+    summary = json.loads((stopped / SUMMARY).read_text())
+    (stopped / SUMMARY).write_text(json.dumps({**summary, "status": "interrupted", "error": "KeyboardInterrupt: "}))
+    cut = write_run(runs, "cut", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=False, test=15.0,
+                    selection=15.0)
+    (cut / SUMMARY).write_text((cut / SUMMARY).read_text()[:40])  # a summary cut mid-write
+    no_eval = write_run(runs, "no_eval", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=False,
+                        test=15.0, selection=15.0)
+    (no_eval / EVAL).unlink()
+    table = collect_runs(runs).runs.set_index("run")
+    assert table.loc["old", "state"] == "unsupported" and "no record_version" in table.loc["old", "problem"]
+    assert table.loc["future", "state"] == "unsupported" and "record_version 2" in table.loc["future", "problem"]
+    assert table.loc["running", "partial"] and "running" in table.loc["running", "problem"]
+    assert table.loc["interrupted", "partial"] and "resume" in table.loc["interrupted", "problem"]
+    assert table.loc["cut", "partial"] and "not valid JSON" in table.loc["cut", "problem"]
+    assert table.loc["no_eval", "partial"] and "eval.csv missing" in table.loc["no_eval", "problem"]
+    assert not table["usable"].any()
+
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0  # a report of what is there: nothing counted, everything listed
+    assert err.count("analysis: warning: ") == 6 and "record_version" in err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "6 run folders: 0 complete" in report and "4 partial, 2 unreadable" in report
+    assert "Skipped: no complete video runs" in report
