@@ -1,7 +1,7 @@
 """Evaluation over a gamma_test grid, per-sample descent ratios, and the feasibility verdict.
 
-Each clean batch is read once and perturbed at every gamma of the grid; the k perturbed copies go through
-the model in one forward pass, which yields every layer at once (no per-layer recomputation).
+Each clean batch is read once and perturbed at every gamma of the grid; one forward per gamma yields every
+layer at once (no per-layer recomputation).
 """
 
 from __future__ import annotations
@@ -73,15 +73,9 @@ def evaluate(
     order = torch.arange(len(samples)).split(batch_size)
     for batch_index, indices in enumerate(order):
         clean = prepare(collate(samples, indices).to(device))
-        noisy = torch.cat(
-            [
-                perturb(clean, gamma, sigma, noise_mean, noise_generator(seed, EVAL_STREAM, batch_index * 1_000 + g, device))
-                for g, gamma in enumerate(gammas)
-            ]
-        )
-        outputs = [out.chunk(len(gammas)) for out in model(noisy)]
-        for g in range(len(gammas)):
-            per_gamma = [out[g] for out in outputs]
+        for g, gamma in enumerate(gammas):
+            generator = noise_generator(seed, EVAL_STREAM, batch_index * 1_000 + g, device)
+            per_gamma = model(perturb(clean, gamma, sigma, noise_mean, generator))
             sums, count = objective.metric_sums(per_gamma, clean)
             if metric_sums is None:
                 metric_sums = torch.zeros(len(gammas), sums.numel(), dtype=torch.float64)

@@ -107,6 +107,9 @@ class Trainer:
         noisy = perturb(clean, self.gamma, self.sigma, self.noise_mean, generator)
         self.model.train()
         outputs = self.model(noisy)
+        if not self.primal_dual.constrained:
+            # ERM's gradient is that of l_L alone: the other layers' losses are recorded, not back-propagated
+            outputs = [out.detach() for out in outputs[:-1]] + outputs[-1:]
         return self.primal_dual.step(self.objective.loss_matrix(outputs, clean), self.dual_active(self.progress.epoch))
 
     def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:
