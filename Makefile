@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-all clean
+.PHONY: setup run test test-all bench clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ test: setup
 
 test-all: setup
 	$(BIN)/python -m pytest -m "slow or not slow"
+
+# The benchmark suite (about 11 min on 2 idle cores); writes benchmarks/results.json, RESULTS.md and
+# refreshes the README's performance table.
+bench: setup
+	$(BIN)/python benchmarks/run.py --readme README.md
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -41,6 +41,8 @@ def check_config(cfg: DictConfig) -> None:
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
     _integer("seed", cfg.seed, "0", 0)
+    if cfg.threads is not None:
+        _integer("threads", cfg.threads, "1", 1)
     gammas = cfg.eval.gamma_test
     if not gammas or isinstance(gammas, (str, int, float)):
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")

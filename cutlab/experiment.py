@@ -27,7 +27,7 @@ from cutlab.video_task import Task, build_video_task, pick_device
 log = logging.getLogger("cutlab")
 
 # Keys that may differ between a run and its resumption without changing its result.
-VOLATILE_KEYS = ("paths", "wandb", "device", "progress", "run_name", "checkpoint")
+VOLATILE_KEYS = ("paths", "wandb", "device", "threads", "progress", "run_name", "checkpoint")
 
 
 def _comparable(config: dict) -> dict:
@@ -104,6 +104,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
     _check_run_folder(run_dir, resolved)
     checkpoint = load_checkpoint(run_dir)
     device = pick_device(cfg.device)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
     torch.manual_seed(cfg.seed)
     task = build_video_task(cfg)
     task.model.to(device)
