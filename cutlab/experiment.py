@@ -137,13 +137,15 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
                "epsilon": epsilon}
     write_json(run_dir / SUMMARY, summary)
     history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
-    started = time.perf_counter()
+    # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent
+    started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
     total_steps = trainer.steps_per_epoch() * cfg.train.epochs
     reporter = _ProgressReporter(enabled=cfg.progress, total_steps=total_steps, epochs=cfg.train.epochs)
 
     def checkpoint_now() -> None:
         save_checkpoint(run_dir, {"trainer": trainer.state_dict(), "wandb_id": tracker.run_id,
-                                  "epsilon": epsilon, "record_version": RECORD_VERSION})
+                                  "epsilon": epsilon, "record_version": RECORD_VERSION,
+                                  "wall_time_s": time.perf_counter() - started}))
 
     def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
         row = _history_row(progress, result, trainer, seconds)
