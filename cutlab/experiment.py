@@ -145,7 +145,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     def checkpoint_now() -> None:
         save_checkpoint(run_dir, {"trainer": trainer.state_dict(), "wandb_id": tracker.run_id,
                                   "epsilon": epsilon, "record_version": RECORD_VERSION,
-                                  "wall_time_s": time.perf_counter() - started}))
+                                  "wall_time_s": time.perf_counter() - started})
 
     def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
         row = _history_row(progress, result, trainer, seconds)
