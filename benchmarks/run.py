@@ -1238,20 +1238,19 @@ def main(argv: list[str] | None = None) -> int:
             say(f"loading the benchmark data ({args.ped2.name})")
             data = Data(args.ped2, workdir / "cutlab-cache")
             say(f"  data: {data.source}; {len(data.train)} training windows, {len(data.test)} test windows")
-        if 1 in sections:
-            guarded("1 constraint overhead", lambda: section_constraint(res, mode, data))
-        if 2 in sections:
-            guarded("2 framework overhead", lambda: section_framework(res, mode, data, workdir))
-        if 3 in sections:
-            guarded("3 evaluation", lambda: section_evaluation(res, mode, data))
-        if 7 in sections:
-            guarded("7 hardware utilisation", lambda: section_flops(res, mode, data))
-        if 4 in sections:
-            guarded("4 start-up", lambda: section_startup(res, mode, workdir, data))
-        if 5 in sections:
-            guarded("5 sweep", lambda: section_sweep(res, mode, workdir))
-        if 6 in sections:
-            guarded("6 peak memory", lambda: section_peak_memory(res, mode, args.ped2, workdir))
+        # in this order: the timing sections first, the process-spawning ones (start-up, sweep, memory) last
+        runs = [
+            (1, "1 constraint overhead", lambda: section_constraint(res, mode, data)),
+            (2, "2 framework overhead", lambda: section_framework(res, mode, data, workdir)),
+            (3, "3 evaluation", lambda: section_evaluation(res, mode, data)),
+            (7, "7 hardware utilisation", lambda: section_flops(res, mode, data)),
+            (4, "4 start-up", lambda: section_startup(res, mode, workdir, data)),
+            (5, "5 sweep", lambda: section_sweep(res, mode, workdir)),
+            (6, "6 peak memory", lambda: section_peak_memory(res, mode, args.ped2, workdir)),
+        ]
+        for number, name, section in runs:
+            if number in sections:
+                guarded(name, section)
     finally:
         if args.keep_workdir:
             say(f"run folders kept in {workdir}")

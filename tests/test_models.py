@@ -84,10 +84,18 @@ def test_ut_block_follows_its_equation(ped2_tokens):
     torch.testing.assert_close(model(x)[1], from_sequences(expected @ model.decoder.T, x.shape[0]))
 
 
-def test_symmetric_attention_rows_are_convex_combinations():
-    tokens = torch.randn(3, 5, 8)
-    same = symmetric_attention(tokens.expand(3, 5, 8).clone()[:, :1].expand(3, 5, 8), torch.randn(3, 5, 8)[:, :1].expand(3, 5, 8), 0.5, 1.0)
-    torch.testing.assert_close(same, tokens[:, :1].expand(3, 5, 8))  # attending among equal tokens changes nothing
+def test_symmetric_attention_rows_are_convex_combinations_of_symmetric_scores():
+    """With one-hot tokens and step 1 the output is the attention matrix itself: rows are probability vectors,
+    the softmax of scores that are symmetric because queries and keys share one projection."""
+    tokens = torch.eye(6).expand(2, 6, 6)
+    queries = torch.randn(2, 6, 4)
+    weights = symmetric_attention(tokens, queries, step=1.0, scale=0.5)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(2, 6))
+    assert (weights >= 0).all()
+    scores = weights.log() + torch.logsumexp(0.5 * queries @ queries.transpose(1, 2), dim=-1, keepdim=True)
+    torch.testing.assert_close(scores, scores.transpose(1, 2), atol=1e-5, rtol=1e-5)
+    halfway = symmetric_attention(tokens, queries, step=0.25, scale=0.5)
+    torch.testing.assert_close(halfway, 0.75 * tokens + 0.25 * weights)
 
 
 @pytest.mark.parametrize("make_model", [lambda: DUST(depth=3), lambda: DUST(depth=3, per_layer_dictionary=True), lambda: UT(depth=3)])

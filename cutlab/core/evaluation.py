@@ -19,9 +19,9 @@ from cutlab.core.training import SampleSource, collate
 class EvaluatedObjective(Protocol):
     metric_name: str
 
-    def loss_matrix(self, outputs: list[torch.Tensor], target: torch.Tensor) -> torch.Tensor: ...
-
-    def metric_sums(self, outputs: list[torch.Tensor], target: torch.Tensor) -> tuple[torch.Tensor, int]: ...
+    def evaluation_terms(
+        self, outputs: list[torch.Tensor], target: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, int]: ...
 
     def metric_from_sums(self, sums: torch.Tensor, count: int) -> torch.Tensor: ...
 
@@ -76,12 +76,12 @@ def evaluate(
         for g, gamma in enumerate(gammas):
             generator = noise_generator(seed, EVAL_STREAM, batch_index * 1_000 + g, device)
             per_gamma = model(perturb(clean, gamma, sigma, noise_mean, generator))
-            sums, count = objective.metric_sums(per_gamma, clean)
+            losses, sums, count = objective.evaluation_terms(per_gamma, clean)
             if metric_sums is None:
                 metric_sums = torch.zeros(len(gammas), sums.numel(), dtype=torch.float64)
             metric_sums[g] += sums.cpu().double()
             counts[g] += count
-            sample_losses[g].append(objective.loss_matrix(per_gamma, clean).cpu())
+            sample_losses[g].append(losses.cpu())
         if progress:
             progress(batch_index + 1, len(order))
     if metric_sums is None:

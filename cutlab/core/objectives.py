@@ -17,13 +17,27 @@ class DenoisingObjective:
     metric_name = "rmse"
     higher_is_better = False
 
+    @staticmethod
+    def _sample_losses(squared_error: torch.Tensor) -> torch.Tensor:
+        """[B, T, P, n] squared errors -> [B]: 1/2 sum over frames and pixels, mean over patch positions."""
+        return 0.5 * squared_error.sum(dim=(1, 3)).mean(dim=1)
+
     def loss_matrix(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> torch.Tensor:
-        return torch.stack([0.5 * (out - clean).pow(2).sum(dim=(1, 3)).mean(dim=1) for out in outputs], dim=1)
+        return torch.stack([self._sample_losses((out - clean).pow(2)) for out in outputs], dim=1)
 
     def metric_sums(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, int]:
         """Per-layer sum of squared pixel errors [L+1] and the number of pixels it covers."""
         sums = torch.stack([(out.detach() - clean).pow(2).sum() for out in outputs])
         return sums, clean.numel()
+
+    def evaluation_terms(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The loss matrix and the metric sums from one squared error per layer (evaluation needs both)."""
+        losses, sums = [], []
+        for out in outputs:
+            squared_error = (out.detach() - clean).pow(2)
+            losses.append(self._sample_losses(squared_error))
+            sums.append(squared_error.sum())
+        return torch.stack(losses, dim=1), torch.stack(sums), clean.numel()
 
     def metric_from_sums(self, sums: torch.Tensor, count: int) -> torch.Tensor:
         return 255.0 * torch.sqrt(sums / count)
