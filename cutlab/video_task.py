@@ -2,29 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
-import torch
 from omegaconf import DictConfig
 
-from cutlab.core.data.video import FrameWindows, load_video_clips, pixel_std, split_validation, to_patch_tokens
+from cutlab.core.data.video import FrameWindows, denoising_batch, load_video_clips, pixel_std, split_validation
 from cutlab.core.models import DUST, UT, LayerwiseModel
 from cutlab.core.objectives import DenoisingObjective
-
-
-@dataclass
-class Task:
-    """Everything the training loop and the evaluation need, independent of the model family."""
-
-    model: LayerwiseModel
-    objective: DenoisingObjective
-    train_set: FrameWindows
-    val_set: FrameWindows
-    test_set: FrameWindows
-    prepare: partial
-    sigma: float
-    source: str
+from cutlab.tasks import Task
 
 
 def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
@@ -51,14 +36,8 @@ def build_video_task(cfg: DictConfig) -> Task:
         train_set=FrameWindows(train_clips, data.frames, data.stride),
         val_set=FrameWindows(val_clips, data.frames, data.stride),
         test_set=FrameWindows(clips.test, data.frames, data.stride),
-        prepare=partial(to_patch_tokens, patch=data.patch),
+        prepare=partial(denoising_batch, patch=data.patch),
         # sigma_x of the clean training clips that are trained on (SPEC section 2)
         sigma=pixel_std(train_clips),
         source=clips.source,
     )
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)

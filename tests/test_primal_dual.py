@@ -15,6 +15,7 @@ import cooper  # the oracle (cooper-optim 1.0.1, a dev dependency)
 import pytest
 import torch
 
+from cutlab.core.models import LayerwiseModel
 from cutlab.core.primal_dual import Constraints, DualSettings, NonFiniteLoss, PrimalDual
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
@@ -28,7 +29,7 @@ ADAM_EPS = 1e-8
 # --------------------------------------------------------------------------------------------------------------
 
 
-class TinyUnrolled(torch.nn.Module):
+class TinyUnrolled(LayerwiseModel):
     """Phi_0 = embed(x), Phi_l = Phi_{l-1} + tanh(block_l(Phi_{l-1})); blocks 1 and 2 are tied (one module used
     twice, so its gradient is accumulated from two uses), block 3 is untied. Returns the L+1 = 4 representations."""
 
@@ -581,7 +582,7 @@ def _build_trainer(cadence: str, model_seed: int) -> Trainer:
         primal_dual=primal_dual,
         train_set=FixedSamples(),
         schedule=Schedule(epochs=3, batch_size=4, warmup_epochs=1),  # 5 steps per epoch
-        prepare=lambda batch: batch.float(),
+        prepare=lambda batch: (batch.float(), batch.float()),
         gamma=0.3,
         sigma=0.8,
         seed=7,

@@ -11,9 +11,9 @@ from typing import Callable, Protocol
 
 import torch
 
-from cutlab.core.perturbation import EVAL_STREAM, noise_generator, perturb
+from cutlab.core.perturbation import EVAL_STREAM, noise_generator, perturbed_forward
 from cutlab.core.primal_dual import Constraints
-from cutlab.core.training import SampleSource, collate
+from cutlab.core.training import SampleSource, collate, to_device
 
 
 class EvaluatedObjective(Protocol):
@@ -55,7 +55,7 @@ def evaluate(
     model: torch.nn.Module,
     objective: EvaluatedObjective,
     samples: SampleSource,
-    prepare: Callable[[torch.Tensor], torch.Tensor],
+    prepare: Callable,
     gammas: list[float],
     sigma: float,
     noise_mean: float = 0.0,
@@ -72,11 +72,11 @@ def evaluate(
     sample_losses: list[list[torch.Tensor]] = [[] for _ in gammas]
     order = torch.arange(len(samples)).split(batch_size)
     for batch_index, indices in enumerate(order):
-        clean = prepare(collate(samples, indices).to(device))
+        inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
             generator = noise_generator(seed, EVAL_STREAM, batch_index * 1_000 + g, device)
-            per_gamma = model(perturb(clean, gamma, sigma, noise_mean, generator))
-            losses, sums, count = objective.evaluation_terms(per_gamma, clean)
+            per_gamma = perturbed_forward(model, inputs, gamma, sigma, noise_mean, generator)
+            losses, sums, count = objective.evaluation_terms(per_gamma, target)
             if metric_sums is None:
                 metric_sums = torch.zeros(len(gammas), sums.numel(), dtype=torch.float64)
             metric_sums[g] += sums.cpu().double()

@@ -22,3 +22,8 @@ def perturb(clean: torch.Tensor, gamma: float, sigma: float, mean: float, genera
         return clean
     noise = torch.randn(clean.shape, generator=generator, device=clean.device, dtype=clean.dtype)
     return clean + mean + (gamma * sigma) * noise
+
+
+def perturbed_forward(model, inputs, gamma: float, sigma: float, mean: float, generator: torch.Generator) -> list:
+    """Phi_0..Phi_L of the perturbed input: noise is added where ``model.perturbable`` says (pixels, or embeddings)."""
+    return model.unroll(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)

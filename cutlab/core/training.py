@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
-from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturb
+from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturbed_forward
 from cutlab.core.primal_dual import PrimalDual, StepResult
 
 
@@ -21,11 +21,11 @@ class Objective(Protocol):
 
 
 class SampleSource(Protocol):
-    """A map-style dataset: ``len`` and ``[i]`` returning one clean sample tensor."""
+    """A map-style dataset: ``len`` and ``[i]`` returning one clean sample (a tensor, or a dict of them)."""
 
     def __len__(self) -> int: ...
 
-    def __getitem__(self, index: int) -> torch.Tensor: ...
+    def __getitem__(self, index: int): ...
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,28 @@ def epoch_batches(count: int, batch_size: int, seed: int, epoch: int) -> list[to
     return list(torch.randperm(count, generator=generator).split(batch_size))
 
 
-def collate(samples: SampleSource, indices: torch.Tensor) -> torch.Tensor:
+def collate(samples: SampleSource, indices: torch.Tensor):
+    """Stack samples into a batch; a dataset with ragged samples (text) provides its own ``collate`` method."""
+    own = getattr(samples, "collate", None)
+    if own is not None:
+        return own([samples[int(i)] for i in indices])
     return torch.stack([samples[int(i)] for i in indices])
+
+
+def to_device(batch, device: torch.device):
+    """A tensor, or a dict / tuple of tensors, moved to ``device``."""
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device)
+    if isinstance(batch, dict):
+        return {key: to_device(value, device) for key, value in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(to_device(value, device) for value in batch)
+    return batch
+
+
+def denoising_pair(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The default ``prepare``: the clean batch is both the model input and the target (denoising)."""
+    return batch, batch
 
 
 StepCallback = Callable[[Progress, StepResult, float], None]
@@ -62,8 +82,9 @@ EpochCallback = Callable[[Progress], None]
 class Trainer:
     """Runs the schedule; ``on_step`` sees every step's result, ``on_epoch_end`` every finished epoch.
 
-    ``prepare`` turns a collated clean batch into (model input, target) on the device, e.g. uint8 frames
-    into float patch tokens. Perturbation uses ``gamma * sigma`` with a generator of (seed, step).
+    ``prepare`` turns a collated clean batch, already on the device, into (model input, target): uint8
+    frames into float patch tokens for both (denoising), or token ids and labels (classification).
+    Perturbation of ``model.perturbable(input)`` uses ``gamma * sigma`` with a generator of (seed, step).
     """
 
     def __init__(
@@ -73,7 +94,7 @@ class Trainer:
         primal_dual: PrimalDual,
         train_set: SampleSource,
         schedule: Schedule,
-        prepare: Callable[[torch.Tensor], torch.Tensor],
+        prepare: Callable,
         gamma: float,
         sigma: float,
         noise_mean: float = 0.0,
@@ -101,18 +122,17 @@ class Trainer:
     def dual_active(self, epoch: int) -> bool:
         return epoch >= self.schedule.warmup_epochs
 
-    def train_step(self, clean_batch: torch.Tensor) -> StepResult:
-        clean = self.prepare(clean_batch.to(self.device))
+    def train_step(self, clean_batch) -> StepResult:
+        inputs, target = self.prepare(to_device(clean_batch, self.device))
         generator = noise_generator(self.seed, TRAIN_STREAM, self.progress.step, self.device)
-        noisy = perturb(clean, self.gamma, self.sigma, self.noise_mean, generator)
         self.model.train()
-        outputs = self.model(noisy)
+        outputs = perturbed_forward(self.model, inputs, self.gamma, self.sigma, self.noise_mean, generator)
         if not self.primal_dual.constrained:
             # ERM's gradient is that of l_L alone: the other layers' losses are recorded, not back-propagated
             outputs = [out.detach() for out in outputs[:-1]] + outputs[-1:]
-        return self.primal_dual.step(self.objective.loss_matrix(outputs, clean), self.dual_active(self.progress.epoch))
+        return self.primal_dual.step(self.objective.loss_matrix(outputs, target), self.dual_active(self.progress.epoch))
 
-    def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:
+    def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:  # of sample indices
         indices = epoch_batches(len(self.train_set), self.schedule.batch_size, self.seed, self.progress.epoch)
         yield from indices[self.progress.batch : self.steps_per_epoch()]
 

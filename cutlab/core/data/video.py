@@ -133,6 +133,12 @@ def _check_clip(name: str, clip: np.ndarray) -> np.ndarray:
     return clip
 
 
+def denoising_batch(frames: torch.Tensor, patch: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """A video batch's (model input, target): the clean patch tokens are both (the noise comes later)."""
+    tokens = to_patch_tokens(frames, patch)
+    return tokens, tokens
+
+
 def to_patch_tokens(frames: torch.Tensor, patch: int = 16) -> torch.Tensor:
     """[B, T, H, W] -> [B, T, P, patch*patch]: non-overlapping patches, row-major, values in [0, 1].
 

@@ -15,6 +15,17 @@ class LayerwiseModel(nn.Module):
 
     depth: int
 
+    def perturbable(self, inputs):
+        """The tensor the perturbation x~ = x + xi acts on (SPEC section 2): the input itself for video models.
+
+        Text models override it to return the word embeddings (``inputs_embeds``) of their token ids.
+        """
+        return inputs
+
+    def unroll(self, embedded: torch.Tensor, inputs) -> list[torch.Tensor]:
+        """Phi_0..Phi_L from the (perturbed) output of :meth:`perturbable`; ``inputs`` carries masks and the like."""
+        return self(embedded)
+
 
 def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float, scale: float) -> torch.Tensor:
     """One symmetric softmax-attention step over the sequence axis (SPEC section 3).
