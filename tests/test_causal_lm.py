@@ -1,0 +1,337 @@
+"""Causal-LM fine-tuning (paper Sec. 6) on a tiny random-init Llama: model contract, Alpaca data, CLI runs, bad input.
+
+No Llama weights exist here: the model is a transformers LlamaConfig of width 64 with random weights; the
+tokenizers are the real RoBERTa BPE tokenizer from ../shared and a small byte-level BPE trained on the fixture.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, SHARED, require_shared
+from test_cli import cutlab
+
+from cutlab.core.data.alpaca import (
+    IGNORE, PROMPT_NO_INPUT, PROMPT_WITH_INPUT, Example, load_examples, prompt_of, tokenize_example,
+)
+from cutlab.core.objectives_lm import TokenCrossEntropyObjective
+from cutlab.core.perturbation import perturbed_forward
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.training import Schedule, Trainer
+from cutlab.errors import CutlabError
+
+ROBERTA = SHARED / "models" / "roberta-base-tokenizer"
+COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
+
+
+def alpaca_rows(count: int = 24) -> list[dict]:
+    """Alpaca-format rows: half with an input, half without (the two prompt templates)."""
+    return [{"instruction": f"Name colour number {i}.",
+             "input": "" if i % 2 else f"The list is {', '.join(COLOURS)}.",
+             "output": f"The colour is {COLOURS[i % 6]}."} for i in range(count)]
+
+
+@pytest.fixture(scope="module")
+def alpaca_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("alpaca") / "alpaca_data.json"
+    path.write_text(json.dumps(alpaca_rows(), indent=2))
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory) -> Path:
+    """A real byte-level BPE tokenizer (300 tokens) trained on the fixture's text, saved as a transformers folder."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    texts = [PROMPT_WITH_INPUT, PROMPT_NO_INPUT] + [row[key] for row in alpaca_rows() for key in row]
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    folder = tmp_path_factory.mktemp("tokenizer")
+    PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                            unk_token="<unk>").save_pretrained(folder)
+    return folder
+
+
+def task_config(root, tokenizer, **model) -> OmegaConf:
+    """The composed config of ``model=causal_lm data=alpaca`` with a random-init 2-layer Llama."""
+    cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
+    cfg.model = OmegaConf.load(ROOT / "conf" / "model" / "causal_lm.yaml")
+    cfg.data = OmegaConf.load(ROOT / "conf" / "data" / "alpaca.yaml")
+    cfg.train = OmegaConf.load(ROOT / "conf" / "train" / "constrained.yaml")
+    cfg.merge_with({"L": 2, "progress": False, "model": {"pretrained": None, "tokenizer": str(tokenizer), **model},
+                    "data": {"root": str(root), "val_fraction": 0.1, "test_fraction": 0.2}})
+    return cfg
+
+
+def build(cfg):
+    from cutlab.instruction_task import build_instruction_task
+
+    torch.manual_seed(0)
+    return build_instruction_task(cfg)
+
+
+# ---------------------------------------------------------------- data
+
+
+def test_prompt_is_masked_and_only_response_tokens_count():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(require_shared(ROBERTA))
+    example = Example("Translate to French.", "cheese", "fromage")
+    sample = tokenize_example(example, tokenizer, max_length=512)
+    ids, labels = sample["input_ids"], sample["labels"]
+    counted = labels != IGNORE
+    prompt_length = int((~counted).sum())
+    assert ids[0] == tokenizer.bos_token_id and not counted[:prompt_length].any() and counted[prompt_length:].all()
+    assert tokenizer.decode(ids[:prompt_length], skip_special_tokens=True) == prompt_of(example)
+    assert "### Input:\ncheese" in prompt_of(example)
+    assert tokenizer.decode(labels[counted]) == "fromage</s>"  # the response and eos, nothing of the prompt
+    torch.testing.assert_close(labels[counted], ids[counted])
+
+    # the loss reads only the logits that predict response tokens (position t predicts label t+1)
+    objective = TokenCrossEntropyObjective()
+    logits = torch.randn(1, len(ids), len(tokenizer))
+    before = objective.loss_matrix([logits], labels[None])
+    changed = logits.clone()
+    changed[0, : prompt_length - 1] += 5 * torch.randn(prompt_length - 1, len(tokenizer))  # predict prompt tokens
+    torch.testing.assert_close(objective.loss_matrix([changed], labels[None]), before)
+    changed[0, prompt_length - 1] += 5 * torch.randn(len(tokenizer))  # predicts the first response token
+    assert not torch.allclose(objective.loss_matrix([changed], labels[None]), before)
+    expected = torch.nn.functional.cross_entropy(logits[0, prompt_length - 1 : -1], ids[prompt_length:])
+    torch.testing.assert_close(before[0, 0], expected)
+
+
+def test_truncation_keeps_the_mask_and_examples_without_response_are_dropped(alpaca_file, tiny_tokenizer):
+    from transformers import AutoTokenizer
+
+    from cutlab.core.data.alpaca import load_instruction_splits
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer)
+    example = load_examples(str(alpaca_file))[0]
+    full = tokenize_example(example, tokenizer, 10_000)
+    prompt_length = int((full["labels"] == IGNORE).sum())
+    cut = tokenize_example(example, tokenizer, prompt_length + 2)
+    assert len(cut["input_ids"]) == prompt_length + 2 and int((cut["labels"] != IGNORE).sum()) == 2
+    data = OmegaConf.create({"root": str(alpaca_file), "max_length": prompt_length, "subset": None,
+                             "val_fraction": 0.1, "test_fraction": 0.2, "split_seed": 0})
+    # example 0's prompt fills max_length: it and every longer prompt lose their whole response and are dropped
+    short = load_instruction_splits(data, tokenizer, progress=False)
+    kept = len(short.train) + len(short.val) + len(short.test)
+    assert short.dropped > 0 and kept + short.dropped == 24
+    assert all((s["labels"] != IGNORE).any() for s in short.train.samples)
+    data.max_length = 5
+    with pytest.raises(CutlabError, match="empty after truncation.*data.max_length"):
+        load_instruction_splits(data, tokenizer, progress=False)
+    data.max_length = 512
+    splits = load_instruction_splits(data, tokenizer, progress=False)
+    assert (len(splits.train), len(splits.val), len(splits.test)) == (17, 2, 5) and splits.dropped == 0
+    batch = splits.train.collate([splits.train[0], splits.train[1]])
+    assert batch["input_ids"].shape == batch["labels"].shape == batch["attention_mask"].shape
+    padded = batch["attention_mask"] == 0
+    assert (batch["labels"][padded] == IGNORE).all() and (batch["input_ids"][padded] == tokenizer.pad_token_id).all()
+
+
+def test_json_lines_and_bad_instruction_files_get_errors_naming_the_row(tmp_path):
+    lines = tmp_path / "data.jsonl"
+    lines.write_text("\n".join(json.dumps(row) for row in alpaca_rows(3)) + "\n")
+    assert [e.output for e in load_examples(str(lines))] == [r["output"] for r in alpaca_rows(3)]
+    with pytest.raises(CutlabError, match="data.root is not set.*alpaca_data.json"):
+        load_examples(None)
+    with pytest.raises(CutlabError, match="is not a file.*stanford_alpaca"):
+        load_examples(str(tmp_path / "missing.json"))
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"instruction": "a", "output": "b"},')
+    with pytest.raises(CutlabError, match="not valid JSON"):
+        load_examples(str(broken))
+    rows = alpaca_rows(3)
+    del rows[2]["output"]
+    missing = tmp_path / "missing_output.json"
+    missing.write_text(json.dumps(rows))
+    with pytest.raises(CutlabError, match=r"row 2 needs a string 'output'"):
+        load_examples(str(missing))
+    lines.write_text(json.dumps(alpaca_rows(1)[0]) + "\n{not json\n")
+    with pytest.raises(CutlabError, match="line 2 is not valid JSON"):
+        load_examples(str(lines))
+
+
+# ---------------------------------------------------------------- model contract
+
+
+def test_layers_are_the_logit_lens_of_the_hidden_states(alpaca_file, tiny_tokenizer):
+    task = build(task_config(alpaca_file, tiny_tokenizer))
+    model = task.model
+    inputs, labels = task.prepare(task.train_set.collate([task.train_set[i] for i in range(3)]))
+    outputs = model(inputs)
+    batch, length = inputs["input_ids"].shape
+    assert model.depth == 2 and len(outputs) == 3
+    assert all(out.shape == (batch, length, 300) for out in outputs)
+    llama = model.base
+    embeddings = llama.model.embed_tokens(inputs["input_ids"])
+    torch.testing.assert_close(outputs[0], llama.lm_head(llama.model.norm(embeddings)))  # Phi_0: the embeddings read out
+    full = llama(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    torch.testing.assert_close(outputs[-1], full.logits)  # Phi_L: the model's own next-token logits
+    # noise goes on the embeddings: gamma = 0 is the clean forward, gamma > 0 changes every layer's output
+    generator = torch.Generator().manual_seed(0)
+    clean = perturbed_forward(model, inputs, 0.0, task.sigma, 0.0, generator)
+    noisy = perturbed_forward(model, inputs, 1.0, task.sigma, 0.0, generator)
+    torch.testing.assert_close(clean[-1], outputs[-1])
+    assert all(not torch.allclose(a, b) for a, b in zip(clean, noisy))
+    # sigma_x is the std of the training tokens' embeddings
+    ids = torch.cat([s["input_ids"] for s in task.train_set.samples])
+    assert task.sigma == pytest.approx(float(llama.model.embed_tokens(ids).detach().std(unbiased=False)), rel=1e-4)
+
+
+@pytest.mark.parametrize("constrained", [False, True])
+def test_a_step_lowers_the_objective_on_a_fixed_batch(alpaca_file, tiny_tokenizer, constrained):
+    task = build(task_config(alpaca_file, tiny_tokenizer))
+    model, objective = task.model, task.objective
+    inputs, labels = task.prepare(task.train_set.collate([task.train_set[i] for i in range(4)]))
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    constraints = Constraints(alpha=0.05, epsilon=None) if constrained else None
+    dual = DualSettings(lr=0.01) if constrained else None
+    trainer = PrimalDual(parameters, torch.optim.Adam(parameters, lr=1e-3), model.depth + 1, constraints, dual)
+    before = objective.loss_matrix(model(inputs), labels).mean(0)
+    for _ in range(3):
+        outputs = model(inputs)
+        if not constrained:
+            outputs = [out.detach() for out in outputs[:-1]] + outputs[-1:]
+        trainer.step(objective.loss_matrix(outputs, labels), dual_active=True)
+    after = objective.loss_matrix(model(inputs), labels).mean(0)
+    assert after[-1] < before[-1]
+    if constrained:
+        assert after.sum() < before.sum()  # the constraint terms pull every layer's loss down too
+
+
+def test_resume_from_a_checkpoint_continues_exactly(alpaca_file, tiny_tokenizer):
+    """Training 4 steps == 2 steps, state saved and loaded into a fresh task, 2 more steps."""
+
+    def trainer_of(task):
+        from cutlab.experiment import build_primal_dual
+
+        cfg = task_config(alpaca_file, tiny_tokenizer)
+        return Trainer(task.model, task.objective, build_primal_dual(cfg, task.model, 6.0), task.train_set,
+                       Schedule(epochs=2, batch_size=4, warmup_epochs=1, max_steps_per_epoch=2), task.prepare,
+                       gamma=0.5, sigma=task.sigma, seed=3)
+
+    cfg = task_config(alpaca_file, tiny_tokenizer)
+    straight = trainer_of(build(cfg))
+    straight.run()
+    first = trainer_of(build(cfg))
+    first.schedule = Schedule(epochs=1, batch_size=4, warmup_epochs=1, max_steps_per_epoch=2)
+    first.run()
+    state = first.state_dict()
+    resumed = trainer_of(build(cfg))
+    resumed.load_state_dict(state)
+    resumed.run()
+    assert resumed.progress.step == straight.progress.step == 4
+    for (name, a), b in zip(straight.model.state_dict().items(), resumed.model.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+    torch.testing.assert_close(straight.primal_dual.multipliers, resumed.primal_dual.multipliers)
+
+
+def test_lora_trains_only_the_adapters(alpaca_file, tiny_tokenizer):
+    task = build(task_config(alpaca_file, tiny_tokenizer, lora={"enabled": True}))
+    trainable = [name for name, p in task.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    assert {name.split(".")[-4] for name in trainable if name.endswith("lora_A.default.weight")} == \
+        {"q_proj", "k_proj", "v_proj", "o_proj"}
+    inputs, labels = task.prepare(task.train_set.collate([task.train_set[0]]))
+    assert len(task.model(inputs)) == 3
+
+
+# ---------------------------------------------------------------- bad model configurations
+
+
+def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path / "small_llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    cfg = task_config(alpaca_file, require_shared(ROBERTA), pretrained=str(folder))
+    with pytest.raises(CutlabError, match="50265 tokens but the model's embedding has only 50 rows"):
+        build(cfg)
+    cfg.L = 3
+    with pytest.raises(CutlabError, match="has 2 decoder layers but L=3; pass L=2"):
+        build(cfg)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"dtype": "float16"}, "float16 is not supported"),
+    ({"device_map": "auto"}, "device_map is not supported"),
+    ({"tokenizer": None}, "needs model.tokenizer"),
+])
+def test_unsupported_model_settings_are_refused(alpaca_file, tiny_tokenizer, override, message):
+    cfg = task_config(alpaca_file, tiny_tokenizer)
+    cfg.model.merge_with(override)
+    with pytest.raises(CutlabError, match=message):
+        build(cfg)
+
+
+# ---------------------------------------------------------------- end to end through the CLI
+
+
+def tiny_run(root, tokenizer) -> list[str]:
+    return ["model=causal_lm", "data=alpaca", f"data.root={root}", "model.pretrained=null",
+            f"model.tokenizer={tokenizer}", "L=2", "train.epochs=2", "train.max_steps_per_epoch=3",
+            "eval.gamma_test=[0,0.5,1]", "data.val_fraction=0.1", "data.test_fraction=0.2", "wandb.mode=disabled"]
+
+
+@pytest.mark.parametrize("extra", [[], ["model.lora.enabled=true"]], ids=["full", "lora"])
+def test_cli_run_writes_token_accuracy_per_gamma(tmp_path, alpaca_file, tiny_tokenizer, extra):
+    runs = tmp_path / "runs"
+    cutlab(tiny_run(alpaca_file, tiny_tokenizer) + extra, runs)
+    (run,) = runs.iterdir()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["steps"] == 6
+    assert summary["metric"] == "token_accuracy" and summary["selection_mode"] == "max"
+    assert set(summary["test_metric_by_gamma"]) == {"0.0", "0.5", "1.0"}
+    assert all(0.0 <= v <= 1.0 for v in summary["test_metric_by_gamma"].values())
+    assert "test_auc" not in summary  # the paper reports no AUC for the LLM (Fig. 6 plots accuracy vs gamma)
+    evaluation = pd.read_csv(run / "eval.csv")
+    test = evaluation.query("split == 'test' and metric == 'token_accuracy'")
+    assert sorted(test["layer"].unique()) == [0, 1, 2]
+    assert summary["test_mean_metric"] == pytest.approx(test.query("layer == 2")["value"].mean())
+    history = pd.read_csv(run / "history.csv")
+    assert list(history["step"]) == [1, 2, 3, 4, 5, 6]
+    if not extra:  # full fine-tuning learns the fixed "The colour is ...</s>" pattern within 6 steps
+        assert history["loss_2"].iloc[-1] < history["loss_2"].iloc[0]
+        assert summary["test_metric_by_gamma"]["0.0"] > 0.5
+
+
+def test_cli_hub_id_without_network_is_a_clear_error(tmp_path, alpaca_file):
+    env_home = tmp_path / "hf"  # an empty HF cache: the model is nowhere on this machine
+    args = ["model=causal_lm", "data=alpaca", f"data.root={alpaca_file}", "L=32", "wandb.mode=disabled"]
+    result = _cutlab_with_env(args, tmp_path / "runs", {"HF_HOME": str(env_home), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2
+    assert "model.pretrained='meta-llama/Llama-3.1-8B' cannot be loaded" in result.stderr
+    assert "hub is offline" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_cli_alpaca_without_a_file_names_how_to_get_it(tmp_path, tiny_tokenizer):
+    args = ["model=causal_lm", "data=alpaca", "model.pretrained=null", f"model.tokenizer={tiny_tokenizer}",
+            "L=2", "wandb.mode=disabled"]
+    result = cutlab(args, tmp_path / "runs", check=False)
+    assert result.returncode == 2 and "data.root is not set" in result.stderr
+    assert "alpaca_data.json" in result.stderr and "data.root=/path/to/alpaca_data.json" in result.stderr
+
+
+def _cutlab_with_env(args, runs, env):
+    import subprocess
+    import sys
+
+    full_env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
+                "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=300)
