@@ -240,6 +240,25 @@ def test_resume_from_a_checkpoint_continues_exactly(alpaca_file, tiny_tokenizer)
     torch.testing.assert_close(straight.primal_dual.multipliers, resumed.primal_dual.multipliers)
 
 
+def test_bfloat16_model_trains_with_float32_losses(alpaca_file, tiny_tokenizer):
+    task = build(task_config(alpaca_file, tiny_tokenizer, dtype="bfloat16"))
+    assert {p.dtype for p in task.model.parameters()} == {torch.bfloat16}
+    inputs, labels = task.prepare(task.train_set.collate([task.train_set[i] for i in range(2)]))
+    losses = task.objective.loss_matrix(task.model(inputs), labels)
+    assert losses.dtype == torch.float32 and losses.shape == (2, 3) and torch.isfinite(losses).all()
+    losses[:, -1].mean().backward()
+    assert all(p.grad is not None for p in task.model.base.model.layers[-1].parameters())
+
+
+def test_bad_data_settings_are_refused(alpaca_file, tiny_tokenizer):
+    for key, value, message in [("max_length", 1, "data.max_length must be"), ("test_fraction", 1.5, "between 0 and 1"),
+                                ("subset", 0, "data.subset must be")]:
+        cfg = task_config(alpaca_file, tiny_tokenizer)
+        cfg.data[key] = value
+        with pytest.raises(CutlabError, match=message):
+            build(cfg)
+
+
 def test_lora_trains_only_the_adapters(alpaca_file, tiny_tokenizer):
     task = build(task_config(alpaca_file, tiny_tokenizer, lora={"enabled": True}))
     trainable = [name for name, p in task.model.named_parameters() if p.requires_grad]
@@ -271,6 +290,8 @@ def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_p
     ({"dtype": "float16"}, "float16 is not supported"),
     ({"device_map": "auto"}, "device_map is not supported"),
     ({"tokenizer": None}, "needs model.tokenizer"),
+    ({"architecture": {"num_hidden_layers": 4}}, "num_hidden_layers is set by L"),
+    ({"architecture": {"hidden_size": 30}}, "not a valid LlamaConfig"),
 ])
 def test_unsupported_model_settings_are_refused(alpaca_file, tiny_tokenizer, override, message):
     cfg = task_config(alpaca_file, tiny_tokenizer)

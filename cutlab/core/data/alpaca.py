@@ -154,7 +154,22 @@ def split_examples(count: int, val_fraction: float, test_fraction: float, seed: 
     return order[n_val + n_test:], order[:n_val], order[n_val:n_val + n_test]
 
 
+def check_data_config(data_cfg) -> None:
+    """The instruction-data keys, checked before any file is read (the generic keys are in cutlab/config_check.py)."""
+    length = data_cfg.max_length
+    if isinstance(length, bool) or not isinstance(length, int) or length < 2:
+        raise CutlabError(f"data.max_length must be a whole number >= 2, got {length!r}; e.g. data.max_length=512")
+    if data_cfg.subset is not None and (isinstance(data_cfg.subset, bool) or not isinstance(data_cfg.subset, int)
+                                        or data_cfg.subset < 3):
+        raise CutlabError(f"data.subset must be null or a whole number >= 3, got {data_cfg.subset!r}; e.g. data.subset=2000")
+    for key in ("val_fraction", "test_fraction"):
+        value = data_cfg[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < 1:
+            raise CutlabError(f"data.{key} must be a number between 0 and 1, got {value!r}; e.g. data.{key}=0.05")
+
+
 def load_instruction_splits(data_cfg, tokenizer, progress: bool = True) -> InstructionSplits:
+    check_data_config(data_cfg)
     examples = load_examples(data_cfg.root)
     if data_cfg.subset is not None:
         examples = examples[: data_cfg.subset]  # the first rows of the file: quick runs on part of Alpaca

@@ -74,7 +74,16 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
     dtype = torch_dtype(model_cfg.dtype)
     if model_cfg.pretrained is None:
         architecture = dict(model_cfg.architecture or {})
-        config = LlamaConfig(**architecture, num_hidden_layers=depth, vocab_size=vocab_size)
+        if "num_hidden_layers" in architecture:
+            raise CutlabError("model.architecture.num_hidden_layers is set by L; remove it and pass L=<layers>")
+        # the vocabulary defaults to the tokenizer's; a larger one (Llama 3's 128256 rows) may be given
+        architecture.setdefault("vocab_size", vocab_size)
+        try:
+            config = LlamaConfig(**architecture, num_hidden_layers=depth)
+        except Exception as error:  # TypeError, ValueError, or huggingface_hub's strict-dataclass validation error
+            raise CutlabError(f"model.architecture is not a valid LlamaConfig ({error}); e.g. "
+                              "model.architecture={hidden_size:64,intermediate_size:128,num_attention_heads:4,"
+                              "num_key_value_heads:2}") from None
         network = LlamaForCausalLM(config).to(dtype)
     else:
         config = load_pretrained(AutoConfig, model_cfg.pretrained, "model.pretrained")
