@@ -49,5 +49,5 @@ def build_instruction_task(cfg: DictConfig) -> Task:
         test_set=splits.test,
         prepare=instruction_batch,
         sigma=embedding_sigma(model.base.get_input_embeddings(), splits.train),
-        source=f"{cfg.data.root} (tokenizer {name})",
+        source=f"{cfg.data.root}; model {cfg.model.pretrained or 'random-init Llama'}; tokenizer {name}",
     )

@@ -63,13 +63,13 @@ def tiny_tokenizer(tmp_path_factory) -> Path:
     return folder
 
 
-def task_config(root, tokenizer, **model) -> OmegaConf:
+def task_config(root, tokenizer_folder, **model) -> OmegaConf:
     """The composed config of ``model=causal_lm data=alpaca`` with a random-init 2-layer Llama."""
     cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
     cfg.model = OmegaConf.load(ROOT / "conf" / "model" / "causal_lm.yaml")
     cfg.data = OmegaConf.load(ROOT / "conf" / "data" / "alpaca.yaml")
     cfg.train = OmegaConf.load(ROOT / "conf" / "train" / "constrained.yaml")
-    cfg.merge_with({"L": 2, "progress": False, "model": {"pretrained": None, "tokenizer": str(tokenizer), **model},
+    cfg.merge_with({"L": 2, "progress": False, "model": {"pretrained": None, "tokenizer": str(tokenizer_folder), **model},
                     "data": {"root": str(root), "val_fraction": 0.1, "test_fraction": 0.2}})
     return cfg
 
@@ -270,6 +270,23 @@ def test_lora_trains_only_the_adapters(alpaca_file, tiny_tokenizer):
 
 
 # ---------------------------------------------------------------- bad model configurations
+
+
+def test_a_local_pretrained_folder_loads_with_its_own_tokenizer(alpaca_file, tiny_tokenizer, tmp_path):
+    """model.pretrained=<folder> with model.tokenizer=null: weights and tokenizer both come from the folder."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path / "pretrained"
+    torch.manual_seed(5)
+    saved = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1))
+    saved.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_tokenizer).save_pretrained(folder)
+    task = build(task_config(alpaca_file, tiny_tokenizer, pretrained=str(folder), tokenizer=None))
+    torch.testing.assert_close(task.model.base.model.embed_tokens.weight, saved.model.embed_tokens.weight)
+    inputs, _ = task.prepare(task.train_set.collate([task.train_set[0]]))
+    torch.testing.assert_close(task.model(inputs)[-1], saved(**inputs).logits)
+    assert f"model {folder}; tokenizer {folder}" in task.source
 
 
 def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_path):

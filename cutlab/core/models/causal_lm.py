@@ -94,7 +94,11 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
         if getattr(config, "quantization_config", None) is not None:
             raise CutlabError(f"model.pretrained={model_cfg.pretrained!r} is quantised; quantised weights are not "
                               "supported: use an unquantised checkpoint (with model.dtype=bfloat16 to halve memory)")
-        network = load_pretrained(AutoModelForCausalLM, model_cfg.pretrained, "model.pretrained", dtype=dtype)
+        import transformers
+
+        # the keyword is `dtype` since transformers 4.56 (`torch_dtype` before); loading in dtype halves bf16 memory
+        keyword = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+        network = load_pretrained(AutoModelForCausalLM, model_cfg.pretrained, "model.pretrained", **{keyword: dtype})
     rows = network.get_input_embeddings().num_embeddings
     if vocab_size > rows:
         raise CutlabError(
@@ -111,7 +115,11 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
 
 def with_lora(network, lora_cfg):
     """LoRA adapters (peft) on ``lora.target_modules``; the base weights, embeddings, norm and head stay frozen."""
-    from peft import LoraConfig, get_peft_model
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise CutlabError("model.lora.enabled=true needs peft: pip install 'cutlab[lora]' "
+                          "(or set model.lora.enabled=false for full fine-tuning)") from None
 
     config = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                         target_modules=list(lora_cfg.target_modules), task_type="CAUSAL_LM")
