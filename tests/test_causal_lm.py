@@ -45,8 +45,7 @@ def alpaca_file(tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_tokenizer(tmp_path_factory) -> Path:
+def train_tiny_tokenizer(folder: Path) -> Path:
     """A real byte-level BPE tokenizer (300 tokens) trained on the fixture's text, saved as a transformers folder."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -57,10 +56,14 @@ def tiny_tokenizer(tmp_path_factory) -> Path:
     tokenizer.train_from_iterator(texts, trainers.BpeTrainer(
         vocab_size=300, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    folder = tmp_path_factory.mktemp("tokenizer")
     PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
                             unk_token="<unk>").save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tmp_path_factory) -> Path:
+    return train_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 def task_config(root, tokenizer_folder, **model) -> OmegaConf:
@@ -110,6 +113,23 @@ def test_prompt_is_masked_and_only_response_tokens_count():
     assert not torch.allclose(objective.loss_matrix([changed], labels[None]), before)
     expected = torch.nn.functional.cross_entropy(logits[0, prompt_length - 1 : -1], ids[prompt_length:])
     torch.testing.assert_close(before[0, 0], expected)
+
+
+def test_per_sample_losses_and_token_accuracy_by_hand():
+    """Row losses are each sample's own mean CE over its counted tokens; accuracy counts argmax hits over all."""
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7)
+    labels = torch.tensor([[IGNORE, IGNORE, 3, 4, IGNORE], [IGNORE, 1, 2, 3, 6]])
+    logits[0, 1, 3] = logits[1, 0, 1] = logits[1, 1, 2] = 50.0  # three sure hits among the 6 counted tokens
+    logits[0, 2, 4] = logits[1, 2, 3] = logits[1, 3, 6] = -50.0  # three sure misses
+    objective = TokenCrossEntropyObjective()
+    losses, correct, count = objective.evaluation_terms([logits, logits], labels)
+    ce = torch.nn.functional.cross_entropy
+    expected = torch.stack([ce(logits[0, 1:3], labels[0, 2:4]), ce(logits[1, 0:4], labels[1, 1:5])])
+    torch.testing.assert_close(losses, torch.stack([expected, expected], dim=1))
+    torch.testing.assert_close(objective.loss_matrix([logits], labels)[:, 0], expected)
+    assert count == 6 and correct.tolist() == [3.0, 3.0]
+    assert objective.metric_from_sums(correct, count).tolist() == [0.5, 0.5]
 
 
 def test_truncation_keeps_the_mask_and_examples_without_response_are_dropped(alpaca_file, tiny_tokenizer):

@@ -21,16 +21,20 @@ class TokenCrossEntropyObjective:
     higher_is_better = True
 
     @staticmethod
-    def _shifted(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return logits[:, :-1].float(), labels[:, 1:]
+    def _layer_terms(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-sample mean CE [B] and per-sample correct-token counts [B] of one layer's logits [B, T, V].
 
-    def _layer_terms(self, logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-sample mean CE [B] and per-token correctness [B, T-1] (False where not counted)."""
-        logits, labels = self._shifted(logits, labels)
+        Only the counted positions are gathered and cast to float32, so prompt and padding positions cost
+        no float32 copy of the [T, vocab] logits (gigabytes per layer for Llama's 128k vocabulary).
+        """
+        logits, labels = logits[:, :-1], labels[:, 1:]  # position t predicts token t+1
         counted = labels != IGNORE
-        token_losses = F.cross_entropy(logits.transpose(1, 2), labels, ignore_index=IGNORE, reduction="none")
-        per_sample = token_losses.sum(dim=1) / counted.sum(dim=1).clamp_min(1)
-        correct = (logits.argmax(dim=-1) == labels) & counted
+        rows = counted.nonzero()[:, 0]
+        selected, targets = logits[counted].float(), labels[counted]
+        token_losses = F.cross_entropy(selected, targets, reduction="none")
+        zeros = torch.zeros(len(labels), device=logits.device)
+        per_sample = zeros.index_add(0, rows, token_losses) / counted.sum(dim=1).clamp_min(1)
+        correct = zeros.index_add(0, rows, (selected.argmax(dim=-1) == targets).float())
         return per_sample, correct
 
     def loss_matrix(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
