@@ -199,7 +199,12 @@ def test_layers_are_the_logit_lens_of_the_hidden_states(alpaca_file, tiny_tokeni
     llama = model.base
     embeddings = llama.model.embed_tokens(inputs["input_ids"])
     torch.testing.assert_close(outputs[0], llama.lm_head(llama.model.norm(embeddings)))  # Phi_0: the embeddings read out
+    captured = []  # the output of decoder layer 1, before the final norm: Phi_1 must be its read-out
+    hook = llama.model.layers[0].register_forward_hook(
+        lambda module, args, out: captured.append(out[0] if isinstance(out, tuple) else out))
     full = llama(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    hook.remove()
+    torch.testing.assert_close(outputs[1], llama.lm_head(llama.model.norm(captured[0])))
     torch.testing.assert_close(outputs[-1], full.logits)  # Phi_L: the model's own next-token logits
     # noise goes on the embeddings: gamma = 0 is the clean forward, gamma > 0 changes every layer's output
     generator = torch.Generator().manual_seed(0)

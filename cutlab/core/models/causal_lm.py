@@ -169,9 +169,3 @@ class CausalLM(LayerwiseModel):
 
     def forward(self, inputs: dict) -> list[torch.Tensor]:
         return self.unroll(self.perturbable(inputs), inputs)
-
-    @torch.no_grad()
-    def embedding_std(self, token_ids: torch.Tensor) -> float:
-        """sigma_x for text (SPEC section 2): the std of the clean embeddings of the given (training) tokens."""
-        embeddings = self.base.get_input_embeddings()(token_ids.to(self.base.get_input_embeddings().weight.device))
-        return float(embeddings.float().std())
