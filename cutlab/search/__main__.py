@@ -89,10 +89,12 @@ def build_plan(args: argparse.Namespace):
 
 
 def describe(plan, workers: int) -> str:
+    from cutlab.search.storage import redact
+
     preset = plan.preset
     lines = [f"study {preset.study} ({preset.name}): {preset.n_trials} trials per arm in total, {plan.direction} "
              f"the runs' validation selection_metric, {workers} worker(s)",
-             f"  storage: {plan.storage_url}", f"  run folders: {plan.study_dir}/",
+             f"  storage: {redact(plan.storage_url)}", f"  run folders: {plan.study_dir}/",
              f"  sampler: TPE {preset.sampler}; pruner: {'median ' + str(preset.pruner) if preset.pruner else 'off'}",
              f"  cutlab overrides for every trial: {' '.join(plan.base_overrides) or '(none)'}"]
     for arm in preset.arms:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -24,6 +25,9 @@ try:  # renamed in Optuna 4.9
     from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryCallback
 except ImportError:  # pragma: no cover - Optuna < 4.9
     from optuna.storages import RetryFailedTrialCallback as RetryCallback
+
+# heartbeats, retries and stale-trial checks have been "experimental" in Optuna since 2.8-3.0
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 HEARTBEAT_ATTR = "cutlab:heartbeat"  # wall-clock time of the last heartbeat of a running trial
 FORMS = "journal:PATH (default: a journal file in the study folder), sqlite:///PATH, or postgresql://USER@HOST:PORT/DB"

@@ -28,9 +28,8 @@ from cutlab.search.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import RetryCallback, open_storage
 
-# heartbeats and retries are "experimental" in Optuna since 2.9 / 3.0, and meant for study.optimize: this loop
-# is study.optimize's own trial step with a budget shared by all workers (ask under a lock, tell, heartbeat)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
+# with a budget shared by all workers
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 SEEDS_QUEUED = "cutlab:seeds_queued"
