@@ -76,6 +76,7 @@ def open_storage(url: str, heartbeat: dict):
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
     if url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")):
         engine_kwargs = {}
+        url = _with_postgres_driver(url)
         if url.startswith("postgresql"):
             engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
         if url.startswith("sqlite:///"):
@@ -83,15 +84,26 @@ def open_storage(url: str, heartbeat: dict):
         try:
             return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval, grace_period=grace,
                               heartbeat_stale_trial_callback=retry)
-        except ModuleNotFoundError as error:
-            raise CutlabError(f"the storage {redact(url)} needs the {error.name} package: "
-                              "pip install 'cutlab[postgres]'") from None
+        except ImportError:
+            raise CutlabError(f"the storage {redact(url)} needs its database driver: for PostgreSQL "
+                              "pip install 'cutlab[postgres]' (psycopg2)") from None
         except Exception as error:
             reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
             raise CutlabError(f"cannot open the search storage {redact(url)}: {reason}. Start the database and check "
                               "host, port, user and database name, or drop --storage to use the default journal "
                               f"file; accepted forms: {FORMS}") from None
     raise CutlabError(f"unknown search storage {url!r}; use {FORMS}")
+
+
+def _with_postgres_driver(url: str) -> str:
+    """SQLAlchemy 2.1 reads a bare postgresql:// as psycopg 3; cutlab's extra installs psycopg2: name it."""
+    if not url.startswith("postgresql://"):
+        return url
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        return url
+    return "postgresql+psycopg2://" + url[len("postgresql://"):]
 
 
 def default_storage_url(study_dir: Path) -> str:
