@@ -154,7 +154,8 @@ def study_of(tmp: Path, study: str, storage: str | None = None):
     return optuna.load_study(study_name=study, storage=open_storage(url, {"interval_s": 1, "grace_s": 3}))
 
 
-def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_stops_at_the_total(tmp_path):
+def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_stops_at_the_total(tmp_path, monkeypatch,
+                                                                                               capsys):
     """SIGTERM stops the worker mid-trial; the same command resumes that trial from its checkpoint."""
     args = ["search=dust_video", "--n-trials", "3", "search.pruner=null", *FAST_HEARTBEAT, *TINY]
     worker = start_search(args, tmp_path, tmp_path / "first.log")
@@ -165,8 +166,8 @@ def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_sto
     stopped = json.loads((trial_1 / "summary.json").read_text())
     assert stopped["status"] == "interrupted" and stopped["steps"] < 8
 
-    result = run_search(args, tmp_path)  # the same command again
-    assert "resuming" in result.stderr or "trial-0001" in result.stderr
+    resumed = search_in_process(args, tmp_path, monkeypatch, capsys)  # the same command again
+    assert "{'complete': 1, 'fail': 1, 'waiting': 1}" in resumed, resumed  # trial 1 was re-queued when stopped
     study = study_of(tmp_path, "dust_video")
     states = sorted(t.state.name for t in study.trials)
     assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL"], states  # the stopped trial, re-queued once
@@ -180,8 +181,8 @@ def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_sto
         assert_run_complete(trial_1.parent / folder, steps=8)
     assert json.loads((trial_1 / "summary.json").read_text())["wall_time_s"] > 0
 
-    again = run_search(args, tmp_path)  # a finished study runs nothing more
-    assert len(study_of(tmp_path, "dust_video").trials) == 4 and "trial 4" not in again.stderr
+    again = search_in_process(args, tmp_path, monkeypatch, capsys)  # a finished study runs nothing more
+    assert len(study_of(tmp_path, "dust_video").trials) == 4 and "trial 4" not in again
     report = json.loads((trial_1.parent / "search_report.json").read_text())["search"]
     assert report["trials"]["complete"] == 3 and report["best"]["validation"] == min(
         t.value for t in study.trials if t.value is not None)
@@ -237,6 +238,7 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
     for trial in erm.trials:
         config = (Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text()
         assert "constrained: false" in config and f"seed: {trial.params['seed']}" in config
+        assert "group: fair_comparison-erm" in config  # W&B groups a study's trials; each is named trial-NNNN
     report = json.loads((study_dir / "search_report.json").read_text())
     for arm, study in (("constrained", constrained), ("erm", erm)):
         best = report[arm]["best"]
@@ -245,3 +247,10 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
         assert best["test_mean_metric"] == summary["test_mean_metric"]
     assert "| constrained | fair_comparison-constrained | 2/0/0 |" in stderr
     assert "| erm | fair_comparison-erm | 2/0/0 |" in stderr
+
+
+def test_a_plain_cutlab_run_never_imports_optuna():
+    code = "import sys, cutlab.__main__, cutlab.experiment; print('optuna' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -76,7 +76,7 @@ def open_storage(url: str, heartbeat: dict):
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
     if url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")):
         engine_kwargs = {}
-        url = _with_postgres_driver(url)
+        given, url = url, _with_postgres_driver(url)
         if url.startswith("postgresql"):
             engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
         if url.startswith("sqlite:///"):
@@ -85,11 +85,11 @@ def open_storage(url: str, heartbeat: dict):
             return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval, grace_period=grace,
                               heartbeat_stale_trial_callback=retry)
         except ImportError:
-            raise CutlabError(f"the storage {redact(url)} needs its database driver: for PostgreSQL "
+            raise CutlabError(f"the storage {redact(given)} needs its database driver: for PostgreSQL "
                               "pip install 'cutlab[postgres]' (psycopg2)") from None
         except Exception as error:
             reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-            raise CutlabError(f"cannot open the search storage {redact(url)}: {reason}. Start the database and check "
+            raise CutlabError(f"cannot open the search storage {redact(given)}: {reason}. Start the database and check "
                               "host, port, user and database name, or drop --storage to use the default journal "
                               f"file; accepted forms: {FORMS}") from None
     raise CutlabError(f"unknown search storage {url!r}; use {FORMS}")
@@ -114,4 +114,4 @@ def trial_counts(study: optuna.Study) -> dict[str, int]:
     counts: dict[str, int] = {}
     for trial in study.get_trials(deepcopy=False):
         counts[trial.state.name.lower()] = counts.get(trial.state.name.lower(), 0) + 1
-    return counts
+    return dict(sorted(counts.items()))
