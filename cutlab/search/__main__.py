@@ -128,7 +128,7 @@ def run_workers(args: argparse.Namespace) -> None:
     workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
     try:
         codes = [worker.wait() for worker in workers]
-    except KeyboardInterrupt:
+    except BaseException:  # Ctrl-C or SIGTERM: stop the workers too (each re-queues its trial)
         for worker in workers:
             if worker.poll() is None:
                 worker.send_signal(signal.SIGTERM)
@@ -160,8 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         for arm_name, study in studies.items():
             say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
         started = time.perf_counter()
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
         if args.workers == 1:
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
             work(plan, 0)
         else:
             run_workers(args)

@@ -192,8 +192,8 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
             trial = next_trial(plan, arm, study)
             if trial == "done":
                 break
-            if trial == "wait":
-                time.sleep(max(1, plan.preset.heartbeat["interval_s"] / 2))
+            if trial == "wait":  # the budget is taken, but a running trial may still die and be re-queued
+                time.sleep(1.0)
                 continue
             outcome = run_trial(plan, arm, study, trial, worker_index)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
