@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         storage = open_storage(plan.storage_url, plan.preset.heartbeat)  # an unreachable database stops here
         studies = {arm.name: open_study(plan, arm, storage) for arm in plan.preset.arms}
-        for arm_name, study in studies.items():
+        for study in studies.values():
             say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
@@ -172,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     except CutlabError as error:
         print(f"cutlab-search: error: {error}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if isinstance(stop, SystemExit) and stop.code in (0, None):
+            raise
+        print("cutlab-search: stopped; run the same command again to resume (finished trials are kept, "
+              "the stopped one resumes from its checkpoint)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -54,14 +54,22 @@ def say(text: str) -> None:
 def make_sampler(preset: Preset, worker_index: int) -> optuna.samplers.BaseSampler:
     options = dict(preset.sampler)
     seed = int(options.pop("seed", 0)) + worker_index  # workers with one seed would propose the same points
-    return optuna.samplers.TPESampler(seed=seed, **options)
+    try:
+        return optuna.samplers.TPESampler(seed=seed, **options)
+    except TypeError as error:
+        raise CutlabError(f"search.sampler: {error} (options of optuna.samplers.TPESampler, e.g. "
+                          "search.sampler.n_startup_trials=10)") from None
 
 
 def make_pruner(preset: Preset) -> optuna.pruners.BasePruner:
     if not preset.pruner:
         return optuna.pruners.NopPruner()
     # the median rule: stop a trial whose validation at an epoch is worse than the median of earlier trials there
-    return optuna.pruners.MedianPruner(**preset.pruner)
+    try:
+        return optuna.pruners.MedianPruner(**preset.pruner)
+    except TypeError as error:
+        raise CutlabError(f"search.pruner: {error} (options of optuna.pruners.MedianPruner, e.g. "
+                          "search.pruner.n_warmup_steps=2, or search.pruner=null for none)") from None
 
 
 def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.Study:
@@ -69,8 +77,9 @@ def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.S
     study = optuna.create_study(study_name=plan.preset.study_name(arm), storage=storage, direction=plan.direction,
                                 sampler=make_sampler(plan.preset, worker_index), pruner=make_pruner(plan.preset),
                                 load_if_exists=True)
-    if "n_trials" not in study.user_attrs:  # the study's record: how it was asked for
+    if study.user_attrs.get("n_trials") != plan.preset.n_trials:  # the latest total asked for
         study.set_user_attr("n_trials", plan.preset.n_trials)
+    if "preset" not in study.user_attrs:  # the study's record: how it was first asked for
         study.set_user_attr("preset", plan.preset.name)
         study.set_user_attr("overrides", list(plan.base_overrides + arm.overrides))
         study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
