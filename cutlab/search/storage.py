@@ -82,8 +82,7 @@ def open_storage(url: str, heartbeat: dict):
         if url.startswith("sqlite:///"):
             Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         try:
-            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval, grace_period=grace,
-                              heartbeat_stale_trial_callback=retry)
+            return _open_database(url, engine_kwargs, interval, grace, retry)
         except ImportError:
             raise CutlabError(f"the storage {redact(given)} needs its database driver: for PostgreSQL "
                               "pip install 'cutlab[postgres]' (psycopg2)") from None
@@ -93,6 +92,20 @@ def open_storage(url: str, heartbeat: dict):
                               "host, port, user and database name, or drop --storage to use the default journal "
                               f"file; accepted forms: {FORMS}") from None
     raise CutlabError(f"unknown search storage {url!r}; use {FORMS}")
+
+
+def _open_database(url: str, engine_kwargs: dict, interval: int, grace: int, retry, attempts: int = 5) -> RDBStorage:
+    """RDBStorage, retried when workers starting together race to create the same tables on a fresh database."""
+    import sqlalchemy.exc
+
+    for attempt in range(attempts):
+        try:
+            return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=interval, grace_period=grace,
+                              heartbeat_stale_trial_callback=retry)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
 
 
 def _with_postgres_driver(url: str) -> str:
