@@ -6,6 +6,7 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -28,6 +29,21 @@ log = logging.getLogger("cutlab")
 
 # Keys that may differ between a run and its resumption without changing its result.
 VOLATILE_KEYS = ("paths", "wandb", "device", "threads", "progress", "run_name", "checkpoint")
+
+# ``on_epoch_end(epoch, validate)``: called after each epoch's checkpoint; ``validate()`` returns the last
+# layer's validation metric at gamma_train (one pass over the validation set, only when called).
+EpochEndHook = Callable[[int, Callable[[], float]], None]
+
+
+class StopRun(Exception):
+    """Raised by an ``on_epoch_end`` hook to end a run early; the run is recorded with ``status``.
+
+    A search's pruner uses it (status "pruned"): the checkpoint of the last epoch is kept.
+    """
+
+    def __init__(self, status: str, reason: str = "") -> None:
+        super().__init__(reason or status)
+        self.status = status
 
 
 def _comparable(config: dict) -> dict:
@@ -93,7 +109,7 @@ def _check_run_folder(run_dir: Path, resolved: dict) -> None:
         )
 
 
-def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
+def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | None = None) -> dict:
     """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed."""
     check_config(cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
@@ -122,11 +138,11 @@ def run_experiment(cfg: DictConfig, run_dir: Path) -> dict:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
-    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon)
+    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end)
 
 
 def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None, resolved: dict,
-                      epsilon: float | None) -> dict:
+                      epsilon: float | None, on_epoch_end: EpochEndHook | None = None) -> dict:
     layers = cfg.L + 1
     tracker = Tracker(
         cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
@@ -155,8 +171,18 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         if progress.step % cfg.checkpoint.every_steps == 0:
             checkpoint_now()
 
+    def validate() -> float:
+        val = evaluate(task.model, task.objective, task.val_set, task.prepare, [float(cfg.gamma)], task.sigma,
+                       cfg.noise_mean, cfg.seed, cfg.eval.batch_size, trainer.device)
+        return float(val.metric[0, layers - 1])
+
+    def epoch_end(progress: Progress) -> None:
+        checkpoint_now()
+        if on_epoch_end:
+            on_epoch_end(progress.epoch, validate)
+
     try:
-        trainer.run(on_step=on_step, on_epoch_end=lambda progress: checkpoint_now())
+        trainer.run(on_step=on_step, on_epoch_end=epoch_end)
         history.close()
         summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter, epsilon))
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
@@ -170,10 +196,10 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         history.close()
         # an interrupted run resumes from its last checkpoint when the same command runs again
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
-        summary.update(status="interrupted" if stopped else "failed", error=f"{type(error).__name__}: {error}",
-                       steps=trainer.progress.step)
+        status = error.status if isinstance(error, StopRun) else "interrupted" if stopped else "failed"
+        summary.update(status=status, error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
         write_json(run_dir / SUMMARY, summary)
-        tracker.finish(failed=True)
+        tracker.finish(failed=not isinstance(error, StopRun))
         raise
 
 

@@ -1,0 +1,184 @@
+"""``python -m cutlab.search search=<preset> [cutlab overrides...] [--workers N] [--n-trials N] [--dry-run]``.
+
+Every trial is one cutlab run (``run_experiment``) in ``<runs_dir>/search/<study>/trial-NNNN``, composed from
+conf/ with the same overrides ``python -m cutlab`` takes. Running the same command again resumes the study:
+finished trials are kept, interrupted ones resume from their checkpoints, and it stops at the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cutlab.errors import CutlabError
+
+EXAMPLES = """examples:
+  python -m cutlab.search search=dust_video --n-trials 20 --workers 2
+  python -m cutlab.search search=fair_comparison model=ut L=5 train.epochs=10
+  python -m cutlab.search search=dust_video --storage postgresql://me@dbhost:5432/optuna   # many machines
+  python -m cutlab.search search=dust_video search.pruner=null --dry-run
+"""
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="cutlab-search", description=__doc__.splitlines()[0],
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*",
+                        help="search=<preset> (conf/search/*.yaml or a file), search.KEY=VALUE for the preset, "
+                             "and any cutlab override (model=ut L=5 train.epochs=10 ...)")
+    parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study (default 1)")
+    parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
+    parser.add_argument("--storage", default=None, help="journal:PATH | sqlite:///PATH | postgresql://... (= search.storage)")
+    parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
+    parser.add_argument("--dry-run", action="store_true", help="check everything and print the plan; run nothing")
+    parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set for spawned workers
+    args = parser.parse_intermixed_args(argv)
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    return args
+
+
+def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
+    """(preset name, preset dotlist without the ``search.`` prefix, cutlab overrides)."""
+    preset, dotlist, cutlab = None, [], []
+    for argument in arguments:
+        if argument.startswith("search="):
+            preset = argument.partition("=")[2]
+        elif argument.startswith("search."):
+            dotlist.append(argument[len("search."):])
+        else:
+            cutlab.append(argument)
+    if not preset:
+        from cutlab.search.preset import PRESET_DIR
+
+        known = ",".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (conf/search/)")
+    return preset, dotlist, cutlab
+
+
+def build_plan(args: argparse.Namespace):
+    """Check the preset, compose every arm's config and a sample trial's, and name the study folder."""
+    from cutlab.config_check import check_config
+    from cutlab.search.compose import check_space_keys, compose_run_config
+    from cutlab.search.preset import as_override, load_preset
+    from cutlab.search.storage import default_storage_url
+    from cutlab.search.worker import Plan
+    from cutlab.tasks import task_kind
+
+    name, dotlist, overrides = split_overrides(args.overrides)
+    flags = {"n_trials": args.n_trials, "storage": args.storage, "study": args.study}
+    dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
+    preset = load_preset(name, dotlist)
+    base = compose_run_config(overrides)
+    for arm in preset.arms:
+        cfg = compose_run_config([*arm.overrides, *overrides])
+        check_space_keys(cfg, arm.space)
+        # a sample trial at the low end of every range must make a valid run (types, bounds)
+        sample = [as_override(p.key, p.choices[0] if p.type == "categorical" else p.low) for p in arm.space]
+        check_config(compose_run_config([*arm.overrides, *overrides, *sample]))
+    kind = task_kind(base)
+    direction = preset.direction if preset.direction != "auto" else ("minimize" if kind == "video" else "maximize")
+    study_dir = Path(base.paths.runs_dir).resolve() / "search" / preset.study
+    storage = preset.storage or default_storage_url(study_dir)
+    return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed))
+
+
+def describe(plan, workers: int) -> str:
+    from cutlab.search.storage import redact
+
+    preset = plan.preset
+    lines = [f"study {preset.study} ({preset.name}): {preset.n_trials} trials per arm in total, {plan.direction} "
+             f"the runs' validation selection_metric, {workers} worker(s)",
+             f"  storage: {redact(plan.storage_url)}", f"  run folders: {plan.study_dir}/",
+             f"  sampler: TPE {preset.sampler}; pruner: {'median ' + str(preset.pruner) if preset.pruner else 'off'}",
+             f"  cutlab overrides for every trial: {' '.join(plan.base_overrides) or '(none)'}"]
+    for arm in preset.arms:
+        label = arm.name or "search"
+        what = (f"seeds {plan.base_seed}..{plan.base_seed + preset.n_trials - 1}" if arm.seeds
+                else "; ".join(_describe_param(p) for p in arm.space))
+        lines.append(f"  arm {label} [{' '.join(arm.overrides) or 'no fixed overrides'}]: {what}")
+    return "\n".join(lines)
+
+
+def _describe_param(param) -> str:
+    if param.type == "categorical":
+        return f"{param.key} in {list(param.choices)}"
+    return f"{param.key} {param.type} [{param.low:g}, {param.high:g}]"
+
+
+def worker_command(args: argparse.Namespace, index: int) -> list[str]:
+    overrides = list(args.overrides)
+    if not any(o.startswith("threads=") for o in overrides):
+        overrides.append("threads=1")  # N workers on N cores: one torch thread each (benchmarks/)
+    flags = []
+    for flag, value in (("--n-trials", args.n_trials), ("--storage", args.storage), ("--study", args.study)):
+        if value is not None:
+            flags += [flag, str(value)]
+    return [sys.executable, "-m", "cutlab.search", *overrides, *flags, "--worker-index", str(index)]
+
+
+def run_workers(args: argparse.Namespace) -> None:
+    """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
+    try:
+        codes = [worker.wait() for worker in workers]
+    except BaseException:  # Ctrl-C or SIGTERM: stop the workers too (each re-queues its trial)
+        for worker in workers:
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        for worker in workers:
+            worker.wait()
+        raise
+    if any(codes):
+        raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        from cutlab.search.report import format_report, write_report
+        from cutlab.search.storage import open_storage, trial_counts
+        from cutlab.search.worker import open_study, say, work
+
+        plan = build_plan(args)
+        if args.worker_index is not None:  # one of several workers: run trials, report nothing
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped worker records "interrupted"
+            work(plan, args.worker_index)
+            return 0
+        say(describe(plan, args.workers))
+        if args.dry_run:
+            say("dry run: nothing was run and no storage was opened")
+            return 0
+        storage = open_storage(plan.storage_url, plan.preset.heartbeat)  # an unreachable database stops here
+        studies = {arm.name: open_study(plan, arm, storage) for arm in plan.preset.arms}
+        for study in studies.values():
+            say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
+        started = time.perf_counter()
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
+        if args.workers == 1:
+            work(plan, 0)
+        else:
+            run_workers(args)
+        report = write_report(studies, plan.study_dir)
+        say(f"finished in {time.perf_counter() - started:.1f} s; {plan.study_dir / 'search_report.json'}:\n"
+            + format_report(report))
+        return 0
+    except CutlabError as error:
+        print(f"cutlab-search: error: {error}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, SystemExit) as stop:
+        if isinstance(stop, SystemExit) and stop.code in (0, None):
+            raise
+        print("cutlab-search: stopped; run the same command again to resume (finished trials are kept, "
+              "the stopped one resumes from its checkpoint)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""A search preset (conf/search/<name>.yaml): what to search, for how many trials, where to keep the study.
+
+A preset either has one ``space`` (a plain search) or ``arms`` (several studies under one name, e.g. the
+fair-comparison protocol: a constrained arm searched by TPE and an ERM arm of seeds, the same number of
+trials each; SPEC section 1). Every message names the key and a valid example.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from cutlab.errors import CutlabError
+
+PRESET_DIR = Path(__file__).resolve().parents[2] / "conf" / "search"
+TYPES = ("float", "log_float", "int", "categorical")
+DIRECTIONS = ("auto", "minimize", "maximize")
+PRESET_KEYS = {"study", "n_trials", "direction", "storage", "sampler", "pruner", "heartbeat", "overrides", "space", "arms"}
+ARM_KEYS = {"overrides", "space", "seeds"}
+SPEC_KEYS = {"type", "low", "high", "step", "choices"}
+EXAMPLE = "train.lr: {type: log_float, low: 1.0e-4, high: 1.0e-2}"
+
+
+@dataclass(frozen=True)
+class Param:
+    """One searched config key: ``key`` is a dotted cutlab config key (or a group such as ``model``)."""
+
+    key: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    choices: tuple = ()
+
+    def suggest(self, trial) -> Any:
+        if self.type == "categorical":
+            return trial.suggest_categorical(self.key, list(self.choices))
+        if self.type == "int":
+            return trial.suggest_int(self.key, int(self.low), int(self.high), step=int(self.step or 1))
+        return trial.suggest_float(self.key, self.low, self.high, log=self.type == "log_float", step=self.step)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One study: fixed ``overrides`` plus either a searched ``space`` or, with ``seeds``, one trial per seed."""
+
+    name: str | None
+    overrides: tuple[str, ...]
+    space: tuple[Param, ...]
+    seeds: bool = False
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    study: str
+    n_trials: int
+    direction: str
+    storage: str | None
+    sampler: dict = field(default_factory=dict)
+    pruner: dict | None = None
+    heartbeat: dict = field(default_factory=dict)
+    arms: tuple[Arm, ...] = ()
+
+    def study_name(self, arm: Arm) -> str:
+        return self.study if arm.name is None else f"{self.study}-{arm.name}"
+
+
+def preset_path(name: str) -> Path:
+    """``search=NAME`` is conf/search/NAME.yaml; a value with a slash or ending in .yaml is a file path."""
+    if name.endswith(".yaml") or "/" in name:
+        path = Path(name)
+    else:
+        path = PRESET_DIR / f"{name}.yaml"
+    if not path.is_file():
+        known = ",".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
+        raise CutlabError(f"no search preset {name!r} ({path} not found); choose one of search={known} "
+                          "or give a file: search=path/to/space.yaml")
+    return path
+
+
+def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
+    """Read a preset and apply ``search.KEY=VALUE`` overrides (given here without the ``search.`` prefix)."""
+    path = preset_path(name)
+    try:
+        raw = OmegaConf.load(path)
+        if dotlist:
+            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(dotlist)))
+        data = OmegaConf.to_container(raw, resolve=True)
+    except CutlabError:
+        raise
+    except Exception as error:  # YAML syntax, bad override syntax
+        raise CutlabError(f"search preset {path} cannot be read: {error}") from None
+    if not isinstance(data, dict):
+        raise CutlabError(f"search preset {path} must be a mapping with n_trials and space (e.g. {EXAMPLE})")
+    return parse_preset(data, path.stem)
+
+
+def parse_preset(data: dict, name: str) -> Preset:
+    unknown = set(data) - PRESET_KEYS
+    if unknown:
+        raise CutlabError(f"search preset {name}: unknown keys {sorted(unknown)}; known: {sorted(PRESET_KEYS)}")
+    n_trials = data.get("n_trials")
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise CutlabError(f"search.n_trials must be a whole number >= 1 (the study's total), got {n_trials!r}; "
+                          "e.g. search.n_trials=20 or --n-trials 20")
+    direction = data.get("direction", "auto")
+    if direction not in DIRECTIONS:
+        raise CutlabError(f"search.direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    if ("space" in data) == ("arms" in data):
+        raise CutlabError(f"search preset {name} needs exactly one of 'space' (one study) or 'arms' "
+                          f"(several studies); e.g. space: {{{EXAMPLE}}}")
+    if "space" in data:
+        arms = (Arm(None, _overrides(data.get("overrides"), "overrides"), parse_space(data["space"], "space")),)
+    else:
+        if not isinstance(data["arms"], dict) or not data["arms"]:
+            raise CutlabError(f"search preset {name}: arms must map arm names to {{overrides, space}} or {{overrides, seeds: true}}")
+        common = _overrides(data.get("overrides"), "overrides")
+        arms = tuple(_arm(arm_name, spec, common) for arm_name, spec in data["arms"].items())
+    heartbeat = {"interval_s": 10, "grace_s": 60, "max_retry": 3, **(data.get("heartbeat") or {})}
+    if heartbeat["grace_s"] <= heartbeat["interval_s"]:
+        raise CutlabError("search.heartbeat.grace_s must exceed search.heartbeat.interval_s "
+                          f"(got {heartbeat['grace_s']} <= {heartbeat['interval_s']}); e.g. interval_s: 10, grace_s: 60")
+    return Preset(
+        name=name, study=str(data.get("study") or name), n_trials=n_trials, direction=direction,
+        storage=data.get("storage"), sampler={"seed": 0, **(data.get("sampler") or {})},
+        pruner=data.get("pruner"), heartbeat=heartbeat, arms=arms,
+    )
+
+
+def _overrides(value, key: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) and "=" in v for v in value):
+        raise CutlabError(f"search.{key} must be a list of cutlab overrides, got {value!r}; e.g. [train=constrained, L=5]")
+    return tuple(value)
+
+
+def _arm(name: str, spec, common: tuple[str, ...]) -> Arm:
+    if not isinstance(spec, dict) or set(spec) - ARM_KEYS:
+        raise CutlabError(f"search arm {name!r} must be a mapping with keys from {sorted(ARM_KEYS)}, got {spec!r}")
+    seeds = bool(spec.get("seeds", False))
+    if seeds == ("space" in spec):
+        raise CutlabError(f"search arm {name!r} needs either a space or seeds: true (one trial per seed)")
+    space = () if seeds else parse_space(spec["space"], f"arms.{name}.space")
+    return Arm(str(name), common + _overrides(spec.get("overrides"), f"arms.{name}.overrides"), space, seeds)
+
+
+def parse_space(space, where: str) -> tuple[Param, ...]:
+    if not isinstance(space, dict) or not space:
+        raise CutlabError(f"search.{where} must map config keys to ranges, got {space!r}; e.g. {EXAMPLE}")
+    return tuple(_param(str(key), spec, where) for key, spec in space.items())
+
+
+def _param(key: str, spec, where: str) -> Param:
+    name = f"search.{where}.{key}"
+    if not isinstance(spec, dict):
+        raise CutlabError(f"{name} must be a mapping such as {{type: float, low: 0.1, high: 0.5}}, got {spec!r}")
+    unknown = set(spec) - SPEC_KEYS
+    if unknown:
+        raise CutlabError(f"{name}: unknown fields {sorted(unknown)}; known: {sorted(SPEC_KEYS)}")
+    kind = spec.get("type")
+    if kind not in TYPES:
+        raise CutlabError(f"{name}.type must be one of {', '.join(TYPES)}, got {kind!r}; e.g. {EXAMPLE}")
+    if kind == "categorical":
+        choices = spec.get("choices")
+        if not isinstance(choices, (list, tuple)) or not choices:
+            raise CutlabError(f"{name}.choices must be a non-empty list, e.g. choices: [slack, off]")
+        return Param(key, kind, choices=tuple(choices))
+    low, high, step = spec.get("low"), spec.get("high"), spec.get("step")
+    for bound, value in (("low", low), ("high", high)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise CutlabError(f"{name}.{bound} must be a number, got {value!r}; e.g. {EXAMPLE}")
+    if low > high:
+        raise CutlabError(f"{name}: low ({low:g}) > high ({high:g}); swap them, e.g. {{type: {kind}, low: {high:g}, high: {low:g}}}")
+    if kind == "log_float" and low <= 0:
+        raise CutlabError(f"{name}: a log_float range needs low > 0, got {low:g}; e.g. {EXAMPLE}")
+    if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
+        raise CutlabError(f"{name}: an int range needs whole-number bounds, got {low!r}..{high!r}")
+    return Param(key, kind, float(low) if kind != "int" else int(low), float(high) if kind != "int" else int(high),
+                 step=step)
+
+
+def as_override(key: str, value: Any) -> str:
+    """``key=value`` as a Hydra override (floats keep full precision)."""
+    if isinstance(value, float):
+        return f"{key}={value!r}"
+    if isinstance(value, bool):
+        return f"{key}={str(value).lower()}"
+    return f"{key}={value}"

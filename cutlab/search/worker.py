@@ -1,0 +1,209 @@
+"""One worker's loop: ask the study for a trial, train it as a cutlab run, tell the study its validation score.
+
+Any number of workers (processes here, jobs on a cluster) share one study through its storage. The budget
+``n_trials`` is the study's total: trials that finished (complete or pruned), run or wait count, failed
+ones do not (a dead worker's trial is re-queued, see storage.py), so a resumed or widened search stops
+at the same total. Asking is serialised by a lock file in the study folder, so parallel workers never
+overshoot the total.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.storages import fail_stale_trials
+from optuna.storages._heartbeat import get_heartbeat_thread
+from optuna.trial import TrialState
+
+from cutlab.errors import CutlabError
+from cutlab.search.compose import compose_run_config
+from cutlab.search.preset import Arm, Param, Preset, as_override
+from cutlab.search.storage import RetryCallback, open_storage
+
+# heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
+# with a budget shared by all workers
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+SEEDS_QUEUED = "cutlab:seeds_queued"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a worker needs, identical in every worker of one search."""
+
+    preset: Preset
+    base_overrides: tuple[str, ...]  # the user's cutlab overrides, for every trial
+    study_dir: Path                   # <runs_dir>/search/<study>: run folders, lock, default storage
+    storage_url: str
+    direction: str                    # minimize | maximize
+    base_seed: int                    # cfg.seed of the composed base config (the ERM arm's first seed)
+
+
+def say(text: str) -> None:
+    print(f"[cutlab-search] {text}", file=sys.stderr, flush=True)
+
+
+def make_sampler(preset: Preset, worker_index: int) -> optuna.samplers.BaseSampler:
+    options = dict(preset.sampler)
+    seed = int(options.pop("seed", 0)) + worker_index  # workers with one seed would propose the same points
+    try:
+        return optuna.samplers.TPESampler(seed=seed, **options)
+    except TypeError as error:
+        raise CutlabError(f"search.sampler: {error} (options of optuna.samplers.TPESampler, e.g. "
+                          "search.sampler.n_startup_trials=10)") from None
+
+
+def make_pruner(preset: Preset) -> optuna.pruners.BasePruner:
+    if not preset.pruner:
+        return optuna.pruners.NopPruner()
+    # the median rule: stop a trial whose validation at an epoch is worse than the median of earlier trials there
+    try:
+        return optuna.pruners.MedianPruner(**preset.pruner)
+    except TypeError as error:
+        raise CutlabError(f"search.pruner: {error} (options of optuna.pruners.MedianPruner, e.g. "
+                          "search.pruner.n_warmup_steps=2, or search.pruner=null for none)") from None
+
+
+def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.Study:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=plan.preset.study_name(arm), storage=storage, direction=plan.direction,
+                                sampler=make_sampler(plan.preset, worker_index), pruner=make_pruner(plan.preset),
+                                load_if_exists=True)
+    if study.user_attrs.get("n_trials") != plan.preset.n_trials:  # the latest total asked for
+        study.set_user_attr("n_trials", plan.preset.n_trials)
+    if "preset" not in study.user_attrs:  # the study's record: how it was first asked for
+        study.set_user_attr("preset", plan.preset.name)
+        study.set_user_attr("overrides", list(plan.base_overrides + arm.overrides))
+        study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
+    return study
+
+
+@contextmanager
+def study_lock(study_dir: Path):
+    study_dir.mkdir(parents=True, exist_ok=True)
+    with open(study_dir / ".ask.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def seed_space(plan: Plan) -> tuple[Param, ...]:
+    return (Param("seed", "int", plan.base_seed, plan.base_seed + plan.preset.n_trials - 1),)
+
+
+def next_trial(plan: Plan, arm: Arm, study: optuna.Study) -> optuna.Trial | str:
+    """A trial to run, or "wait" (others are still running and may die), or "done" (the budget is spent)."""
+    with study_lock(plan.study_dir):
+        if arm.seeds and not study.user_attrs.get(SEEDS_QUEUED):
+            for seed in range(plan.base_seed, plan.base_seed + plan.preset.n_trials):
+                study.enqueue_trial({"seed": seed})
+            study.set_user_attr(SEEDS_QUEUED, True)
+        trials = study.get_trials(deepcopy=False, states=COUNTED)
+        if len(trials) < plan.preset.n_trials or any(t.state == TrialState.WAITING for t in trials):
+            return study.ask()
+        return "wait" if any(t.state == TrialState.RUNNING for t in trials) else "done"
+
+
+def run_folder(plan: Plan, arm: Arm, trial: optuna.Trial) -> Path:
+    """trial-NNNN after the first trial that drew these parameters: a re-queued trial resumes its folder."""
+    history = RetryCallback.retry_history(trial.study._storage.get_trial(trial._trial_id))
+    number = history[0] if history else trial.number
+    prefix = f"{arm.name}-" if arm.name else ""
+    return plan.study_dir / f"{prefix}trial-{number:04d}"
+
+
+def pruning_hook(trial: optuna.Trial, epochs: int, metric: str):
+    """Report the epoch's validation metric at gamma_train; stop hopeless trials (never at the last epoch)."""
+    from cutlab.experiment import StopRun
+
+    def on_epoch_end(epoch: int, validate) -> None:
+        value = validate()
+        if math.isnan(value):
+            raise StopRun("pruned", f"validation {metric} is NaN at epoch {epoch}")
+        trial.report(value, step=epoch)
+        if epoch < epochs and trial.should_prune():
+            raise StopRun("pruned", f"validation {metric} {value:.4g} at epoch {epoch} is worse than the median "
+                                    "of earlier trials")
+    return on_epoch_end
+
+
+def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, worker_index: int) -> str:
+    from cutlab.experiment import StopRun, run_experiment
+
+    space = seed_space(plan) if arm.seeds else arm.space
+    params = {param.key: param.suggest(trial) for param in space}
+    run_dir = run_folder(plan, arm, trial)
+    overrides = [*arm.overrides, *plan.base_overrides, *(as_override(k, v) for k, v in params.items()),
+                 f"wandb.group={plan.preset.study_name(arm)}"]  # W&B groups a study's trials
+    cfg = compose_run_config(overrides)
+    trial.set_user_attr("run_dir", str(run_dir))
+    trial.set_user_attr("overrides", overrides)
+    trial.set_user_attr("seed", int(cfg.seed))
+    trial.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)) + worker_index)
+    shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+    say(f"{study.study_name} trial {trial.number} (worker {worker_index}): {shown} -> {run_dir}")
+    metric = "rmse" if plan.direction == "minimize" else "accuracy"
+    with get_heartbeat_thread(trial._trial_id, study._storage):
+        try:
+            summary = run_experiment(cfg, run_dir, on_epoch_end=pruning_hook(trial, cfg.train.epochs, metric))
+        except StopRun as stop:
+            study.tell(trial, state=TrialState.PRUNED)
+            say(f"{study.study_name} trial {trial.number} pruned: {stop}")
+            return "pruned"
+        except CutlabError:
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        except (KeyboardInterrupt, SystemExit):  # stopped: re-queue its parameters now; it resumes its folder
+            requeue(study, trial)
+            raise
+        except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
+            trial.set_user_attr("error", f"{type(error).__name__}: {error}")
+            study.tell(trial, state=TrialState.FAIL)
+            say(f"{study.study_name} trial {trial.number} failed: {type(error).__name__}: {error}")
+            return "failed"
+    mode = {"min": "minimize", "max": "maximize"}[summary["selection_mode"]]
+    if mode != plan.direction:
+        study.tell(trial, state=TrialState.FAIL)
+        raise CutlabError(f"the runs' selection metric {summary['metric']} is to {mode}, but the study was created "
+                          f"to {plan.direction}; set search.direction={mode} (or auto) and a new study name")
+    value = float(summary["selection_metric"])
+    study.tell(trial, value)
+    say(f"{study.study_name} trial {trial.number} complete: validation {summary['metric']} {value:.4g}")
+    return "complete"
+
+
+def requeue(study: optuna.Study, trial: optuna.Trial) -> None:
+    """Fail a stopped trial and queue its parameters again, as a heartbeat timeout would (without the wait)."""
+    study.tell(trial, state=TrialState.FAIL)
+    callback = study._storage.get_heartbeat_stale_trial_callback()
+    if callback is not None:
+        callback(study, study._storage.get_trial(trial._trial_id))
+
+
+def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
+    """Run trials of every arm until each study holds its total; returns how many this worker ran, by outcome."""
+    storage = open_storage(plan.storage_url, plan.preset.heartbeat)
+    outcomes: dict[str, int] = {}
+    for arm in plan.preset.arms:
+        study = open_study(plan, arm, storage, worker_index)
+        while True:
+            fail_stale_trials(study)  # a dead worker's trial -> failed -> re-queued with its parameters
+            trial = next_trial(plan, arm, study)
+            if trial == "done":
+                break
+            if trial == "wait":  # the budget is taken, but a running trial may still die and be re-queued
+                time.sleep(1.0)
+                continue
+            outcome = run_trial(plan, arm, study, trial, worker_index)
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    return outcomes

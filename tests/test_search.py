@@ -1,0 +1,256 @@
+"""``python -m cutlab.search``: bad input, resumable storage, pruning, the fair-comparison preset (tiny real runs).
+
+The helpers at the top are shared with test_search_postgres.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+# tiny runs on the embedded synthetic video: about a second each
+TINY = ["L=2", "train.epochs=4", "train.max_steps_per_epoch=2", "data.stride=10", "eval.gamma_test=[0,0.5]",
+        "wandb.mode=disabled", "progress=false", "threads=1"]
+FAST_HEARTBEAT = ["search.heartbeat.interval_s=1", "search.heartbeat.grace_s=3"]
+
+
+def search_env(tmp: Path) -> dict:
+    return {**os.environ, "CUTLAB_RUNS_DIR": str(tmp / "runs"), "CUTLAB_CACHE_DIR": str(tmp / "cache"),
+            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), "WANDB_MODE": "disabled"}
+
+
+def search_command(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "cutlab.search", *args]
+
+
+def run_search(args: list[str], tmp: Path, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run(search_command(args), cwd=ROOT, env=search_env(tmp), capture_output=True, text=True,
+                            timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"cutlab.search {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def search_in_process(args: list[str], tmp: Path, monkeypatch, capsys) -> str:
+    """``main(args)`` of the real CLI in this process (saves ~5 s of start-up per call); returns its stderr."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp / "runs"))
+    monkeypatch.setenv("CUTLAB_CACHE_DIR", str(tmp / "cache"))
+    code = main(args)
+    error = capsys.readouterr().err
+    assert code == 0, error[-4000:]
+    return error
+
+
+def start_search(args: list[str], tmp: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp), stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def assert_run_complete(run_dir: Path, steps: int) -> dict:
+    """A finished trial's run record: complete summary, every step once, the evaluation table."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "complete", (run_dir, summary.get("status"), summary.get("error"))
+    history = pd.read_csv(run_dir / "history.csv")
+    assert list(history["step"]) == list(range(1, steps + 1)), run_dir
+    assert (run_dir / "eval.csv").exists() and (run_dir / "config.yaml").exists()
+    return summary
+
+
+# ---------------------------------------------------------------- bad input: clear messages, nothing run
+
+
+def write_preset(tmp: Path, space: dict, **extra) -> Path:
+    import yaml
+
+    path = tmp / "space.yaml"
+    path.write_text(yaml.safe_dump({"n_trials": 2, "space": space, **extra}))
+    return path
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"train.lr": {"type": "gaussian", "low": 1e-4, "high": 1e-2}}, "type must be one of float, log_float, int, categorical"),
+    ({"train.lr": {"type": "log_float", "low": 1e-2, "high": 1e-4}}, "low (0.01) > high (0.0001)"),
+    ({"train.learning_rate": {"type": "float", "low": 0.1, "high": 0.5}}, "'train.learning_rate' is not in the config tree"),
+    ({"train.lr": {"type": "log_float", "low": 0, "high": 1e-2}}, "needs low > 0"),
+    ({"model": {"type": "categorical", "choices": ["dust", "gpt"]}}, "is a config group"),
+])
+def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch, space, message):
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    assert main([f"search={write_preset(tmp_path, space)}", *TINY]) == 2
+    error = capsys.readouterr().err
+    assert "cutlab-search: error:" in error and message in error, error
+    assert not (tmp_path / "runs").exists()
+
+
+def test_unknown_preset_and_missing_preset_name_list_the_presets(capsys):
+    from cutlab.search.__main__ import main
+
+    assert main(["search=nope"]) == 2
+    assert "choose one of search=" in capsys.readouterr().err and "dust_video" in (ROOT / "conf/search/dust_video.yaml").name
+    assert main(["L=2"]) == 2
+    assert "say which search to run: search=<preset>" in capsys.readouterr().err
+
+
+def test_unreachable_database_stops_before_any_run(tmp_path, capsys, monkeypatch):
+    import socket
+
+    from cutlab.search.__main__ import main
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    started = time.monotonic()
+    assert main(["search=dust_video", "--storage", f"postgresql://cutlab:secret@127.0.0.1:{port}/optuna", *TINY]) == 2
+    error = capsys.readouterr().err
+    assert f"cannot open the search storage postgresql://cutlab:***@127.0.0.1:{port}/optuna" in error, error
+    assert "secret" not in error and "Start the database" in error
+    assert time.monotonic() - started < 30
+    assert not list((tmp_path / "runs").rglob("summary.json"))
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    stderr = search_in_process(["search=fair_comparison", "--dry-run", "--n-trials", "3", *TINY], tmp_path,
+                               monkeypatch, capsys)
+    assert "arm constrained [train=constrained]: train.alpha float [0.05, 0.5]" in stderr
+    assert "arm erm [train=erm]: seeds 0..2" in stderr
+    assert "3 trials per arm in total, minimize" in stderr
+    assert not (tmp_path / "runs").exists()
+
+
+# ---------------------------------------------------------------- the search itself
+
+
+def study_of(tmp: Path, study: str, storage: str | None = None):
+    import optuna
+
+    from cutlab.search.storage import default_storage_url, open_storage
+
+    url = storage or default_storage_url(tmp / "runs" / "search" / study)
+    return optuna.load_study(study_name=study, storage=open_storage(url, {"interval_s": 1, "grace_s": 3}))
+
+
+def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_stops_at_the_total(tmp_path, monkeypatch,
+                                                                                               capsys):
+    """SIGTERM stops the worker mid-trial; the same command resumes that trial from its checkpoint."""
+    args = ["search=dust_video", "--n-trials", "3", "search.pruner=null", *FAST_HEARTBEAT, *TINY]
+    worker = start_search(args, tmp_path, tmp_path / "first.log")
+    trial_1 = tmp_path / "runs" / "search" / "dust_video" / "trial-0001"
+    wait_for(lambda: (trial_1 / "checkpoint.pt").exists(), 120, "trial 1's first checkpoint")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=60) != 0
+    stopped = json.loads((trial_1 / "summary.json").read_text())
+    assert stopped["status"] == "interrupted" and stopped["steps"] < 8
+
+    resumed = search_in_process(args, tmp_path, monkeypatch, capsys)  # the same command again
+    assert "{'complete': 1, 'fail': 1, 'waiting': 1}" in resumed, resumed  # trial 1 was re-queued when stopped
+    study = study_of(tmp_path, "dust_video")
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL"], states  # the stopped trial, re-queued once
+    folders = sorted(Path(t.user_attrs["run_dir"]).name for t in study.trials if t.state.name == "COMPLETE")
+    # trial 2 re-ran trial 1's parameters in trial 1's folder; the next fresh trial is number 3
+    assert folders == ["trial-0000", "trial-0001", "trial-0003"]
+    retried = next(t for t in study.trials if Path(t.user_attrs["run_dir"]).name == "trial-0001" and t.state.name == "COMPLETE")
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    assert retried.params == failed.params and retried.number != failed.number
+    for folder in folders:
+        assert_run_complete(trial_1.parent / folder, steps=8)
+    assert json.loads((trial_1 / "summary.json").read_text())["wall_time_s"] > 0
+
+    again = search_in_process(args, tmp_path, monkeypatch, capsys)  # a finished study runs nothing more
+    assert len(study_of(tmp_path, "dust_video").trials) == 4 and "trial 4" not in again
+    report = json.loads((trial_1.parent / "search_report.json").read_text())["search"]
+    assert report["trials"]["complete"] == 3 and report["best"]["validation"] == min(
+        t.value for t in study.trials if t.value is not None)
+
+
+def test_sqlite_storage_total_is_per_study_not_per_invocation(tmp_path, monkeypatch, capsys):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    args = ["search=dust_video", "--storage", url, "search.pruner=null", "--study", "lite", *TINY]
+    search_in_process([*args, "--n-trials", "2"], tmp_path, monkeypatch, capsys)
+    again = search_in_process([*args, "--n-trials", "2"], tmp_path, monkeypatch, capsys)  # already at its total
+    assert [t.state.name for t in study_of(tmp_path, "lite", url).trials] == ["COMPLETE"] * 2
+    assert "trials so far {'complete': 2}" in again and "lite trial 2 " not in again
+    widened = search_in_process([*args, "--n-trials", "3"], tmp_path, monkeypatch, capsys)  # one more
+    study = study_of(tmp_path, "lite", url)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3 and "lite trial 2 " in widened
+    assert study.user_attrs["sampler_seed"] == 0 and all(t.user_attrs["seed"] == 0 for t in study.trials)
+    assert all(t.user_attrs["sampler_seed"] == 0 for t in study.trials)  # worker 0: the preset's seed
+
+
+def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatch):
+    """A sane trial first, then one with a primal learning rate 500x too large: the median rule stops it."""
+    from cutlab.search.__main__ import build_plan, parse_args
+    from cutlab.search.storage import open_storage
+    from cutlab.search.worker import open_study, work
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("CUTLAB_CACHE_DIR", str(tmp_path / "cache"))
+    preset = write_preset(tmp_path, {"train.lr": {"type": "log_float", "low": 1e-4, "high": 1.0}}, study="prune",
+                          pruner={"n_startup_trials": 1, "n_warmup_steps": 0}, overrides=["train=constrained"])
+    plan = build_plan(parse_args([f"search={preset}", *TINY]))
+    study = open_study(plan, plan.preset.arms[0], open_storage(plan.storage_url, plan.preset.heartbeat))
+    study.enqueue_trial({"train.lr": 1e-3})
+    study.enqueue_trial({"train.lr": 0.5})
+    assert work(plan) == {"complete": 1, "pruned": 1}
+    sane, hopeless = study.trials
+    assert sane.state.name == "COMPLETE" and hopeless.state.name == "PRUNED"
+    assert hopeless.intermediate_values[1] > sane.intermediate_values[1]
+    summary = json.loads((Path(hopeless.user_attrs["run_dir"]) / "summary.json").read_text())
+    assert summary["status"] == "pruned" and summary["steps"] == 2  # stopped after its first epoch
+    assert "worse than the median" in summary["error"]
+    assert_run_complete(Path(sane.user_attrs["run_dir"]), steps=8)
+
+
+def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,
+                                                                                             capsys):
+    stderr = search_in_process(["search=fair_comparison", "--n-trials", "2", *TINY], tmp_path, monkeypatch, capsys)
+    study_dir = tmp_path / "runs" / "search" / "fair_comparison"
+    constrained = study_of(tmp_path, "fair_comparison-constrained", f"journal:{study_dir / 'optuna.journal'}")
+    erm = study_of(tmp_path, "fair_comparison-erm", f"journal:{study_dir / 'optuna.journal'}")
+    assert [t.state.name for t in constrained.trials] == [t.state.name for t in erm.trials] == ["COMPLETE"] * 2
+    assert sorted(t.params["seed"] for t in erm.trials) == [0, 1]
+    assert len({t.params["train.alpha"] for t in constrained.trials}) == 2  # searched, not repeated
+    for trial in erm.trials:
+        config = (Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text()
+        assert "constrained: false" in config and f"seed: {trial.params['seed']}" in config
+        assert "group: fair_comparison-erm" in config  # W&B groups a study's trials; each is named trial-NNNN
+    report = json.loads((study_dir / "search_report.json").read_text())
+    for arm, study in (("constrained", constrained), ("erm", erm)):
+        best = report[arm]["best"]
+        assert best["validation"] == min(t.value for t in study.trials) and best["metric"] == "rmse"
+        summary = json.loads((Path(best["run_dir"]) / "summary.json").read_text())
+        assert best["test_mean_metric"] == summary["test_mean_metric"]
+    assert "| constrained | fair_comparison-constrained | 2/0/0 |" in stderr
+    assert "| erm | fair_comparison-erm | 2/0/0 |" in stderr
+
+
+def test_a_plain_cutlab_run_never_imports_optuna():
+    code = "import sys, cutlab.__main__, cutlab.experiment; print('optuna' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

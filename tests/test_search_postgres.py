@@ -1,0 +1,105 @@
+"""A search on a real PostgreSQL server: two workers at once, one killed mid-trial, no trial lost.
+
+The server is started here (initdb into a temporary folder, loopback only, stopped by PID). PostgreSQL
+refuses to run as root, so as root it runs as ``nobody``. Skipped when no PostgreSQL binaries exist
+(Debian: ``apt-get install -y postgresql``; they live in /usr/lib/postgresql/<version>/bin).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from test_search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
+
+
+def postgres_bin() -> Path | None:
+    found = shutil.which("postgres")
+    if found:
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    return Path(versions[-1]).parent if versions else None
+
+
+def as_server_user(command: list[str]) -> list[str]:
+    return ["runuser", "-u", "nobody", "--", *command] if os.geteuid() == 0 else command
+
+
+@pytest.fixture(scope="module")
+def postgres_url():
+    binaries = postgres_bin()
+    if binaries is None or not (binaries / "initdb").exists():
+        pytest.skip("no PostgreSQL server binaries (postgres, initdb); install them: apt-get install -y postgresql")
+    base = Path(tempfile.mkdtemp(prefix="cutlab-pg-"))  # under /tmp: reachable by the server's user
+    if os.geteuid() == 0:
+        shutil.chown(base, "nobody")
+    subprocess.run(as_server_user([str(binaries / "initdb"), "-D", str(base / "data"), "-U", "cutlab",
+                                   "--auth=trust", "-E", "UTF8"]), check=True, capture_output=True, timeout=120)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = (base / "server.log").open("w")
+    subprocess.Popen(as_server_user([str(binaries / "postgres"), "-D", str(base / "data"), "-p", str(port),
+                                     "-c", "listen_addresses=127.0.0.1", "-k", str(base)]), stdout=log, stderr=log)
+    pid_file = base / "data" / "postmaster.pid"
+    try:
+        wait_for(lambda: pid_file.exists() and len(pid_file.read_text().splitlines()) >= 8
+                 and "ready" in pid_file.read_text(), 60, "PostgreSQL to accept connections", poll=0.1)
+        yield f"postgresql://cutlab@127.0.0.1:{port}/postgres"
+    finally:
+        if pid_file.exists():
+            server = int(pid_file.read_text().split()[0])
+            os.kill(server, signal.SIGINT)  # fast shutdown
+            wait_for(lambda: not Path(f"/proc/{server}").exists(), 30, "PostgreSQL to stop", poll=0.1)
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def current_folder(log: Path) -> Path | None:
+    """The run folder of the trial a worker is on (its last "trial N (worker i): ... -> FOLDER" line)."""
+    lines = [line for line in log.read_text().splitlines() if " -> " in line and "(worker " in line]
+    return Path(lines[-1].rsplit(" -> ", 1)[1]) if lines else None
+
+
+def test_two_workers_on_postgresql_one_killed_mid_trial_lose_no_trial(tmp_path, postgres_url):
+    args = ["search=dust_video", "--storage", postgres_url, "--n-trials", "4", "search.pruner=null",
+            *FAST_HEARTBEAT, *TINY]
+    first = start_search(args, tmp_path, tmp_path / "worker-a.log")
+    second = start_search(args, tmp_path, tmp_path / "worker-b.log")
+
+    def killable_folder():
+        if first.poll() is not None:
+            raise AssertionError("worker A ended early:\n" + (tmp_path / "worker-a.log").read_text()[-4000:])
+        folder = current_folder(tmp_path / "worker-a.log")
+        return folder if folder and (folder / "checkpoint.pt").exists() else None
+
+    victim = wait_for(killable_folder, 180, "worker A's trial to write its first checkpoint")
+    first.kill()  # SIGKILL: no clean-up at all, its trial stays RUNNING until its heartbeat goes stale
+    first.wait(timeout=30)
+    assert '"status": "complete"' not in (victim / "summary.json").read_text()
+    assert second.wait(timeout=300) == 0, (tmp_path / "worker-b.log").read_text()[-4000:]
+
+    resumed = run_search(args, tmp_path)  # the same command again: nothing is left to run
+    assert "trial 5" not in resumed.stderr and "| search | dust_video | 4/0/" in resumed.stderr
+    study = study_of(tmp_path, "dust_video", postgres_url)
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE"] * 4 + ["FAIL"], states  # the killed trial, failed by heartbeat and re-run
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    folders = {Path(t.user_attrs["run_dir"]) for t in complete}
+    assert len(folders) == 4 and victim in folders
+    failed = next(t for t in study.trials if t.state.name == "FAIL")
+    retried = next(t for t in complete if Path(t.user_attrs["run_dir"]) == victim)
+    assert retried.params == failed.params and retried.number > failed.number
+    for folder in folders:
+        assert_run_complete(folder, steps=8)  # every step once: the killed run resumed from its checkpoint
+    log_b = (tmp_path / "worker-b.log").read_text()
+    assert f"-> {victim}" in log_b  # worker B picked the dead worker's trial up
