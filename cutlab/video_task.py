@@ -14,6 +14,13 @@ from cutlab.tasks import Task
 
 def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
     model = cfg.model
+    if model.name == "vit":
+        from cutlab.core.models.vit import build_vit  # lazy: transformers costs seconds to import
+
+        return build_vit(
+            str(model.pretrained), depth, mean=_optional_list(model.mean), std=_optional_list(model.std),
+            pad_mode=model.pad_mode,
+        )
     if model.name == "dust":
         return DUST(
             depth=depth, patch=model.patch, atoms=model.atoms, threshold=model.threshold,
@@ -24,6 +31,10 @@ def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
         depth=depth, patch=model.patch, atoms=model.atoms, attention_step=model.attention_step,
         attention_scale=model.attention_scale, feedforward_init_std=model.feedforward_init_std,
     )
+
+
+def _optional_list(value) -> tuple[float, ...] | None:
+    return None if value is None else tuple(float(v) for v in value)
 
 
 def build_video_task(cfg: DictConfig) -> Task:
