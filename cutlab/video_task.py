@@ -39,7 +39,8 @@ def _optional_list(value) -> tuple[float, ...] | None:
 
 def build_video_task(cfg: DictConfig) -> Task:
     data = cfg.data
-    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress)
+    options = {"test_clips": data.test_clips} if "test_clips" in data else {}  # video_folder's flat layout
+    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress, **options)
     train_clips, val_clips = split_validation(clips.train, data.val_clips)
     return Task(
         model=build_model(cfg, cfg.L),
