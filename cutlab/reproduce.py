@@ -19,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 VIDEO_MODELS = ("dust", "ut")
 NOT_IMPLEMENTED = {  # the paper's cells that need code from an open issue
-    "model vit": "the ViT denoiser is not implemented yet",
-    "data avenue": "no CUHK Avenue loader yet",
-    "data shanghaitech": "no ShanghaiTech Campus loader yet",
+    "model vit": "the ViT denoiser (model=vit, the paper's cell is L=12) is not in these grids yet; run it directly",
+    "data avenue": "CUHK Avenue is not in these grids yet (not on this machine); run it with data=avenue data.root=...",
+    "data shanghaitech": "ShanghaiTech is not in these grids yet (not on this machine); run it with data=shanghaitech data.root=...",
     "text: ut_text, distilbert, roberta x imdb, mnli (Table 4, Figs 4, 5, 9, 12, 14, 15)": "text models are not implemented yet",
     "llm: causal_lm x alpaca (Fig 6)": "causal-LM fine-tuning is not implemented yet",
 }

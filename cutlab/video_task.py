@@ -14,6 +14,13 @@ from cutlab.tasks import Task
 
 def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
     model = cfg.model
+    if model.name == "vit":
+        from cutlab.core.models.vit import build_vit  # lazy: transformers costs seconds to import
+
+        return build_vit(
+            str(model.pretrained), depth, mean=_optional_list(model.mean), std=_optional_list(model.std),
+            pad_mode=model.pad_mode,
+        )
     if model.name == "dust":
         return DUST(
             depth=depth, patch=model.patch, atoms=model.atoms, threshold=model.threshold,
@@ -26,9 +33,14 @@ def build_model(cfg: DictConfig, depth: int) -> LayerwiseModel:
     )
 
 
+def _optional_list(value) -> tuple[float, ...] | None:
+    return None if value is None else tuple(float(v) for v in value)
+
+
 def build_video_task(cfg: DictConfig) -> Task:
     data = cfg.data
-    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress)
+    options = {"test_clips": data.test_clips} if "test_clips" in data else {}  # video_folder's flat layout
+    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress, **options)
     train_clips, val_clips = split_validation(clips.train, data.val_clips)
     return Task(
         model=build_model(cfg, cfg.L),

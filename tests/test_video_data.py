@@ -298,7 +298,7 @@ def test_npz_without_expected_keys_or_with_wrong_dtype(tmp_path):
 
 def test_unknown_dataset_lists_valid_names():
     with pytest.raises(CutlabError, match="synthetic.*ucsd_ped2.*ucsd_ped1"):
-        load_video_clips("avenue", None, None)
+        load_video_clips("imagenet", None, None)
 
 
 # --------------------------------------------------------------------------- synthetic

@@ -55,6 +55,11 @@ def make_synthetic_clips(
     return VideoClips(train=train, test=test, source=source)
 
 
+def load_synthetic(root, cache_dir: str | None, image_size: int, progress: bool) -> VideoClips:
+    """data=synthetic (the registry's entry point): generated, so root and cache_dir are not used."""
+    return make_synthetic_clips(size=image_size, progress=progress)
+
+
 def _background(size: int, rng: np.random.Generator) -> np.ndarray:
     """Static scene, float32 in [0, 255]: a lighting gradient, low-frequency blobs and a faint texture."""
     y, x = np.mgrid[0:size, 0:size].astype(np.float32) / size

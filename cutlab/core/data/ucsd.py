@@ -39,6 +39,16 @@ def load_ucsd(
     return load_official(path, cache_dir, image_size, progress, hint=_hint(variant))
 
 
+def load_ped1(root, cache_dir: str | None, image_size: int, progress: bool) -> VideoClips:
+    """data=ucsd_ped1 (the registry's entry point, cutlab/core/data/video.py LOADERS)."""
+    return load_ucsd("ped1", root, cache_dir, image_size, progress)
+
+
+def load_ped2(root, cache_dir: str | None, image_size: int, progress: bool) -> VideoClips:
+    """data=ucsd_ped2 (the registry's entry point, cutlab/core/data/video.py LOADERS)."""
+    return load_ucsd("ped2", root, cache_dir, image_size, progress)
+
+
 def _hint(variant: str) -> str:
     """The fix shown in every error: what data.root should point at."""
     return f"point data.root at the folder that holds UCSD{variant}/ or at {variant}_gray160_uint8.npz"

@@ -6,6 +6,7 @@ float32); conversion to float happens per batch in :func:`to_patch_tokens`.
 
 from __future__ import annotations
 
+import importlib
 import sys
 import time
 from dataclasses import dataclass
@@ -16,7 +17,17 @@ from torch.utils.data import Dataset
 
 from cutlab.errors import CutlabError
 
-DATASETS = ("synthetic", "ucsd_ped2", "ucsd_ped1")
+# data.name -> "module:function" reading that set; the function takes (root, cache_dir, image_size, progress,
+# **options) and returns VideoClips. Modules are imported on use (they import VideoClips from this one).
+LOADERS = {
+    "synthetic": "cutlab.core.data.synthetic:load_synthetic",
+    "ucsd_ped2": "cutlab.core.data.ucsd:load_ped2",
+    "ucsd_ped1": "cutlab.core.data.ucsd:load_ped1",
+    "avenue": "cutlab.core.data.avenue:load_avenue",
+    "shanghaitech": "cutlab.core.data.shanghaitech:load_shanghaitech",
+    "video_folder": "cutlab.core.data.video_folder:load_video_folder",
+}
+DATASETS = tuple(LOADERS)
 
 
 @dataclass
@@ -50,24 +61,20 @@ class ProgressLine:
 
 
 def load_video_clips(
-    name: str, root: str | None, cache_dir: str | None, image_size: int = 160, progress: bool = True
+    name: str, root: str | None, cache_dir: str | None, image_size: int = 160, progress: bool = True, **options
 ) -> VideoClips:
-    """Load a video set by name: ``synthetic`` (generated) or ``ucsd_ped2`` / ``ucsd_ped1`` (from ``root``).
+    """Load a video set by name (see LOADERS): ``synthetic`` is generated, the others are read from ``root``.
 
-    ``root`` for UCSD is a ``.npz`` (keys ``training_NN`` / ``testing_NN``) or a folder in the official
-    layout (``<root>/UCSDped2/Train/Train001/001.tif``); ``cache_dir`` (or None) keeps preprocessed copies.
+    UCSD takes a ``.npz`` (keys ``training_NN`` / ``testing_NN``) or the official folder; Avenue,
+    ShanghaiTech and video_folder take their folders (see each module). ``cache_dir`` (or None) keeps
+    preprocessed copies; ``options`` are set-specific (video_folder: ``test_clips``).
     """
-    # Imported here because both modules import VideoClips from this one.
-    from cutlab.core.data.synthetic import make_synthetic_clips
-    from cutlab.core.data.ucsd import load_ucsd
-
-    if name not in DATASETS:
+    if name not in LOADERS:
         raise CutlabError(f"data.name={name!r} is not a known video set; use one of {', '.join(DATASETS)}")
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
         raise CutlabError(f"data.image_size={image_size!r} is not a positive integer; set it to e.g. 160")
-    if name == "synthetic":
-        return make_synthetic_clips(size=image_size, progress=progress)
-    return load_ucsd(name.removeprefix("ucsd_"), root, cache_dir, image_size, progress)
+    module, function = LOADERS[name].split(":")
+    return getattr(importlib.import_module(module), function)(root, cache_dir, image_size, progress, **options)
 
 
 def split_validation(

@@ -3,5 +3,6 @@
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.models.dust import DUST
 from cutlab.core.models.ut import UT
+from cutlab.core.models.vit import ViTDenoiser  # imports transformers only when a checkpoint is loaded
 
-__all__ = ["LayerwiseModel", "DUST", "UT"]
+__all__ = ["LayerwiseModel", "DUST", "UT", "ViTDenoiser"]

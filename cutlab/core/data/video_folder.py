@@ -1,0 +1,72 @@
+"""Your own footage: a folder of video files and/or frame folders (data=video_folder, data.root=...).
+
+Two layouts are read:
+
+- split:  ``<root>/train/`` and ``<root>/test/`` (or ``training/`` and ``testing/``), each holding clips;
+- flat:   clips directly in ``<root>``; the last ``data.test_clips`` of them (sorted by name) are the test split.
+
+A clip is a video file (.avi, .mp4, .mov, .mkv, ...) or a folder of frame images (.jpg, .png, .tif, ...,
+read in natural order: 2.jpg before 10.jpg). Clips are named ``training_<name>`` / ``testing_<name>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cutlab.core.data.clipfiles import (
+    FRAME_SUFFIXES,
+    VIDEO_SUFFIXES,
+    ClipSource,
+    describe,
+    existing_folder,
+    frame_files,
+    load_layout,
+    natural_key,
+    video_files,
+)
+from cutlab.core.data.video import VideoClips
+from cutlab.errors import CutlabError
+
+_SPLIT_NAMES = (("train", "test"), ("training", "testing"))
+HINT = (f"point data.root at a folder of clips (video files {', '.join(VIDEO_SUFFIXES[:4])}, ... or folders of "
+        f"{', '.join(FRAME_SUFFIXES[:3])}, ... frames), either split as <root>/train/ and <root>/test/ or flat in "
+        "<root> with the last data.test_clips clips held out for testing")
+
+
+def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bool, test_clips: int = 1) -> VideoClips:
+    folder = existing_folder(root, "video_folder", HINT)
+    for train_name, test_name in _SPLIT_NAMES:
+        if (folder / train_name).is_dir() and (folder / test_name).is_dir():
+            layout = {"training": _prefixed("training", find_clips(folder / train_name)),
+                      "testing": _prefixed("testing", find_clips(folder / test_name))}
+            break
+    else:
+        clips = find_clips(folder)
+        if isinstance(test_clips, bool) or not isinstance(test_clips, int) or not 1 <= test_clips < len(clips):
+            raise CutlabError(
+                f"data.test_clips={test_clips!r} must be an integer in [1, {len(clips) - 1}] for the {len(clips)} clips "
+                f"in {folder} (at least one clip must stay for training); or split them into train/ and test/"
+            )
+        names = sorted(clips, key=lambda name: natural_key(Path(name)))
+        held = set(names[len(names) - test_clips :])
+        layout = {"training": _prefixed("training", {n: clips[n] for n in names if n not in held}),
+                  "testing": _prefixed("testing", {n: clips[n] for n in names if n in held})}
+    return load_layout(layout, "video_folder", folder, cache_dir, image_size, progress, HINT)
+
+
+def find_clips(folder: Path) -> dict[str, ClipSource]:
+    """{clip name: video file or sorted frame files} for every clip directly in ``folder``."""
+    clips: dict[str, ClipSource] = {video.stem: video for video in video_files(folder)}
+    for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        frames = frame_files(sub)
+        if frames:
+            if sub.name in clips:
+                raise CutlabError(f"data.root: {sub} and a video file both name clip {sub.name!r} in {folder}; rename one")
+            clips[sub.name] = frames
+    if not clips:
+        raise CutlabError(f"data.root: {folder} {describe(folder)} but no video files or frame folders; {HINT}")
+    return clips
+
+
+def _prefixed(split: str, clips: dict[str, ClipSource]) -> dict[str, ClipSource]:
+    return {f"{split}_{name}": source for name, source in clips.items()}
