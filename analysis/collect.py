@@ -39,13 +39,14 @@ RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
 #: directories never searched for runs (W&B's offline folders, caches)
 SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
 #: which task a headline metric belongs to, and its direction when the summary does not say
-TASK_OF_METRIC = {"rmse": "video", "accuracy": "text"}
-DEFAULT_MODE = {"rmse": "min", "accuracy": "max"}
+TASK_OF_METRIC = {"rmse": "video", "accuracy": "text", "token_accuracy": "instruction"}
+DEFAULT_MODE = {"rmse": "min", "accuracy": "max", "token_accuracy": "max"}
 # the task of a run without a headline metric (a failed one), from its dataset
 TASK_OF_DATASET = {"synthetic": "video", "ucsd_ped1": "video", "ucsd_ped2": "video", "avenue": "video",
-                   "shanghaitech": "video", "imdb": "text", "mnli": "text"}
+                   "shanghaitech": "video", "video_folder": "video", "imdb": "text", "mnli": "text",
+                   "alpaca": "instruction"}
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
-STATES = ("complete", "failed", "partial", "unsupported")
+STATES = ("complete", "failed", "pruned", "partial", "unsupported")
 
 # Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
 CONFIG_COLUMNS = {
@@ -336,6 +337,9 @@ def _classify(summary: dict | None, summary_problem: str | None, config_problem:
     if status in ("running", "interrupted"):
         return "partial", (f"{SUMMARY} says status {status!r}: the run is in progress or was stopped before it "
                            "finished (run the same command again to resume it)")
+    if status == "pruned":
+        return "pruned", (f"stopped early by the search's pruner ({summary.get('error') or summary.get('reason') or 'hopeless '
+                          'intermediate validation'}); not a finished run")
     if status != "complete":
         return "unsupported", f"{SUMMARY} has an unknown status {status!r}"
     if config_problem:

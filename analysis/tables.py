@@ -204,7 +204,7 @@ def _notes(table: Table, runs: RunTable) -> list[str]:
     excluded = runs.runs[(runs.runs["task"] == spec.task) & ~runs.runs["usable"]]
     if len(excluded):
         counts = excluded["state"].value_counts()
-        parts = [f"{counts[s]} {s}" for s in ("failed", "partial", "unsupported") if s in counts]
+        parts = [f"{counts[s]} {s}" for s in ("failed", "pruned", "partial", "unsupported") if s in counts]
         notes.append(f"Not counted: {', '.join(parts)} run(s) of this task (listed in the report).")
     return notes
 
