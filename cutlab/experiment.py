@@ -16,6 +16,7 @@ from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
 from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual, StepResult
 from cutlab.core.training import Progress, Schedule, Trainer
 from cutlab.errors import CutlabError
+from cutlab.launch.preemption import Preempted, stop_on_signals
 from cutlab.provenance import provenance
 from cutlab.records import (
     CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
@@ -27,7 +28,7 @@ from cutlab.tasks import Task, build_task, pick_device
 log = logging.getLogger("cutlab")
 
 # Keys that may differ between a run and its resumption without changing its result.
-VOLATILE_KEYS = ("paths", "wandb", "device", "threads", "progress", "run_name", "checkpoint")
+VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
 
 
 def _comparable(config: dict) -> dict:
@@ -152,11 +153,14 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         history.write(row)
         tracker.log({k: v for k, v in row.items() if k not in ("step", "phase")}, step=progress.step)
         reporter.step(progress, result, seconds)
-        if progress.step % cfg.checkpoint.every_steps == 0:
+        if progress.step % cfg.checkpoint.every_steps == 0 or stop.requested:
             checkpoint_now()
+        if stop.requested:  # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
+            raise Preempted(f"stopped by {stop.signal_name} after step {progress.step} (checkpoint saved)")
 
     try:
-        trainer.run(on_step=on_step, on_epoch_end=lambda progress: checkpoint_now())
+        with stop_on_signals() as stop:
+            trainer.run(on_step=on_step, on_epoch_end=lambda progress: checkpoint_now())
         history.close()
         summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter, epsilon))
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
