@@ -91,7 +91,7 @@ def check_group_choices(arguments: list[str]) -> None:
 
 
 def main() -> None:
-    from cutlab.launch.plan import parse_command, with_sweeps_searchpath
+    from cutlab.launch.plan import parse_command, with_sweeps_dir
 
     argv = sys.argv[1:]
     command = parse_command(argv)
@@ -110,7 +110,7 @@ def main() -> None:
     except CutlabError as error:
         print(f"cutlab: error: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    sys.argv = [sys.argv[0], *with_sweeps_searchpath(argv)]
+    sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
     app()
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)

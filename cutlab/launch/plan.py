@@ -59,11 +59,12 @@ def parse_command(argv: list[str]) -> Command | None:
     return command
 
 
-def with_sweeps_searchpath(overrides: list[str]) -> list[str]:
-    """sweeps/ joins conf/ on Hydra's search path, so ``--config-name table3`` finds sweeps/table3.yaml."""
-    if any(o.startswith("hydra.searchpath=") for o in overrides):
-        return overrides
-    return [*overrides, f"hydra.searchpath=[file://{SWEEPS_DIR}]"]
+def with_sweeps_dir(argv: list[str]) -> list[str]:
+    """sweeps/ joins conf/ on Hydra's search path (as ``--config-dir``), so ``--config-name table3`` finds
+    sweeps/table3.yaml; a user's own ``--config-dir`` is kept as given."""
+    if any(a in ("-cd", "--config-dir") or a.startswith("--config-dir=") for a in argv):
+        return argv
+    return ["--config-dir", str(SWEEPS_DIR), *argv]
 
 
 @dataclass
@@ -116,8 +117,10 @@ def expand(command: Command) -> Plan:
 
     register_resolvers()
     GlobalHydra.instance().clear()
-    hydra = Hydra.create_main_hydra2(task_name="cutlab", config_search_path=create_config_search_path(str(CONFIG_DIR)))
-    overrides = with_sweeps_searchpath(command.overrides)
+    search_path = create_config_search_path(str(CONFIG_DIR))
+    search_path.prepend("command-line", f"file://{SWEEPS_DIR}")  # what --config-dir does (with_sweeps_dir)
+    hydra = Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
+    overrides = list(command.overrides)
     try:
         cfg = hydra.compose_config(command.config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
                                    with_log_configuration=False)
@@ -152,9 +155,12 @@ def _empty_sweep_message(parsed) -> str:
 
 
 def _composition_message(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return (f"the sweep cannot be composed: {text}. Check the key against conf/ (python -m cutlab --cfg job "
-            "shows every key); a new key needs a leading +, e.g. +my_key=1")
+    text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+    if "Could not find" in text or "Cannot find primary config" in text:
+        fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
+    else:
+        fix = "check the key against conf/ (python -m cutlab --cfg job shows every key); a new key needs a leading +"
+    return f"the sweep cannot be composed before any run starts: {text}; {fix}"
 
 
 def _check_unique_ids(plan: Plan) -> None:
@@ -248,8 +254,10 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         lines.append(f"# {measured}" if cost.measured else "# no run of these kinds has completed in this folder yet")
         if cost.unmeasured:
             kinds = {run.cost_key: run for run in cost.unmeasured}
+            example = [*plan.command.hydra_argv()[:2 if plan.command.config_name else 0],
+                       *(o for o in next(iter(kinds.values())).overrides if not o.startswith("wandb.group="))]
             lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "
-                         f"of each first, e.g. python -m cutlab {' '.join(next(iter(kinds.values())).overrides)}")
+                         f"of each first, e.g. python -m cutlab {' '.join(example)}")
     return "\n".join(lines)
 
 
