@@ -149,6 +149,10 @@ def down(base: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reap it when this process started it
+        except ChildProcessError:
+            pass
         pid_file.unlink()
 
 
