@@ -256,6 +256,9 @@ def measured_costs(runs_dir: Path) -> dict[tuple, list[float]]:
     return costs
 
 
+PROCESS_STARTUP_S = 3.3  # python + torch + Hydra start-up of one run (../shared/notes/stack.md, 2 idle cores)
+
+
 @dataclass
 class Estimate:
     seconds: float             # summed run time of the runs still to do, where measured
@@ -266,9 +269,9 @@ class Estimate:
 def estimate(plan: Plan) -> Estimate:
     """Run time of what is left, from complete runs of the same kind already in the runs folder.
 
-    A run's cost is the median wall time of complete runs with its cost key (start-up, training and
-    evaluation included); a partial run costs the part it has not done. Runs of a kind never run
-    before are counted as unmeasured: run one of each kind first to calibrate the estimate.
+    A run's cost is the median ``wall_time_s`` (training and evaluation) of complete runs with its cost
+    key. Runs of a kind never run before are counted as unmeasured: run one of each kind first to
+    calibrate the estimate. Launchers that start a process per run add its start-up (PROCESS_STARTUP_S).
     """
     costs = measured_costs(plan.runs_dir)
     seconds, measured, unmeasured = 0.0, 0, []
@@ -291,6 +294,8 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
     done = len(plan.runs) - len(plan.to_run)
     cost = estimate(plan)
+    if launcher != "inprocess":
+        cost.seconds += PROCESS_STARTUP_S * cost.measured
     lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run")
     if plan.to_run:
         wall = cost.seconds / max(1, min(parallel, len(plan.to_run)))
