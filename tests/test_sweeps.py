@@ -143,9 +143,10 @@ def test_runs_of_a_sweep_share_a_wandb_group_named_after_the_sweep_and_are_named
 def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_record(inprocess_sweep, tmp_path):
     runs, _ = inprocess_sweep
     first_multirun = (runs / "multirun.yaml").read_text()
-    plan = cutlab(["--plan", "-m", "gamma=0,0.09", *TINY, "wandb.mode=offline"], runs)
-    assert [line.split()[1] for line in plan.stdout.splitlines() if not line.startswith("#")] == ["complete"] * 2
-    assert "2 complete (skipped), 0 to run" in plan.stdout
+    plan = cutlab(["--plan", "-m", "gamma=0,0.09,0.15", *TINY, "wandb.mode=offline"], runs)
+    assert [line.split()[1] for line in plan.stdout.splitlines() if not line.startswith("#")] == ["complete"] * 2 + ["new"]
+    assert "2 complete (skipped), 1 to run" in plan.stdout
+    assert "for the 1 measured runs" in plan.stdout, "a new run is priced from its complete peers"
     rerun = cutlab(["-m", "gamma=0,0.09", *TINY, "wandb.mode=offline"], runs)
     assert (rerun.stdout + rerun.stderr).count("complete; skipped") == 2
     kept = list((runs / "_sweeps").glob("multirun-*.yaml"))
