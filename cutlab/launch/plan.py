@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,7 +105,6 @@ def expand(command: Command) -> Plan:
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.hydra_config import HydraConfig
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from hydra.types import RunMode
@@ -317,7 +315,3 @@ def _duration(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def print_plan(plan: Plan, launcher: str, parallel: int) -> None:
-    print(format_plan(plan, launcher, parallel), file=sys.stdout, flush=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,3 @@ def sbatch_script(profile: SlurmProfile, folder: Path, job_name: str, array_size
     command = f"{python} -u -m submitit.core._submit {folder}"
     return _make_sbatch_string(command=command, folder=str(folder), map_count=array_size,
                                **profile.executor_parameters(job_name))
-
-
-def as_dict(profile: SlurmProfile) -> dict[str, Any]:
-    return asdict(profile)
