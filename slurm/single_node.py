@@ -132,7 +132,8 @@ def _wait_for(condition, timeout: float, what: str, base: Path) -> None:
 
 
 def down(base: Path) -> None:
-    """Stop the daemons started by :func:`up`, by their recorded PIDs (slurmd first, munged last)."""
+    """Cancel what is still queued, then stop the daemons started by :func:`up` by their recorded PIDs."""
+    _cancel_all(Path(base))
     for name in reversed(DAEMONS):
         pid_file = Path(base) / f"{name}.daemon.pid"
         if not pid_file.exists():
@@ -154,6 +155,21 @@ def down(base: Path) -> None:
         except ChildProcessError:
             pass
         pid_file.unlink()
+
+
+def _cancel_all(base: Path, timeout: float = 20) -> None:
+    """Jobs left running (a test that failed half-way) would outlive slurmd with their srun: cancel them first."""
+    conf = base / "slurm.conf"
+    if not conf.exists() or not (base / "slurmctld.daemon.pid").exists():
+        return
+    env = {**os.environ, "SLURM_CONF": str(conf)}
+    subprocess.run(["scancel", f"--user={os.getuid()}"], env=env, capture_output=True, timeout=30)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["squeue", "--noheader"], env=env, capture_output=True, text=True, timeout=30)
+        if out.returncode != 0 or not out.stdout.strip():
+            return
+        time.sleep(0.2)
 
 
 def _is_zombie(pid: int) -> bool:
