@@ -17,6 +17,7 @@ from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
 from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual, StepResult
 from cutlab.core.training import Progress, Schedule, Trainer
 from cutlab.errors import CutlabError
+from cutlab.launch.preemption import Preempted, stop_on_signals
 from cutlab.provenance import provenance
 from cutlab.records import (
     CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
@@ -28,7 +29,7 @@ from cutlab.tasks import Task, build_task, pick_device
 log = logging.getLogger("cutlab")
 
 # Keys that may differ between a run and its resumption without changing its result.
-VOLATILE_KEYS = ("paths", "wandb", "device", "threads", "progress", "run_name", "checkpoint")
+VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
 
 # ``on_epoch_end(epoch, validate)``: called after each epoch's checkpoint; ``validate()`` returns the last
 # layer's validation metric at gamma_train (one pass over the validation set, only when called).
@@ -168,8 +169,10 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         history.write(row)
         tracker.log({k: v for k, v in row.items() if k not in ("step", "phase")}, step=progress.step)
         reporter.step(progress, result, seconds)
-        if progress.step % cfg.checkpoint.every_steps == 0:
+        if progress.step % cfg.checkpoint.every_steps == 0 or stop.requested:
             checkpoint_now()
+        if stop.requested:  # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
+            raise Preempted(f"stopped by {stop.signal_name} after step {progress.step} (checkpoint saved)")
 
     def validate() -> float:
         val = evaluate(task.model, task.objective, task.val_set, task.prepare, [float(cfg.gamma)], task.sigma,
@@ -182,7 +185,8 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
             on_epoch_end(progress.epoch, validate)
 
     try:
-        trainer.run(on_step=on_step, on_epoch_end=epoch_end)
+        with stop_on_signals() as stop:
+            trainer.run(on_step=on_step, on_epoch_end=epoch_end)
         history.close()
         summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter, epsilon))
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,

@@ -105,8 +105,9 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
 
 
 def test_rerunning_a_complete_command_skips_it_and_touches_nothing(ped2_sweep):
-    # Hydra rewrites its description of the latest sweep (multirun.yaml) on every -m call; runs are untouched
-    runs_only = lambda: {k: v for k, v in folder_fingerprint(ped2_sweep).items() if k != "multirun.yaml"}
+    # every -m call adds its own sweep record (_sweeps/, where Hydra's earlier multirun.yaml is kept); runs are untouched
+    runs_only = lambda: {k: v for k, v in folder_fingerprint(ped2_sweep).items()
+                         if k != "multirun.yaml" and not k.startswith("_sweeps/")}
     before = runs_only()
     result = cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], ped2_sweep)
     assert (result.stdout + result.stderr).count("complete; skipped") == 4

@@ -1,0 +1,106 @@
+"""One run of a sweep as a job: ``python -m cutlab <its overrides>`` in a child process.
+
+The local and SLURM launchers both run this. Running the plain single-run command keeps a sweep's run
+identical to the run a user starts by hand (same folder, same record, complete runs skipped, partial
+ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
+submitit calls :meth:`RunCommand.checkpoint`, which stops the child at a step boundary (it checkpoints,
+see cutlab/launch/preemption.py) and hands submitit the same command to requeue, which resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+from cutlab.launch.preemption import PREEMPTED_EXIT
+
+try:  # submitit only matters under SLURM; the local launcher works without it
+    from submitit.helpers import Checkpointable, DelayedSubmission
+except ImportError:  # pragma: no cover
+    Checkpointable, DelayedSubmission = object, None
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class RunFailed(Exception):
+    """A run ended with an error; the message holds the run's id and its last error line."""
+
+
+class RunInterrupted(Exception):
+    """A run stopped on a signal after checkpointing; the same command resumes it."""
+
+
+class RunCommand(Checkpointable):
+    def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None) -> None:
+        self.argv, self.run_id, self.run_dir, self.cwd, self.threads = argv, run_id, run_dir, cwd, threads
+        self._child: subprocess.Popen | None = None
+
+    def __getstate__(self) -> dict:  # the child process is not part of what a requeued job needs
+        return {k: v for k, v in self.__dict__.items() if k != "_child"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _child=None)
+
+    def command(self) -> list[str]:
+        extra = [] if self.threads is None else [f"threads={self.threads}"]
+        return [sys.executable, "-m", "cutlab", *self.argv, *extra]
+
+    def __call__(self) -> dict:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+        if self.threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        self._child = subprocess.Popen(self.command(), cwd=self.cwd, env=env, stderr=subprocess.PIPE, text=True,
+                                       bufsize=1)
+        tail: deque[str] = deque(maxlen=40)
+        echo = threading.Thread(target=_echo, args=(self._child.stderr, tail, f"[{self.run_id}] "), daemon=True)
+        echo.start()
+        while self._child.poll() is None:  # polling, not wait(): the checkpoint handler may wait on it too
+            time.sleep(0.2)
+        echo.join(timeout=5)
+        code = self._child.returncode
+        if code == 0:
+            return _summary(Path(self.run_dir))
+        if code == PREEMPTED_EXIT:
+            raise RunInterrupted(f"{self.run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
+        raise RunFailed(f"{self.run_id}: exit {code}: {_error_line(tail)}")
+
+    def checkpoint(self, *args, **kwargs):
+        """submitit's hook on SIGUSR2: let the child checkpoint and stop, then requeue this same command."""
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)  # cutlab stops at the next step boundary with a checkpoint
+            deadline = time.monotonic() + 60
+            while child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        return DelayedSubmission(RunCommand(self.argv, self.run_id, self.run_dir, self.cwd, self.threads))
+
+
+def _echo(stream, tail: deque, prefix: str) -> None:
+    for line in stream:
+        tail.append(line.rstrip("\n"))
+        sys.stderr.write(prefix + line)
+    sys.stderr.flush()
+
+
+def _error_line(tail: deque) -> str:
+    """The child's ``cutlab: error: ...`` line, else the last line of its traceback."""
+    lines = [line for line in tail if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("cutlab: error:"):
+            return line[len("cutlab: error:"):].strip()
+    return lines[-1].strip() if lines else "no output"
+
+
+def _summary(run_dir: Path) -> dict:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {"status": "unknown"}
+    return {k: summary.get(k) for k in ("status", "metric", "test_mean_metric", "test_auc", "verdict", "wall_time_s")}

@@ -1,0 +1,55 @@
+"""What became of each run of a sweep, and the sweep's summary (printed, and kept in the sweep's record)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from cutlab.launch.job import RunFailed, RunInterrupted
+
+
+@dataclass
+class Outcome:
+    run_id: str
+    status: str                  # complete | failed | interrupted
+    metric: str | None = None
+    value: float | None = None
+    error: str | None = None
+    job_id: str | None = None    # the SLURM job (array task) id, when there is one
+
+    def line(self) -> str:
+        detail = self.error if self.error else (f"{self.metric} {self.value:.4g}" if self.value is not None else "")
+        job = f" [job {self.job_id}]" if self.job_id else ""
+        return f"{self.status:<11} {self.run_id}{job} {detail}".rstrip()
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> Outcome:
+    """Call ``result`` (a run's return value or its exception) and turn it into an Outcome."""
+    try:
+        summary = result()
+    except RunInterrupted as error:
+        return Outcome(run_id, "interrupted", error=str(error), job_id=job_id)
+    except RunFailed as error:
+        return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
+    except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
+        return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
+    value = summary.get("test_auc") if summary.get("metric") == "accuracy" else summary.get("test_mean_metric")
+    return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "RunFailed:" in line:
+            return line.split("RunFailed:", 1)[1].strip().split(": ", 1)[-1]
+    return lines[-1] if lines else "unknown error"
+
+
+def summary_text(name: str, outcomes: list[Outcome], skipped: int, seconds: float) -> str:
+    counts = {status: sum(o.status == status for o in outcomes) for status in ("complete", "failed", "interrupted")}
+    head = (f"sweep {name}: {counts['complete']} complete, {counts['failed']} failed, {counts['interrupted']} "
+            f"interrupted, {skipped} skipped (already complete) in {seconds:.1f} s")
+    return "\n".join([head, *(f"  {o.line()}" for o in sorted(outcomes, key=lambda o: o.run_id))])

@@ -1,0 +1,75 @@
+"""SLURM through submitit: a sweep's runs as one job array, each task a checkpointable ``python -m cutlab``.
+
+submitit writes the sbatch script (``--signal=USR2@<signal_delay_s>``, ``--array=0-N%<array_parallelism>``),
+pickles each run's :class:`RunCommand`, and inside the job turns SIGUSR2 into ``checkpoint()`` + requeue.
+Waiting reads submitit's result files and asks ``squeue`` whether a task still exists, so it needs no
+SLURM accounting database; a task that vanishes without a result (killed, node lost) is reported failed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cutlab.launch.job import RunCommand
+from cutlab.launch.outcome import Outcome, outcome_of
+from cutlab.launch.slurm_profile import SlurmProfile, check_cluster
+
+POLL_S = 1.0
+VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one
+
+
+def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str):
+    """Submit the runs as one job array; returns submitit's jobs (one per run, same order)."""
+    import submitit
+
+    check_cluster(profile)
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeues)
+    executor.update_parameters(**profile.executor_parameters(job_name))
+    with executor.batch():
+        jobs = [executor.submit(command) for command in commands]
+    print(f"[cutlab] slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]} "
+          f"(at most {profile.array_parallelism} at a time; logs in {folder})", file=sys.stderr, flush=True)
+    return jobs
+
+
+def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
+    """Wait for every task, reporting each as it ends; a failed task never stops the others."""
+    pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
+    outcomes: list[Outcome] = []
+    missing_since: dict[str, float] = {}
+    while pending:
+        queued = _in_queue(list(pending))
+        for job_id, (job, command) in list(pending.items()):
+            if job.paths.result_pickle.exists():
+                outcome = outcome_of(command.run_id, job.result, job_id=job_id)
+            elif queued is not None and job_id not in queued:
+                first = missing_since.setdefault(job_id, time.monotonic())
+                if time.monotonic() - first < VANISHED_AFTER_S:
+                    continue
+                outcome = Outcome(command.run_id, "failed", job_id=job_id,
+                                  error=f"the job ended without a result (killed or lost; see {job.paths.stderr})")
+            else:
+                missing_since.pop(job_id, None)
+                continue
+            del pending[job_id]
+            outcomes.append(outcome)
+            print(f"[cutlab] slurm: {len(outcomes)}/{len(jobs)} done; {outcome.line()}", file=sys.stderr, flush=True)
+        if pending:
+            time.sleep(POLL_S)
+    return outcomes
+
+
+def _in_queue(job_ids: list[str]) -> set[str] | None:
+    """The given array tasks SLURM still holds (pending, running, requeued); None if squeue did not answer."""
+    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+    try:
+        out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i", "--jobs", ",".join(arrays)],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return set() if "Invalid job id" in out.stderr else None
+    return {line.strip() for line in out.stdout.splitlines() if line.strip()}

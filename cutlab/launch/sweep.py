@@ -1,0 +1,115 @@
+"""``python -m cutlab -m ...`` and ``--plan``: expand the sweep, keep its record, and run it with the chosen launcher.
+
+Every sweep invocation gets its own folder ``<runs_dir>/_sweeps/<name>-<UTC time>/`` holding the plan,
+the composed sweep config and the outcome of every run, so nothing an earlier invocation wrote is
+lost (Hydra's own ``multirun.yaml`` is moved there too before Hydra would overwrite it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from cutlab.errors import CutlabError
+from cutlab.launch.plan import SWEEP_RECORDS, Command, Plan, expand, format_plan, sweep_name
+
+LAUNCHERS = ("inprocess", "local", "slurm")
+
+
+def with_sweep_group(command: Command) -> Command:
+    """Runs of one sweep share a W&B group, the sweep's name, unless the command sets ``wandb.group``."""
+    if command.multirun and not any(o.lstrip("+~").startswith("wandb.group=") for o in command.overrides):
+        command.overrides.append(f"wandb.group={sweep_name(command)}")
+    return command
+
+
+def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
+    """Plan (and with ``--plan`` stop there), then launch: (exit status, None), or (None, (plan, record))
+    when Hydra is to run the sweep in this process."""
+    plan = expand(command)
+    launcher = plan.launcher.get("name", "inprocess")
+    if launcher not in LAUNCHERS:
+        raise CutlabError(f"unknown launcher {launcher!r}; choose one of launcher={','.join(LAUNCHERS)}")
+    profile = _profile(plan) if launcher == "slurm" else None
+    parallel = {"local": plan.launcher.get("max_parallel", 1), "slurm": profile.array_parallelism if profile else 1}
+    if command.plan:
+        print(format_plan(plan, launcher, parallel.get(launcher, 1)), flush=True)
+        if profile is not None:
+            from cutlab.launch.slurm_profile import sbatch_script
+
+            folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
+            print(f"# the sbatch script (profile {profile.name}):\n"
+                  + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable))
+        return 0, None
+    if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
+        from cutlab.launch.slurm_profile import check_cluster
+
+        check_cluster(profile)
+    record = _start_record(plan, launcher)
+    print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {len(plan.runs) - len(plan.to_run)} complete "
+          f"(skipped), {len(plan.to_run)} to run with launcher={launcher}; record in {record}", file=sys.stderr, flush=True)
+    if launcher == "inprocess":
+        _keep_earlier_multirun_yaml(plan.runs_dir, record)
+        return None, (plan, record)
+    return _launch(plan, launcher, profile, record), None
+
+
+def _profile(plan: Plan):
+    from cutlab.launch.slurm_profile import load_profile
+
+    return load_profile(str(plan.launcher.get("profile") or "default"))
+
+
+def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
+    from cutlab.launch.job import RunCommand
+    from cutlab.launch.outcome import summary_text
+
+    started = time.perf_counter()
+    threads = plan.launcher.get("threads")
+    config_name = ["--config-name", plan.command.config_name] if plan.command.config_name else []
+    commands = [RunCommand([*config_name, *run.overrides], run.run_id, str(run.run_dir.resolve()), os.getcwd(), threads)
+                for run in plan.to_run]
+    if not commands:
+        outcomes = []
+    elif launcher == "local":
+        from cutlab.launch.local import run_local
+
+        outcomes = run_local(commands, int(plan.launcher.get("max_parallel") or 1))
+    else:
+        from cutlab.launch import slurm
+
+        jobs = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
+        outcomes = slurm.wait(jobs, commands)
+    elapsed = time.perf_counter() - started
+    skipped = len(plan.runs) - len(plan.to_run)
+    text = summary_text(plan.name, outcomes, skipped, elapsed)
+    finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
+    print(text, file=sys.stderr, flush=True)
+    return 0 if all(o.status == "complete" for o in outcomes) else 1
+
+
+def _start_record(plan: Plan, launcher: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    record = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-{stamp}"
+    record.mkdir(parents=True, exist_ok=False)
+    (record / "sweep.yaml").write_text(plan.config_yaml)
+    (record / "plan.txt").write_text(format_plan(plan, launcher, 1) + "\n")
+    (record / "command.json").write_text(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "launcher": launcher}, indent=1))
+    return record
+
+
+def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:
+    (record / "outcome.json").write_text(json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
+
+
+def _keep_earlier_multirun_yaml(runs_dir: Path, record: Path) -> None:
+    """Hydra rewrites <sweep dir>/multirun.yaml on every multirun: move the earlier one into its own record."""
+    earlier = runs_dir / "multirun.yaml"
+    if earlier.exists():
+        stamp = datetime.fromtimestamp(earlier.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        target = runs_dir / SWEEP_RECORDS / f"multirun-{stamp}.yaml"
+        os.replace(earlier, target)

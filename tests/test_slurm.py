@@ -1,0 +1,135 @@
+"""A real single-node SLURM (munge + slurmctld + slurmd, started here, stopped by PID): a grid runs as a job array
+through ``python -m cutlab -m ... launcher=slurm``; one task is preempted mid-run, checkpoints, is requeued and
+ends with exactly the result of an uninterrupted run; a failing task is FAILED in SLURM's own records and
+does not stop the others; a profile naming a partition the cluster lacks is refused before submitting."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT
+from test_sweeps import cutlab, result_config, sweep_outcome
+
+spec = importlib.util.spec_from_file_location("single_node", ROOT / "slurm" / "single_node.py")
+single_node = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(single_node)
+
+GRID = ["gamma=0,abc,0.09", "L=2", "train.epochs=2", "train.max_steps_per_epoch=8", "checkpoint.every_steps=1000",
+        "eval.gamma_test=[0,0.3]", "progress=false"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    missing = single_node.missing_binaries()
+    if missing:
+        pytest.skip(f"SLURM is not installed ({', '.join(missing)} missing): apt-get install munge slurmctld slurmd "
+                    "slurm-client (.ci/run does this on CI)")
+    if os.geteuid() != 0:
+        pytest.skip("the single-node SLURM runs its daemons as root (SlurmUser=root); run the tests as root")
+    base = tmp_path_factory.mktemp("slurm")
+    env = single_node.up(base)
+    os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+    try:
+        yield base
+    finally:
+        single_node.down(base)
+        os.environ.pop("SLURM_CONF", None)
+
+
+def profile(folder: Path, **values) -> Path:
+    path = folder / "test_profile.yaml"
+    body = {"time_min": 10, "mem_gb": 1, "array_parallelism": 2, "signal_delay_s": 30, **values}
+    path.write_text("".join(f"{k}: {v}\n" for k, v in body.items()))
+    return path
+
+
+def sweep_outcome_folder(runs: Path) -> Path:
+    return sorted((runs / "_sweeps").glob("sweep-*"))[-1]
+
+
+def scontrol(job: str) -> dict[str, str]:
+    out = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=True).stdout
+    return dict(item.split("=", 1) for item in out.split() if "=" in item)
+
+
+def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterrupted_result(cluster, tmp_path):
+    reference = tmp_path / "reference" / "runs"
+    runs = tmp_path / "slurm" / "runs"
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *GRID, "wandb.mode=offline", "launcher=slurm",
+                              f"launcher.profile={profile(tmp_path)}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    # preempt the gamma=0 task (array index 0) once it is a few steps in
+    target = next(iter(runs.glob("*gamma=0,*")), None)
+    deadline = time.time() + 300
+    while target is None or not (target / "history.csv").exists() or len(pd.read_csv(target / "history.csv")) < 3:
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.1)
+        target = next(iter(runs.glob("*gamma=0,*")), None)
+    array = sweep_outcome_folder(runs).joinpath("submitit").glob("*_submission.sh").__next__().name.split("_")[0]
+    task = f"{array}_0"
+    assert scontrol(task)["JobState"] == "RUNNING"
+    subprocess.run(["scancel", "--signal=USR2", task], check=True)  # what SLURM sends before a time limit
+    # SLURM holds a requeued job ~2 min before it may start again; release it sooner to keep the test short
+    # (not within the second its old credential was revoked: SLURM would refuse to start it)
+    while scontrol(task).get("JobState") != "PENDING":
+        assert time.time() < deadline, scontrol(task)
+        time.sleep(0.2)
+    time.sleep(2.5)
+    subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True)
+    # meanwhile, the same grid uninterrupted in this process: the reference results
+    cutlab(["-m", *GRID, "wandb.mode=disabled"], reference, check=False)
+    stdout, stderr = sweep.communicate(timeout=300)
+
+    assert sweep.returncode == 1, stderr[-3000:]  # one run failed: the sweep says so, after finishing the rest
+    assert "2 complete, 1 failed" in stderr
+    outcomes = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
+    assert outcomes["abc"]["status"] == "failed" and "gamma must be a number" in outcomes["abc"]["error"]
+    # SLURM's own records: the bad run FAILED with a non-zero exit; the preempted one restarted once and COMPLETED
+    failed = scontrol(outcomes["abc"]["job_id"])
+    assert failed["JobState"] == "FAILED" and failed["ExitCode"] != "0:0"
+    assert scontrol(task)["Restarts"] == "1" and scontrol(task)["JobState"] == "COMPLETED"
+    completion_log = (cluster / "jobcomp.log").read_text()
+    assert "JobState=FAILED" in completion_log and "JobState=COMPLETED" in completion_log
+
+    for gamma in ("0", "0.09"):
+        ours = next(runs.glob(f"*gamma={gamma},*"))
+        theirs = reference / ours.name
+        assert result_config(ours) == result_config(theirs)
+        drop = lambda frame: frame.drop(columns=["step_time"])
+        pd.testing.assert_frame_equal(drop(pd.read_csv(ours / "history.csv")), drop(pd.read_csv(theirs / "history.csv")))
+        pd.testing.assert_frame_equal(pd.read_csv(ours / "eval.csv"), pd.read_csv(theirs / "eval.csv"))
+        assert json.loads((ours / "summary.json").read_text())["test_mean_metric"] == \
+            json.loads((theirs / "summary.json").read_text())["test_mean_metric"]
+        weights = [torch.load(run / "checkpoint.pt", weights_only=False)["trainer"]["model"] for run in (ours, theirs)]
+        assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[1]), "same final weights"
+    preempted = next(runs.glob("*gamma=0,*"))
+    log = (preempted / "history.csv").read_text()
+    assert log.count("\n") == 17  # header + 16 steps: nothing repeated, nothing lost
+    sessions = list((preempted / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(sessions) == 2 and len({p.stem for p in sessions}) == 1, "the requeued job continues the same W&B run"
+    # the sbatch script submitit wrote is the one the golden test pins (same writer, same profile keys)
+    scripts = list((runs / "_sweeps").glob("*/submitit/*_submission.sh"))
+    assert len(scripts) == 1 and "#SBATCH --array=0-2%2" in scripts[0].read_text()
+
+
+def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_submitted(cluster, tmp_path):
+    runs = tmp_path / "runs"
+    before = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout
+    result = cutlab(["-m", "gamma=0,0.09", "launcher=slurm", f"launcher.profile={profile(tmp_path, partition='gpu_a100')}"],
+                    runs, check=False)
+    assert result.returncode == 2
+    assert "names partition 'gpu_a100', which this cluster does not have (sinfo lists: debug)" in result.stderr
+    assert subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout == before
+    assert not runs.exists()
