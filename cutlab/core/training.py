@@ -53,7 +53,8 @@ def epoch_batches(count: int, batch_size: int, seed: int, epoch: int) -> list[to
 
 def collate(samples: SampleSource, indices: torch.Tensor):
     """Stack samples into a batch; a dataset with ragged samples (text) provides its own ``collate`` method."""
-    own = getattr(samples, "collate", None)
+    # a torch Subset of such a dataset (the reference-epsilon batches) collates like the dataset it views
+    own = getattr(samples, "collate", None) or getattr(getattr(samples, "dataset", None), "collate", None)
     if own is not None:
         return own([samples[int(i)] for i in indices])
     return torch.stack([samples[int(i)] for i in indices])
