@@ -29,6 +29,25 @@ def _log(cfg: DictConfig, message: str) -> None:
         print(f"[cutlab] {message}", file=sys.stderr)
 
 
+def check_text_data(data: DictConfig) -> None:
+    """The text data keys a run needs, each with a valid example (before any model is loaded)."""
+    def whole(key: str, minimum: int, example: str, optional: bool = False) -> None:
+        value = data.get(key)
+        if optional and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise CutlabError(f"data.{key} must be a whole number >= {minimum}, got {value!r}; e.g. data.{key}={example}")
+
+    whole("max_length", 2, "128")
+    whole("num_labels", 2, "2")
+    whole("train_subset", 1, "2000 (or null for all)", optional=True)
+    whole("test_subset", 1, "500 (or null for all)", optional=True)
+    whole("subset_seed", 0, "0")
+    val = data.get("val_size")
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0 or (isinstance(val, float) and val >= 1):
+        raise CutlabError(f"data.val_size must be a fraction in (0, 1) or a count >= 1, got {val!r}; e.g. data.val_size=0.1")
+
+
 def read_splits(cfg: DictConfig):
     """(train, validation, test) example lists: validation is carved from the shuffled training pool."""
     data = cfg.data
@@ -95,6 +114,7 @@ def build_text_task(cfg: DictConfig) -> Task:
     model_cfg, data = cfg.model, cfg.data
     if model_cfg.name not in (*ENCODER_MODELS, "ut_text"):
         raise CutlabError(f"model={model_cfg.name} is not a text model; text models are {', '.join((*ENCODER_MODELS, 'ut_text'))}")
+    check_text_data(data)
     tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source)
     started = time.perf_counter()
     if model_cfg.name == "ut_text":

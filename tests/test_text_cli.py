@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from conftest import ROOT, SHARED, require_shared
 from test_cli import cutlab, folder_fingerprint
@@ -44,6 +45,12 @@ def check_record(run: Path, layers: int, steps: int, gammas: list[float]) -> dic
     return summary
 
 
+def run_of(run: Path) -> tuple[str, bool]:
+    """(model name, constrained) of a run folder, from its resolved config (long folder names are shortened)."""
+    config = OmegaConf.load(run / "config.yaml")
+    return config.model.name, bool(config.train.constrained)
+
+
 @pytest.fixture(scope="module")
 def imdb_runs(tmp_path_factory) -> Path:
     """MiniLM (pretrained, all 6 layers) and the UT text classifier, constrained and ERM, on real IMDb rows."""
@@ -59,10 +66,12 @@ def imdb_runs(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("model, layers, steps", [("hf_encoder", 7, 2), ("ut_text", 4, 4)])
 @pytest.mark.parametrize("train", ["constrained_text", "erm_text"])
 def test_imdb_records_are_complete(imdb_runs, model, layers, steps, train):
-    run = next(p for p in imdb_runs.iterdir() if f"model={model}" in p.name and f"train={train}" in p.name)
+    run = next(p for p in imdb_runs.iterdir() if p.is_dir() and run_of(p) == (model, train == "constrained_text"))
     summary = check_record(run, layers, steps, [0.0, 0.5, 1.0])
-    config = (run / "config.yaml").read_text()
-    assert "resilience: weight_decay" in config and "dual_lr: 3.45" in config if model == "ut_text" else True
+    train_config = OmegaConf.load(run / "config.yaml").train
+    if train == "constrained_text":  # the paper's language row of the model, for IMDb
+        expected = (3.45, 0.8) if model == "ut_text" else (1.07, 1.0)
+        assert (train_config.dual_lr, train_config.resilience_c, train_config.resilience) == (*expected, "weight_decay")
     history = pd.read_csv(run / "history.csv")
     if train == "erm_text":
         assert (history.filter(like="lambda_") == 0).all().all() and summary["verdict"] == "unconstrained"
