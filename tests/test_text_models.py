@@ -184,3 +184,19 @@ def test_collate_pads_each_batch_to_its_longest_row():
     assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
     assert batch["token_type_ids"].tolist() == [[0, 0, 1], [0, 0, 0]] and batch["labels"].tolist() == [1, 0]
     assert data.collate([data[1]])["input_ids"].shape == (1, 1)
+
+
+def test_truncated_encoder_keeps_the_first_blocks_exactly(minilm_tokenizer, imdb_examples):
+    """model.truncate=true with L=3 on the 6-layer MiniLM: Phi_0..Phi_3 equal the full model's first four."""
+    from cutlab.core.models.text_encoder import keep_first_layers
+
+    full, (inputs, _) = make_minilm(minilm_tokenizer, imdb_examples)
+    short = load_model(MINILM, pretrained=True)
+    keep_first_layers(short, 3)
+    truncated = EncoderClassifier(short, 2)
+    truncated.readout.load_state_dict(full.readout.state_dict())
+    full.eval(), truncated.eval()
+    assert truncated.depth == 3
+    with torch.no_grad():
+        for a, b in zip(truncated(inputs), full(inputs)[:4], strict=True):
+            torch.testing.assert_close(a, b)
