@@ -16,7 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, SHARED, require_shared
-from test_cli import cutlab, folder_fingerprint
+from test_cli import cutlab
 
 IMDB_TINY = ["data=imdb", "data.train_file=imdb_train_tiny100.jsonl", "data.test_file=imdb_test_tiny100.jsonl",
              "data.max_length=32", "data.val_size=8", "data.test_subset=8", "train.batch_size=4",
