@@ -338,8 +338,8 @@ def _classify(summary: dict | None, summary_problem: str | None, config_problem:
         return "partial", (f"{SUMMARY} says status {status!r}: the run is in progress or was stopped before it "
                            "finished (run the same command again to resume it)")
     if status == "pruned":
-        return "pruned", (f"stopped early by the search's pruner ({summary.get('error') or summary.get('reason') or 'hopeless '
-                          'intermediate validation'}); not a finished run")
+        reason = summary.get("error") or "hopeless intermediate validation"
+        return "pruned", f"stopped early by the search's pruner ({reason}); not a finished run"
     if status != "complete":
         return "unsupported", f"{SUMMARY} has an unknown status {status!r}"
     if config_problem:

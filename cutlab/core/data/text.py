@@ -1,0 +1,96 @@
+"""Tokenized text classification sets: tokenize once, pad per batch, and the splits and sigma_x of SPEC section 2."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Sequence
+
+import torch
+
+from cutlab.core.data.text_readers import Example
+
+
+class TokenizedText:
+    """Token ids (unpadded, truncated to ``max_length``) and labels; ``collate`` pads a batch to its longest row.
+
+    Samples are dicts of int lists; the collated batch is a dict of [B, T] tensors (``input_ids``,
+    ``attention_mask``, ``token_type_ids`` when the tokenizer makes them) plus ``labels`` [B].
+    """
+
+    def __init__(self, encodings: dict[str, list[list[int]]], labels: Sequence[int], pad_id: int) -> None:
+        self.encodings = {key: value for key, value in encodings.items() if key in ("input_ids", "token_type_ids")}
+        self.labels = list(labels)
+        self.pad_id = pad_id
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> dict:
+        return {**{key: value[index] for key, value in self.encodings.items()}, "label": self.labels[index]}
+
+    def collate(self, samples: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(sample["input_ids"]) for sample in samples)
+        batch = {"input_ids": torch.full((len(samples), width), self.pad_id, dtype=torch.long),
+                 "attention_mask": torch.zeros(len(samples), width, dtype=torch.long)}
+        if "token_type_ids" in self.encodings:
+            batch["token_type_ids"] = torch.zeros(len(samples), width, dtype=torch.long)
+        for row, sample in enumerate(samples):
+            length = len(sample["input_ids"])
+            batch["input_ids"][row, :length] = torch.tensor(sample["input_ids"])
+            batch["attention_mask"][row, :length] = 1
+            if "token_type_ids" in batch:
+                batch["token_type_ids"][row, :length] = torch.tensor(sample["token_type_ids"])
+        batch["labels"] = torch.tensor([sample["label"] for sample in samples], dtype=torch.long)
+        return batch
+
+
+def classification_batch(batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """``prepare`` for text: (model inputs without the labels, labels)."""
+    return {key: value for key, value in batch.items() if key != "labels"}, batch["labels"]
+
+
+def tokenize(examples: list[Example], tokenizer, max_length: int, name: str = "", progress: bool = True,
+             chunk: int = 2000) -> TokenizedText:
+    """Tokenize once (in chunks, with a progress line on stderr); pairs are encoded as one sequence with separators."""
+    encodings: dict[str, list] = {}
+    started = time.perf_counter()
+    for begin in range(0, len(examples), chunk):
+        part = examples[begin : begin + chunk]
+        texts = [text for text, _, _ in part]
+        pairs = [pair for _, pair, _ in part] if part[0][1] is not None else None
+        encoded = tokenizer(texts, pairs, truncation=True, max_length=max_length)
+        for key in ("input_ids", "token_type_ids"):
+            if key in encoded:
+                encodings.setdefault(key, []).extend(encoded[key])
+        if progress:
+            print(f"[cutlab] tokenizing {name}: {min(begin + chunk, len(examples))}/{len(examples)} "
+                  f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    return TokenizedText(encodings, [label for _, _, label in examples], tokenizer.pad_token_id)
+
+
+def shuffled(examples: list[Example], seed: int) -> list[Example]:
+    order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(seed))
+    return [examples[int(i)] for i in order]
+
+
+def split_sizes(total: int, val_size: float | int, train_subset: int | None) -> tuple[int, int]:
+    """(validation count, training count) from a pool of ``total``: val_size is a count (>= 1) or a fraction (< 1)."""
+    val = int(round(val_size * total)) if isinstance(val_size, float) and val_size < 1 else int(val_size)
+    val = max(1, min(val, total - 1))
+    train = total - val if train_subset is None else min(int(train_subset), total - val)
+    return val, train
+
+
+def token_embedding_std(embedding: torch.Tensor, token_lists: Sequence[Sequence[int]]) -> float:
+    """sigma_x of SPEC section 2 for text: the std of every entry of the embedded training tokens (padding excluded).
+
+    Computed exactly from token counts (sum_v c_v e_v and sum_v c_v e_v^2) without embedding the corpus.
+    """
+    ids = torch.tensor([token for tokens in token_lists for token in tokens], dtype=torch.long)
+    counts = torch.bincount(ids, minlength=embedding.shape[0]).double()
+    table = embedding.detach().double().cpu()
+    entries = counts.sum() * table.shape[1]
+    mean = (counts @ table.sum(dim=1)) / entries
+    second = (counts @ table.pow(2).sum(dim=1)) / entries
+    return float((second - mean**2).clamp_min(0).sqrt())

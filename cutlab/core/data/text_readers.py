@@ -1,0 +1,168 @@
+"""Readers for the text classification sets, in their real on-disk formats -> lists of labelled examples.
+
+An example is ``(text, text_pair, label)``; ``text_pair`` is None for single-text tasks (IMDb) and the hypothesis
+for MNLI, whose premise and hypothesis are encoded as one pair (SPEC section 4).
+
+- IMDb: a folder of JSON lines ``{"text", "label"}`` (optionally gzip), the official ``aclImdb/`` layout
+  (``{train,test}/{pos,neg}/*.txt``), or ``hf:<dataset id>`` through Hugging Face ``datasets``.
+- MNLI: GLUE TSV (``train.tsv``, ``dev_matched.tsv``: sentence1, sentence2, gold_label), MultiNLI / jiant
+  JSON lines (``sentence1``/``sentence2``/``gold_label`` or ``premise``/``hypothesis``/``label``), or ``hf:``.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Iterator, Optional
+
+from cutlab.errors import CutlabError
+
+Example = tuple[str, Optional[str], int]
+
+MNLI_LABELS = {"entailment": 0, "neutral": 1, "contradiction": 2}  # GLUE's order (also Hugging Face's)
+# rows without a gold label: unlabelled test rows (null, -1) and MultiNLI's no-consensus rows ("-"), which GLUE drops
+MNLI_UNLABELLED = (None, "", "-", -1)
+
+
+def _open_text(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    with _open_text(path) as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    yield number, json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise CutlabError(f"{path}:{number} is not valid JSON ({error}); the file must hold one JSON object a line") from error
+
+
+def hf_split(dataset_id: str, split: str):
+    """A split of a Hugging Face dataset (``hf:imdb`` or ``hf:glue/mnli``); ``datasets`` is an optional dependency."""
+    try:
+        import datasets
+    except ImportError as error:
+        raise CutlabError(f"data.root=hf:{dataset_id} needs the Hugging Face 'datasets' package: pip install datasets "
+                          "(or point data.root at a local copy of the files)") from error
+    name, _, config = dataset_id.partition("/") if dataset_id.startswith("glue/") else (dataset_id, "", "")
+    try:
+        return datasets.load_dataset(name, config or None, split=split)
+    except Exception as error:  # noqa: BLE001 - datasets raises many kinds; all mean "not available here"
+        raise CutlabError(f"cannot load split {split!r} of Hugging Face dataset {dataset_id!r} (offline with no cache, "
+                          f"or a wrong id): {type(error).__name__}: {str(error)[:200]}") from error
+
+
+def _listing(folder: Path) -> str:
+    names = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())[:12] if folder.is_dir() else []
+    return ", ".join(names) or "nothing"
+
+
+# ----------------------------------------------------------------------------------------------------- IMDb
+
+def _imdb_binary_label(value, where: str) -> int:
+    if value in (0, 1) and not isinstance(value, bool):
+        return int(value)
+    raise CutlabError(f"{where}: IMDb label must be 0 (negative) or 1 (positive), got {value!r}")
+
+
+def _acl_imdb_folder(root: Path) -> Path | None:
+    for candidate in (root, root / "aclImdb"):
+        if (candidate / "train" / "pos").is_dir() and (candidate / "test" / "neg").is_dir():
+            return candidate
+    return None
+
+
+def read_imdb(root: str, split: str, file: str) -> list[Example]:
+    """IMDb split ``train`` or ``test`` from ``root`` (see module docstring); ``file`` names the JSON-lines file."""
+    if str(root).startswith("hf:"):
+        rows = hf_split(str(root)[3:], split)
+        return [(row["text"], None, _imdb_binary_label(row["label"], f"hf:{root} {split}")) for row in rows]
+    folder = Path(root).expanduser()
+    acl = _acl_imdb_folder(folder)
+    if acl is not None:
+        examples = []
+        for label, polarity in ((0, "neg"), (1, "pos")):
+            for path in sorted((acl / split / polarity).glob("*.txt")):
+                examples.append((path.read_text(encoding="utf-8").replace("<br />", " "), None, label))
+        if not examples:
+            raise CutlabError(f"{acl}/{split}/{{pos,neg}}/ holds no .txt reviews; is the aclImdb download complete?")
+        return examples
+    path = folder / file
+    if not path.is_file():
+        raise CutlabError(
+            f"data.root={root} is not an IMDb folder: expected JSON lines {file} there (data.{split}_file=...) "
+            f"or the official layout aclImdb/{{train,test}}/{{pos,neg}}/*.txt; found {_listing(folder)}. "
+            f"e.g. data.root=../shared/data/imdb, data.root=/path/to/aclImdb, or data.root=hf:imdb"
+        )
+    examples = []
+    for number, row in _json_lines(path):
+        if "text" not in row or "label" not in row:
+            raise CutlabError(f"{path}:{number} lacks 'text' or 'label' (has {sorted(row)}); IMDb rows are {{\"text\", \"label\"}}")
+        examples.append((row["text"], None, _imdb_binary_label(row["label"], f"{path}:{number}")))
+    if not examples:
+        raise CutlabError(f"{path} holds no reviews")
+    return examples
+
+
+# ----------------------------------------------------------------------------------------------------- MNLI
+
+def mnli_label(value, where: str) -> int | None:
+    """0/1/2 for a gold label (name or GLUE index), None for an unlabelled row; anything else is an error."""
+    if value in MNLI_UNLABELLED:
+        return None
+    if isinstance(value, str) and value.strip().lower() in MNLI_LABELS:
+        return MNLI_LABELS[value.strip().lower()]
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2:
+        return value
+    raise CutlabError(f"{where}: MNLI label must be one of entailment, neutral, contradiction (or 0, 1, 2), got {value!r}")
+
+
+def _mnli_rows(path: Path) -> Iterator[tuple[str, str, object, str]]:
+    if path.suffix == ".tsv" or path.name.endswith(".tsv.gz"):
+        with _open_text(path) as handle:
+            reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+            columns = set(reader.fieldnames or [])
+            if not {"sentence1", "sentence2"} <= columns:
+                raise CutlabError(f"{path} is not a GLUE MNLI TSV: its header lacks sentence1/sentence2 (has {sorted(columns)[:8]})")
+            label_key = "gold_label" if "gold_label" in columns else "label" if "label" in columns else None
+            for number, row in enumerate(reader, start=2):
+                yield row["sentence1"], row["sentence2"], row.get(label_key) if label_key else None, f"{path}:{number}"
+        return
+    for number, row in _json_lines(path):
+        premise = row.get("premise", row.get("sentence1"))
+        hypothesis = row.get("hypothesis", row.get("sentence2"))
+        if premise is None or hypothesis is None:
+            raise CutlabError(f"{path}:{number} lacks premise/hypothesis (or sentence1/sentence2); has {sorted(row)}")
+        yield premise, hypothesis, row.get("label", row.get("gold_label")), f"{path}:{number}"
+
+
+def read_mnli(root: str, split: str, file: str) -> list[Example]:
+    """Labelled MNLI pairs of ``file`` in ``root`` (``split`` names the Hugging Face split with ``hf:``)."""
+    if str(root).startswith("hf:"):
+        hf_name = {"train": "train", "test": "validation_matched"}[split]
+        rows = hf_split(str(root)[3:], hf_name)
+        examples = [(r["premise"], r["hypothesis"], mnli_label(r["label"], f"{root} {hf_name}")) for r in rows]
+        return [e for e in examples if e[2] is not None]
+    path = Path(root).expanduser() / file
+    if not path.is_file():
+        raise CutlabError(
+            f"data.root={root} has no MNLI file {file} (data.{split}_file=...); found {_listing(Path(root).expanduser())}. "
+            "Expected GLUE's MNLI folder (train.tsv, dev_matched.tsv), MultiNLI JSON lines "
+            "(multinli_1.0_train.jsonl, multinli_1.0_dev_matched.jsonl), or data.root=hf:glue/mnli"
+        )
+    examples, skipped = [], 0
+    for premise, hypothesis, raw, where in _mnli_rows(path):
+        label = mnli_label(raw, where)
+        if label is None:
+            skipped += 1
+        else:
+            examples.append((premise, hypothesis, label))
+    if skipped:
+        print(f"[cutlab] {path.name}: skipped {skipped} rows without a gold label", file=sys.stderr)
+    if not examples:
+        raise CutlabError(f"{path} holds no labelled MNLI rows")
+    return examples

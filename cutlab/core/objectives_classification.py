@@ -1,0 +1,28 @@
+"""Classification objective: per-layer class logits Phi_0..Phi_L -> per-sample cross-entropy [batch, L+1]."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+class ClassificationObjective:
+    """f = cross-entropy of the shared readout's logits at each layer (SPEC section 1); metric: accuracy.
+
+    Accuracy is accumulated as per-layer counts of correct predictions, so it is exact over any number of batches.
+    """
+
+    metric_name = "accuracy"
+    higher_is_better = True
+
+    def loss_matrix(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        return torch.stack([F.cross_entropy(logits, labels, reduction="none") for logits in outputs], dim=1)
+
+    def evaluation_terms(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The loss matrix, the number of correct predictions per layer [L+1], and the number of samples."""
+        outputs = [logits.detach() for logits in outputs]
+        correct = torch.stack([(logits.argmax(dim=-1) == labels).sum() for logits in outputs])
+        return self.loss_matrix(outputs, labels), correct, labels.numel()
+
+    def metric_from_sums(self, sums: torch.Tensor, count: int) -> torch.Tensor:
+        return sums / count

@@ -1,0 +1,143 @@
+"""Builds the text classification task from config: examples, tokenizer, model, sigma_x and objective.
+
+``model.name`` picks the model: a Hugging Face encoder (``hf_encoder``, ``distilbert``, ``roberta``: every
+hidden state's first token through one shared readout) or ``ut_text`` (a pretrained encoder's word embeddings
+under UT layers). ``data.name`` picks the reader (imdb, mnli). ``transformers`` is imported only here.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from omegaconf import DictConfig, OmegaConf
+
+from cutlab.core.data.text import classification_batch, shuffled, split_sizes, token_embedding_std, tokenize
+from cutlab.core.data.text_readers import read_imdb, read_mnli
+from cutlab.core.models.base import LayerwiseModel
+from cutlab.core.models.hf_loading import load_model, load_tokenizer, resolve_source
+from cutlab.core.objectives_classification import ClassificationObjective
+from cutlab.errors import CutlabError
+from cutlab.tasks import Task
+
+READERS = {"imdb": read_imdb, "mnli": read_mnli}
+ENCODER_MODELS = ("hf_encoder", "distilbert", "roberta")
+
+
+def _log(cfg: DictConfig, message: str) -> None:
+    if cfg.progress:
+        print(f"[cutlab] {message}", file=sys.stderr)
+
+
+def check_text_data(data: DictConfig) -> None:
+    """The text data keys a run needs, each with a valid example (before any model is loaded)."""
+    def whole(key: str, minimum: int, example: str, optional: bool = False) -> None:
+        value = data.get(key)
+        if optional and value is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise CutlabError(f"data.{key} must be a whole number >= {minimum}, got {value!r}; e.g. data.{key}={example}")
+
+    whole("max_length", 2, "128")
+    whole("num_labels", 2, "2")
+    whole("train_subset", 1, "2000 (or null for all)", optional=True)
+    whole("test_subset", 1, "500 (or null for all)", optional=True)
+    whole("subset_seed", 0, "0")
+    val = data.get("val_size")
+    if isinstance(val, bool) or not isinstance(val, (int, float)) or val <= 0 or (isinstance(val, float) and val >= 1):
+        raise CutlabError(f"data.val_size must be a fraction in (0, 1) or a count >= 1, got {val!r}; e.g. data.val_size=0.1")
+
+
+def read_splits(cfg: DictConfig):
+    """(train, validation, test) example lists: validation is carved from the shuffled training pool."""
+    data = cfg.data
+    if data.name not in READERS:
+        raise CutlabError(f"data.name={data.name} has no text reader; text data are {', '.join(READERS)}")
+    reader = READERS[data.name]
+    pool = shuffled(reader(data.root, "train", data.train_file), data.subset_seed)
+    test = shuffled(reader(data.root, "test", data.test_file), data.subset_seed)
+    if len(pool) < 2:
+        raise CutlabError(f"{data.name} training split has {len(pool)} labelled rows; need at least 2 (train + validation)")
+    val_count, train_count = split_sizes(len(pool), data.val_size, data.train_subset)
+    test_count = len(test) if data.test_subset is None else min(int(data.test_subset), len(test))
+    return pool[val_count : val_count + train_count], pool[:val_count], test[:test_count]
+
+
+def _architecture(cfg: DictConfig) -> dict:
+    return OmegaConf.to_container(cfg.model.architecture, resolve=True) if cfg.model.get("architecture") else {}
+
+
+def build_encoder_model(cfg: DictConfig, num_labels: int) -> LayerwiseModel:
+    from cutlab.core.models.text_encoder import EncoderClassifier, encoder_depth, keep_first_layers
+
+    model_cfg = cfg.model
+    encoder = load_model(model_cfg.source, bool(model_cfg.pretrained), _architecture(cfg))
+    depth = encoder_depth(encoder.config)
+    if cfg.L != depth:
+        if not (model_cfg.truncate and cfg.L < depth):
+            raise CutlabError(
+                f"model={model_cfg.name} ({model_cfg.source}) has {depth} layers but L={cfg.L}: pass L={depth}, "
+                f"or model.truncate=true to keep its first L < {depth} layers"
+            )
+        keep_first_layers(encoder, cfg.L)
+    return EncoderClassifier(encoder, num_labels)
+
+
+def build_ut_text_model(cfg: DictConfig, num_labels: int) -> LayerwiseModel:
+    from cutlab.core.models.ut_text import UTTextClassifier
+
+    model_cfg = cfg.model
+    source = load_model(model_cfg.source, pretrained=True)
+    embeddings = source.get_input_embeddings().weight.detach().float()
+    return UTTextClassifier(embeddings, cfg.L, num_labels, attention_step=model_cfg.attention_step,
+                            attention_scale=model_cfg.attention_scale,
+                            train_embeddings=bool(model_cfg.train_embeddings))
+
+
+def check_tokenizer_fits(tokenizer, embedding_rows: int, pad_id: int | None, cfg: DictConfig) -> None:
+    """Stop a tokenizer whose ids do not index the model's embedding table as intended (e.g. RoBERTa's with DistilBERT)."""
+    model_cfg = cfg.model
+    name = model_cfg.tokenizer or model_cfg.source
+    if len(tokenizer) > embedding_rows:
+        raise CutlabError(
+            f"tokenizer {name} has {len(tokenizer)} tokens but the model {model_cfg.source} embeds only {embedding_rows}: "
+            "they do not belong together; set model.tokenizer to the model's own tokenizer (or null for the model's folder)"
+        )
+    if pad_id is not None and tokenizer.pad_token_id != pad_id:
+        raise CutlabError(
+            f"tokenizer {name} pads with id {tokenizer.pad_token_id} but the model {model_cfg.source} expects pad id "
+            f"{pad_id}: they do not belong together; set model.tokenizer to the model's own tokenizer"
+        )
+
+
+def build_text_task(cfg: DictConfig) -> Task:
+    model_cfg, data = cfg.model, cfg.data
+    if model_cfg.name not in (*ENCODER_MODELS, "ut_text"):
+        raise CutlabError(f"model={model_cfg.name} is not a text model; text models are {', '.join((*ENCODER_MODELS, 'ut_text'))}")
+    check_text_data(data)
+    tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source)
+    started = time.perf_counter()
+    if model_cfg.name == "ut_text":
+        model = build_ut_text_model(cfg, data.num_labels)
+        pad_id = None  # UT masks padding itself; any pad id is fine
+    else:
+        model = build_encoder_model(cfg, data.num_labels)
+        pad_id = getattr(model.encoder.config, "pad_token_id", None)
+    table = (model.embeddings if model_cfg.name == "ut_text" else model.encoder.get_input_embeddings()).weight
+    check_tokenizer_fits(tokenizer, table.shape[0], pad_id, cfg)
+    _log(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready ({time.perf_counter() - started:.1f} s)")
+
+    train, val, test = read_splits(cfg)
+    _log(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
+    sets = [tokenize(examples, tokenizer, data.max_length, name, cfg.progress)
+            for examples, name in ((train, "train"), (val, "validation"), (test, "test"))]
+    # sigma_x (SPEC section 2): std of the embedded training tokens, or of the whole embedding table
+    if model_cfg.sigma == "tokens":
+        sigma = token_embedding_std(table, sets[0].encodings["input_ids"])
+    elif model_cfg.sigma == "table":
+        sigma = float(table.detach().float().std())
+    else:
+        raise CutlabError(f"model.sigma must be tokens or table, got {model_cfg.sigma!r}; e.g. model.sigma=tokens")
+    source = f"{data.root} ({data.train_file}, {data.test_file})" if not str(data.root).startswith("hf:") else str(data.root)
+    return Task(model=model, objective=ClassificationObjective(), train_set=sets[0], val_set=sets[1], test_set=sets[2],
+                prepare=classification_batch, sigma=sigma, source=source)

@@ -1,0 +1,154 @@
+"""Text classification end to end through ``python -m cutlab`` with tiny budgets, and its bad-input messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import ROOT, SHARED, require_shared
+from test_cli import cutlab
+
+IMDB_TINY = ["data=imdb", "data.train_file=imdb_train_tiny100.jsonl", "data.test_file=imdb_test_tiny100.jsonl",
+             "data.max_length=32", "data.val_size=8", "data.test_subset=8", "train.batch_size=4",
+             "eval.gamma_test=[0,0.5,1]", "eval.batch_size=8", "wandb.mode=disabled"]
+MNLI_TINY = ["data=mnli", "data.train_file=mnli_tiny.jsonl", "data.test_file=mnli_tiny.jsonl", "data.max_length=32",
+             "data.val_size=4", "data.test_subset=4", "train.batch_size=4", "eval.gamma_test=[0,1]",
+             "eval.batch_size=4", "wandb.mode=disabled"]
+DISTILBERT = ["model=distilbert", f"model.source={SHARED / 'models' / 'distilbert-base-uncased'}", "model.pretrained=false", "L=6"]
+ROBERTA = ["model=roberta", f"model.source={SHARED / 'models' / 'roberta-base-tokenizer'}", "model.pretrained=false", "L=12"]
+
+
+def check_record(run: Path, layers: int, steps: int, gammas: list[float]) -> dict:
+    """A complete run record: per-layer history, accuracy per layer and gamma_test, and the AUC over gamma_test."""
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["metric"] == "accuracy" and summary["steps"] == steps
+    history = pd.read_csv(run / "history.csv")
+    assert len(history) == steps and {f"loss_{l}" for l in range(layers)} <= set(history.columns)
+    assert history.filter(like="loss_").notna().all().all()
+    test = pd.read_csv(run / "eval.csv").query("split == 'test' and metric == 'accuracy'")
+    assert sorted(test["layer"].unique()) == list(range(layers)) and sorted(test["gamma_test"].unique()) == gammas
+    assert test["value"].between(0, 1).all()
+    last = test.query(f"layer == {layers - 1}").sort_values("gamma_test")
+    auc = float(torch.trapezoid(torch.tensor(last["value"].values), torch.tensor(last["gamma_test"].values)))
+    assert summary["test_auc"] == pytest.approx(auc, rel=1e-6)  # trapezoid in gamma units, not normalised
+    assert summary["sigma_x"] > 0
+    return summary
+
+
+def run_of(run: Path) -> tuple[str, bool]:
+    """(model name, constrained) of a run folder, from its resolved config (long folder names are shortened)."""
+    config = OmegaConf.load(run / "config.yaml")
+    return config.model.name, bool(config.train.constrained)
+
+
+@pytest.fixture(scope="module")
+def imdb_runs(tmp_path_factory) -> Path:
+    """MiniLM (pretrained, all 6 layers) and the UT text classifier, constrained and ERM, on real IMDb rows."""
+    require_shared(SHARED / "data" / "imdb")
+    runs = tmp_path_factory.mktemp("imdb") / "runs"
+    cutlab(["-m", "model=hf_encoder", "L=6", "train=constrained_text,erm_text", "train.epochs=1",
+            "train.max_steps_per_epoch=2", *IMDB_TINY], runs)
+    cutlab(["-m", "model=ut_text", "L=3", "train=constrained_text,erm_text", "train.epochs=2",
+            "train.max_steps_per_epoch=2", *IMDB_TINY], runs)
+    return runs
+
+
+@pytest.mark.parametrize("model, layers, steps", [("hf_encoder", 7, 2), ("ut_text", 4, 4)])
+@pytest.mark.parametrize("train", ["constrained_text", "erm_text"])
+def test_imdb_records_are_complete(imdb_runs, model, layers, steps, train):
+    run = next(p for p in imdb_runs.iterdir() if p.is_dir() and run_of(p) == (model, train == "constrained_text"))
+    summary = check_record(run, layers, steps, [0.0, 0.5, 1.0])
+    train_config = OmegaConf.load(run / "config.yaml").train
+    if train == "constrained_text":  # the paper's language row of the model, for IMDb
+        expected = (3.45, 0.8) if model == "ut_text" else (1.07, 1.0)
+        assert (train_config.dual_lr, train_config.resilience_c, train_config.resilience) == (*expected, "weight_decay")
+    history = pd.read_csv(run / "history.csv")
+    if train == "erm_text":
+        assert (history.filter(like="lambda_") == 0).all().all() and summary["verdict"] == "unconstrained"
+    else:  # no warm-up for text: the multipliers move from the first step
+        assert (history.filter(like="lambda_").abs().sum(axis=1) > 0).any()
+    assert "imdb_train_tiny100.jsonl" in summary["data_source"]
+
+
+@pytest.mark.parametrize("model_args, layers", [(DISTILBERT, 7), pytest.param(ROBERTA, 13, marks=pytest.mark.slow)],
+                         ids=["distilbert", "roberta"])
+def test_random_init_encoders_of_the_real_architecture_run_on_mnli(tmp_path, model_args, layers):
+    require_shared(SHARED / "data" / "mnli")
+    runs = tmp_path / "runs"
+    cutlab([*model_args, "train=constrained_text", "train.epochs=1", "train.max_steps_per_epoch=1", *MNLI_TINY], runs)
+    summary = check_record(next(runs.iterdir()), layers, 1, [0.0, 1.0])
+    assert "mnli_tiny.jsonl" in summary["data_source"]
+
+
+def test_a_killed_text_run_resumes_and_ends_identical_to_an_uninterrupted_one(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["model=hf_encoder", "L=6", "train=constrained_text", "train.epochs=2", "train.max_steps_per_epoch=4",
+            "checkpoint.every_steps=2", *IMDB_TINY]
+    cutlab([*args, "run_name=uninterrupted"], runs)
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args, "run_name=killed"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = runs / "killed"
+    deadline = time.time() + 600
+    while not (killed / "checkpoint.pt").exists() or len(pd.read_csv(killed / "history.csv")) < 3:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    result = cutlab([*args, "run_name=killed"], runs)
+    assert "resuming" in result.stdout + result.stderr
+    columns = lambda frame: frame.drop(columns=["step_time"])
+    pd.testing.assert_frame_equal(columns(pd.read_csv(killed / "history.csv")),
+                                  columns(pd.read_csv(runs / "uninterrupted" / "history.csv")))
+    pd.testing.assert_frame_equal(pd.read_csv(killed / "eval.csv"), pd.read_csv(runs / "uninterrupted" / "eval.csv"))
+
+
+def write_bad_mnli(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"premise": "A man sleeps.", "hypothesis": "A person rests.", "label": "entailment"},
+            {"premise": "A dog runs.", "hypothesis": "A cat sits.", "label": "entailmnet"}]
+    (folder / "mnli_bad.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return folder
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["model=distilbert", "L=6", "data=imdb"], "cannot load the tokenizer of 'distilbert-base-uncased'"),
+        (["model=ut_text", "data=imdb", "data.root=WRONG"], "is not an IMDb folder: expected JSON lines"),
+        ([*DISTILBERT, f"model.tokenizer={SHARED / 'models' / 'roberta-base-tokenizer'}", "data=imdb"],
+         "has 50265 tokens but the model"),
+        (["model=ut_text", "data=mnli", "data.root=BAD_MNLI", "data.train_file=mnli_bad.jsonl",
+          "data.test_file=mnli_bad.jsonl"], "mnli_bad.jsonl:2: MNLI label must be one of entailment"),
+        (["model=hf_encoder", "data=imdb"], "has 6 layers but L=3: pass L=6"),
+        (["model=ut_text", "data=imdb", "data.root=hf:imdb"], "pip install datasets"),
+    ],
+    ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets"],
+)
+def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
+    if "hf:imdb" in " ".join(args):
+        try:
+            import datasets  # noqa: F401
+            pytest.skip("datasets is installed here")
+        except ImportError:
+            pass
+    wrong = tmp_path / "imdb_wrong"
+    (wrong / "reviews").mkdir(parents=True)
+    args = [a.replace("WRONG", str(wrong)).replace("BAD_MNLI", str(write_bad_mnli(tmp_path / "mnli"))) for a in args]
+    runs = tmp_path / "runs"
+    result = cutlab([*args, "wandb.mode=disabled"], runs, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("cutlab: error: ") and expected in message, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    assert not any(runs.rglob("history.csv"))  # nothing trained, no run record started

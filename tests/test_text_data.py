@@ -1,0 +1,130 @@
+"""The text readers on the real shared files and on fixtures written in each set's official on-disk format."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from conftest import SHARED, require_shared
+from cutlab.core.data.text import shuffled, split_sizes
+from cutlab.core.data.text_readers import read_imdb, read_mnli
+from cutlab.errors import CutlabError
+
+IMDB = SHARED / "data" / "imdb"
+MNLI = SHARED / "data" / "mnli"
+# GLUE's MNLI TSV header (dev_matched.tsv); train.tsv has label1 and gold_label only
+GLUE_HEADER = ("index promptID pairID genre sentence1_binary_parse sentence2_binary_parse sentence1_parse "
+               "sentence2_parse sentence1 sentence2 label1 label2 label3 label4 label5 gold_label").split()
+
+
+def test_imdb_json_lines_real_tiny_split():
+    rows = read_imdb(str(require_shared(IMDB)), "train", "imdb_train_tiny100.jsonl")
+    assert len(rows) == 100 and sorted({label for _, _, label in rows}) == [0, 1]
+    assert sum(label for _, _, label in rows) == 50 and all(pair is None for _, pair, _ in rows)
+    assert rows[0][0].startswith("Zentropa has much in common with The Third Man")
+
+
+@pytest.mark.slow
+def test_imdb_full_gzip_splits():
+    rows = read_imdb(str(require_shared(IMDB)), "test", "imdb_test.jsonl.gz")
+    assert len(rows) == 25_000 and sum(label for _, _, label in rows) == 12_500
+
+
+def write_acl_imdb(root):
+    for split in ("train", "test"):
+        for polarity, rating in (("pos", 9), ("neg", 2)):
+            folder = root / "aclImdb" / split / polarity
+            folder.mkdir(parents=True)
+            for number in range(2):
+                (folder / f"{number}_{rating}.txt").write_text(f"A {polarity} review {number}.<br /><br />The end.")
+    (root / "aclImdb" / "imdb.vocab").write_text("the\n")
+
+
+def test_imdb_official_acl_layout(tmp_path):
+    write_acl_imdb(tmp_path)
+    for root in (tmp_path, tmp_path / "aclImdb"):  # the download folder or aclImdb/ itself
+        rows = read_imdb(str(root), "test", "unused.jsonl")
+        assert [label for _, _, label in rows] == [0, 0, 1, 1]
+        assert rows[2][0] == "A pos review 0.  The end."  # HTML line breaks become spaces
+
+
+def test_imdb_wrong_layout_and_bad_rows_name_the_fix(tmp_path):
+    (tmp_path / "train").mkdir()
+    with pytest.raises(CutlabError, match=r"not an IMDb folder.*aclImdb/\{train,test\}/\{pos,neg\}.*found train/"):
+        read_imdb(str(tmp_path), "train", "imdb_train.jsonl.gz")
+    with gzip.open(tmp_path / "imdb_train.jsonl.gz", "wt") as handle:
+        handle.write(json.dumps({"text": "fine", "label": 1}) + "\n" + json.dumps({"text": "odd", "label": 3}) + "\n")
+    with pytest.raises(CutlabError, match=r"imdb_train.jsonl.gz:2: IMDb label must be 0 \(negative\) or 1"):
+        read_imdb(str(tmp_path), "train", "imdb_train.jsonl.gz")
+    (tmp_path / "broken.jsonl").write_text("{not json\n")
+    with pytest.raises(CutlabError, match="broken.jsonl:1 is not valid JSON"):
+        read_imdb(str(tmp_path), "train", "broken.jsonl")
+
+
+def test_hugging_face_source_without_datasets_says_how_to_install(tmp_path):
+    try:
+        import datasets  # noqa: F401
+        pytest.skip("datasets is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(CutlabError, match="pip install datasets"):
+        read_imdb("hf:imdb", "train", "unused")
+
+
+def test_mnli_real_rows_skip_unlabelled_and_map_labels():
+    rows = read_mnli(str(require_shared(MNLI)), "train", "mnli_tiny.jsonl")
+    assert len(rows) == 56  # 61 rows, 5 unlabelled test rows
+    assert all(pair for _, pair, _ in rows)
+    first = rows[0]
+    assert first[0].startswith("Conceptually cream skimming") and first[2] == 1  # neutral
+
+
+def test_mnli_glue_tsv_and_multinli_jsonl(tmp_path):
+    lines = ["\t".join(GLUE_HEADER)]
+    for index, (label, gold) in enumerate([("neutral", "neutral"), ("contradiction", "contradiction"), ("entailment", "entailment")]):
+        fields = [str(index), "1", f"{index}e", "fiction", "(", "(", "(", "(", f"premise {index}", f'hypothesis "{index}',
+                  label, label, label, label, label, gold]
+        lines.append("\t".join(fields))
+    (tmp_path / "dev_matched.tsv").write_text("\n".join(lines) + "\n")
+    rows = read_mnli(str(tmp_path), "test", "dev_matched.tsv")
+    assert rows == [("premise 0", 'hypothesis "0', 1), ("premise 1", 'hypothesis "1', 2), ("premise 2", 'hypothesis "2', 0)]
+    multinli = [{"sentence1": "p", "sentence2": "h", "gold_label": "contradiction"},
+                {"sentence1": "p2", "sentence2": "h2", "gold_label": "-"}]  # no consensus: GLUE drops it too
+    (tmp_path / "multinli_1.0_dev_matched.jsonl").write_text("".join(json.dumps(r) + "\n" for r in multinli))
+    assert read_mnli(str(tmp_path), "test", "multinli_1.0_dev_matched.jsonl") == [("p", "h", 2)]
+
+
+def test_mnli_label_outside_three_classes_names_the_row(tmp_path):
+    (tmp_path / "train.tsv").write_text("\t".join(GLUE_HEADER[:10] + ["gold_label"]) + "\n"
+                                        + "\t".join(["0"] * 8 + ["a", "b", "maybe"]) + "\n")
+    with pytest.raises(CutlabError, match=r"train.tsv:2: MNLI label must be one of entailment, neutral, contradiction.*'maybe'"):
+        read_mnli(str(tmp_path), "train", "train.tsv")
+    with pytest.raises(CutlabError, match=r"has no MNLI file dev_matched.tsv.*found train.tsv"):
+        read_mnli(str(tmp_path), "test", "dev_matched.tsv")
+
+
+def test_validation_split_and_subsets():
+    assert split_sizes(100, 0.1, None) == (10, 90)
+    assert split_sizes(100, 8, 20) == (8, 20)
+    assert split_sizes(10, 50, None) == (9, 1)  # always one of each
+    rows = [(str(i), None, i % 2) for i in range(50)]
+    assert shuffled(rows, 0) == shuffled(rows, 0) and shuffled(rows, 0) != shuffled(rows, 1)
+    assert sorted(shuffled(rows, 0)) == sorted(rows)
+
+
+@pytest.mark.parametrize("key, value, expected", [("max_length", 1, "data.max_length must be a whole number >= 2"),
+                                                  ("val_size", 1.5, "data.val_size must be a fraction in (0, 1)"),
+                                                  ("train_subset", "all", "e.g. data.train_subset=2000")])
+def test_text_data_keys_are_checked_with_an_example(key, value, expected):
+    from omegaconf import OmegaConf
+
+    from cutlab.text_task import check_text_data
+
+    data = OmegaConf.create({"max_length": 128, "num_labels": 2, "train_subset": None, "test_subset": None,
+                             "subset_seed": 0, "val_size": 0.1})
+    check_text_data(data)
+    data[key] = value
+    with pytest.raises(CutlabError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        check_text_data(data)
