@@ -23,9 +23,9 @@ from cutlab.core.data.alpaca import (
 )
 from cutlab.core.objectives_lm import TokenCrossEntropyObjective
 from cutlab.core.perturbation import perturbed_forward
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
+from contract import steps_on_a_fixed_batch
 
 ROBERTA = SHARED / "models" / "roberta-base-tokenizer"
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]
@@ -222,18 +222,8 @@ def test_a_step_lowers_the_objective_on_a_fixed_batch(alpaca_file, tiny_tokenize
     task = build(task_config(alpaca_file, tiny_tokenizer))
     model, objective = task.model, task.objective
     inputs, labels = task.prepare(task.train_set.collate([task.train_set[i] for i in range(4)]))
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    constraints = Constraints(alpha=0.05, epsilon=None) if constrained else None
-    dual = DualSettings(lr=0.01) if constrained else None
-    trainer = PrimalDual(parameters, torch.optim.Adam(parameters, lr=1e-3), model.depth + 1, constraints, dual)
-    before = objective.loss_matrix(model(inputs), labels).mean(0)
-    for _ in range(3):
-        outputs = model(inputs)
-        if not constrained:
-            outputs = [out.detach() for out in outputs[:-1]] + outputs[-1:]
-        trainer.step(objective.loss_matrix(outputs, labels), dual_active=True)
-    after = objective.loss_matrix(model(inputs), labels).mean(0)
-    assert after[-1] < before[-1]
+    before, after, lowered = steps_on_a_fixed_batch(model, objective, inputs, labels, constrained, lr=1e-3, alpha=0.05)
+    assert lowered and after[-1] < before[-1]
     if constrained:
         assert after.sum() < before.sum()  # the constraint terms pull every layer's loss down too
 

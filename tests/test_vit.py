@@ -20,8 +20,8 @@ from conftest import PED2_TINY, ROOT, SHARED, require_shared
 from cutlab.core.data.video import to_patch_tokens
 from cutlab.core.models.vit import build_vit, encoder_blocks
 from cutlab.core.objectives import DenoisingObjective
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
 from cutlab.errors import CutlabError
+from contract import steps_on_a_fixed_batch
 
 DINOV2 = SHARED / "models" / "dinov2-small"
 
@@ -75,19 +75,7 @@ def test_contract_a_step_lowers_the_objective_on_a_fixed_batch(constrained, fram
     model = build_vit(str(require_shared(DINOV2)), depth=2)
     noisy = frames_tokens + 0.05 * torch.randn_like(frames_tokens)
     objective = DenoisingObjective()
-    parameters = [p for p in model.parameters() if p.requires_grad]
-    constraints = Constraints(alpha=0.1, epsilon=None) if constrained else None
-    dual = DualSettings(lr=0.01) if constrained else None
-    trainer = PrimalDual(parameters, torch.optim.Adam(parameters, lr=1e-4), model.depth + 1, constraints, dual)
-    before = objective.loss_matrix(model(noisy), frames_tokens).mean(0)
-    for _ in range(3):
-        trainer.step(objective.loss_matrix(model(noisy), frames_tokens), dual_active=True)
-    after = objective.loss_matrix(model(noisy), frames_tokens).mean(0)
-    if constrained:
-        lagrangian = lambda losses: losses[-1] + (trainer.multipliers * constraints.values(losses)).sum()
-        assert lagrangian(after) < lagrangian(before) or after[-1] < before[-1]
-    else:
-        assert after[-1] < before[-1]
+    assert steps_on_a_fixed_batch(model, objective, noisy, frames_tokens, constrained, lr=1e-4)[2]
 
 
 def test_identity_readout_drops_the_classifier_head_and_puts_every_pixel_back(tiny_vit_folder, frames_tokens):

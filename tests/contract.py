@@ -1,0 +1,32 @@
+"""The step contract every layerwise model passes (video, ViT, text, causal LM): a few primal-dual steps, or
+ERM steps, on one fixed batch lower what they optimise."""
+
+from __future__ import annotations
+
+import torch
+
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+
+
+def steps_on_a_fixed_batch(model, objective, inputs, target, constrained: bool, lr: float, alpha: float = 0.1,
+                           steps: int = 3) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """Mean layer losses [L+1] before and after ``steps`` steps, and whether the optimised quantity fell.
+
+    The optimised quantity is l_L for ERM and the Lagrangian l_L + sum lambda_l g_l (at the final multipliers)
+    when constrained; a constrained run may also just lower l_L while its multipliers grow.
+    """
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    constraints = Constraints(alpha=alpha, epsilon=None) if constrained else None
+    dual = DualSettings(lr=0.01) if constrained else None
+    trainer = PrimalDual(parameters, torch.optim.Adam(parameters, lr=lr), model.depth + 1, constraints, dual)
+    with torch.no_grad():
+        before = objective.loss_matrix(model(inputs), target).mean(0)
+    for _ in range(steps):
+        trainer.step(objective.loss_matrix(model(inputs), target), dual_active=True)
+    with torch.no_grad():
+        after = objective.loss_matrix(model(inputs), target).mean(0)
+
+    def optimised(losses: torch.Tensor) -> torch.Tensor:
+        return losses[-1] + (trainer.multipliers * constraints.values(losses)).sum() if constrained else losses[-1]
+
+    return before, after, bool(optimised(after) < optimised(before) or after[-1] < before[-1])
