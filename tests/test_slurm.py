@@ -133,3 +133,18 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
     assert "names partition 'gpu_a100', which this cluster does not have (sinfo lists: debug)" in result.stderr
     assert subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout == before
     assert not runs.exists()
+
+
+def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_path):
+    """``cutlab.search --launcher slurm``: two workers as array tasks fill the study's total between them."""
+    from test_search import TINY, run_search, study_of
+
+    result = run_search(["search=dust_video", "--n-trials", "3", "--workers", "2", "--launcher", "slurm",
+                         "--slurm-profile", str(profile(tmp_path)), "search.pruner=null", *TINY], tmp_path)
+    assert "submitted 2 runs as job array" in result.stderr
+    study = study_of(tmp_path, "dust_video")
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
+    assert {t.user_attrs["sampler_seed"] for t in study.trials} <= {0, 1}  # worker i samples with seed + i
+    for trial in study.trials:
+        assert json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())["status"] == "complete"
+    assert (tmp_path / "runs" / "search" / "dust_video" / "search_report.json").exists()

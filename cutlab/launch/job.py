@@ -38,8 +38,11 @@ class RunInterrupted(Exception):
 
 
 class RunCommand(Checkpointable):
-    def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None) -> None:
+    def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None,
+                 module: str = "cutlab") -> None:
+        # module: ``cutlab`` for a run, ``cutlab.search`` for a search worker (same job, same requeue)
         self.argv, self.run_id, self.run_dir, self.cwd, self.threads = argv, run_id, run_dir, cwd, threads
+        self.module = module
         self._child: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict:  # the child process is not part of what a requeued job needs
@@ -50,7 +53,7 @@ class RunCommand(Checkpointable):
 
     def command(self) -> list[str]:
         extra = [] if self.threads is None else [f"threads={self.threads}"]
-        return [sys.executable, "-m", "cutlab", *self.argv, *extra]
+        return [sys.executable, "-m", self.module, *self.argv, *extra]
 
     def __call__(self) -> dict:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
@@ -65,8 +68,8 @@ class RunCommand(Checkpointable):
             time.sleep(0.2)
         echo.join(timeout=5)
         code = self._child.returncode
-        if code == 0:
-            return _summary(Path(self.run_dir))
+        if code == 0:  # a run reports its summary; a search worker's trials are in the study's storage
+            return _summary(Path(self.run_dir)) if self.module == "cutlab" else {"status": "complete"}
         if code == PREEMPTED_EXIT:
             raise RunInterrupted(f"{self.run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
         raise RunFailed(f"{self.run_id}: exit {code}: {_error_line(tail)}")
@@ -79,7 +82,7 @@ class RunCommand(Checkpointable):
             deadline = time.monotonic() + 60
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-        return DelayedSubmission(RunCommand(self.argv, self.run_id, self.run_dir, self.cwd, self.threads))
+        return DelayedSubmission(RunCommand(self.argv, self.run_id, self.run_dir, self.cwd, self.threads, self.module))
 
 
 def _echo(stream, tail: deque, prefix: str) -> None:

@@ -31,7 +31,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("overrides", nargs="*",
                         help="search=<preset> (conf/search/*.yaml or a file), search.KEY=VALUE for the preset, "
                              "and any cutlab override (model=ut L=5 train.epochs=10 ...)")
-    parser.add_argument("--workers", type=int, default=1, help="local worker processes sharing the study (default 1)")
+    parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the study (default 1)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help="where the workers run: local processes (default) or a SLURM job array")
+    parser.add_argument("--slurm-profile", default="default",
+                        help="with --launcher slurm: a profile in slurm/*.yaml or a YAML path (default: default)")
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
     parser.add_argument("--storage", default=None, help="journal:PATH | sqlite:///PATH | postgresql://... (= search.storage)")
     parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
@@ -139,6 +143,23 @@ def run_workers(args: argparse.Namespace) -> None:
         raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
 
 
+def run_slurm_workers(args: argparse.Namespace, study_dir: Path) -> None:
+    """The ``--workers`` as one SLURM job array (cutlab/launch/slurm.py): each task is one worker of the study;
+    a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run."""
+    from cutlab.launch.job import RunCommand
+    from cutlab.launch.slurm import submit, wait
+    from cutlab.launch.slurm_profile import load_profile
+
+    profile = load_profile(args.slurm_profile)
+    commands = [RunCommand(worker_command(args, index)[3:], f"worker-{index}", str(study_dir), os.getcwd(),
+                           threads=profile.cpus_per_task, module="cutlab.search") for index in range(args.workers)]
+    folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
+    outcomes = wait(submit(commands, profile, folder, job_name=f"search-{study_dir.name}"), commands)
+    failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
+    if failed:
+        raise CutlabError(f"{len(failed)} worker job(s) failed: {'; '.join(failed)}; run the same command again to resume")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -161,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
-        if args.workers == 1:
+        if args.launcher == "slurm":
+            run_slurm_workers(args, plan.study_dir)
+        elif args.workers == 1:
             work(plan, 0)
         else:
             run_workers(args)
