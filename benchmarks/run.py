@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import gc
 import io
@@ -76,6 +77,8 @@ class Mode:
     name: str
     cons_reps: int
     cons_warmup: int
+    app_reps: int
+    app_warmup: int
     fw_reps: int
     fw_steps: int
     eval_reps: int
@@ -89,11 +92,11 @@ class Mode:
     ped2_run_args: tuple[str, ...]
 
 
-FULL = Mode("full", cons_reps=12, cons_warmup=2, fw_reps=8, fw_steps=2, eval_reps=4, eval_samples=4,
+FULL = Mode("full", cons_reps=12, cons_warmup=2, app_reps=8, app_warmup=1, fw_reps=8, fw_steps=2, eval_reps=4, eval_samples=4,
             startup_reps=5, sweep_runs=12, data_reps=3, flops_reps=5, matmul_size=2048,
             default_run_args=(),
             ped2_run_args=("train.epochs=1", "data.stride=100"))
-QUICK = Mode("quick", cons_reps=2, cons_warmup=1, fw_reps=2, fw_steps=1, eval_reps=1, eval_samples=4,
+QUICK = Mode("quick", cons_reps=2, cons_warmup=1, app_reps=2, app_warmup=1, fw_reps=2, fw_steps=1, eval_reps=1, eval_samples=4,
              startup_reps=1, sweep_runs=2, data_reps=1, flops_reps=2, matmul_size=2048,
              default_run_args=("train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0.0,0.5]"),
              ped2_run_args=("train.epochs=1", "train.max_steps_per_epoch=2", "data.stride=150",
@@ -212,9 +215,11 @@ class Data:
         if ped2.is_file():
             clips = load_video_clips("ucsd_ped2", str(ped2), str(cache_dir), IMAGE, progress=False)
             self.source = f"UCSD Ped2 ({ped2})"
+            self.ped2: Path | None = ped2
         else:
             clips = load_video_clips("synthetic", None, None, IMAGE, progress=False)
             self.source = f"synthetic 160x160 clips (Ped2 file {ped2} missing)"
+            self.ped2 = None
         train_clips, _ = split_validation(clips.train, 2 if len(clips.train) > 2 else 1)
         self.train = FrameWindows(train_clips, FRAMES, 10)
         self.test = FrameWindows(clips.test, FRAMES, 10)
@@ -233,13 +238,13 @@ def make_model(kind: str, per_layer: bool = False) -> torch.nn.Module:
     return DUST(depth=DEPTH, per_layer_dictionary=per_layer)
 
 
-def primal_dual_step(kind: str, constrained: bool, per_layer: bool, data: Data, lean: bool = False):
+def primal_dual_step(kind: str, constrained: bool, per_layer: bool, data: Data, full_backward: bool = False):
     """One training step of the core objects: forward, per-layer loss matrix, PrimalDual.step (Adam primal;
     with constraints: the Lagrangian, the backward, the dual Adam ascent and the slack step).
 
-    ``lean`` (ERM only) is the benchmark's what-if of a proposed change, not cutlab's code: Phi_0 ... Phi_{L-1}
-    are detached before the loss matrix, so the backward skips the zero gradients that cutlab's ERM sends through
-    every non-final readout and loss (the parameters after the step are bit-identical)."""
+    ERM mirrors ``Trainer.train_step``: Phi_0 ... Phi_{L-1} are detached before the loss matrix, so the backward
+    carries l_L alone. ``full_backward`` (ERM only) is cutlab's ERM before that change, kept as a reference arm:
+    it back-propagates the exact zeros of every non-final layer's loss and readout (bit-identical update)."""
     model = make_model(kind, per_layer)
     model.train()
     objective = DenoisingObjective()
@@ -255,11 +260,51 @@ def primal_dual_step(kind: str, constrained: bool, per_layer: bool, data: Data, 
 
     def step() -> None:
         outputs = model(data.noisy)
-        if lean:
+        if not constrained and not full_backward:  # as Trainer.train_step
             outputs = [out.detach() for out in outputs[:-1]] + [outputs[-1]]
         pd.step(objective.loss_matrix(outputs, data.clean), dual_active=True)
 
     return model, step
+
+
+# The ViT and text-encoder arms of section 1 are built by the app's own code: the config composed from conf/ as
+# `python -m cutlab <overrides>` would (Hydra compose API), cutlab.tasks.build_task, reference_epsilon,
+# build_primal_dual and Trainer.train_step on one fixed training batch.
+VIT_OVERRIDES = ("model=vit", "L=12", "data.frames=2", "train.batch_size=2")
+TEXT_OVERRIDES = ("model=hf_encoder", "data=imdb", "L=6", "data.train_file=imdb_train_tiny100.jsonl",
+                  "data.test_file=imdb_test_tiny100.jsonl", "data.max_length=128", "train.batch_size=16")
+
+
+def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, tuple[torch.nn.Module, Callable]]:
+    """{arm: (model, step)}: one Trainer per ``train`` group on the same task, initial weights and batch.
+
+    ``train.warmup_epochs=0`` so the constrained arm's dual step is on, as in the UT/DUST arms."""
+    import copy
+
+    from cutlab.experiment import build_primal_dual, reference_epsilon
+    from cutlab.search.compose import compose_run_config
+    from cutlab.tasks import build_task
+
+    configs = {arm: compose_run_config([*overrides, f"train={group}", "train.warmup_epochs=0", "progress=false"])
+               for arm, group in train_groups.items()}
+    first = next(iter(configs.values()))
+    for arm, cfg in configs.items():  # the arms may differ in their train group only
+        if (cfg.model, cfg.data, cfg.train.batch_size) != (first.model, first.data, first.train.batch_size):
+            raise RuntimeError(f"arm {arm} composes another model, data or batch size than the first arm")
+    torch.manual_seed(first.seed)
+    task = build_task(first)
+    device = torch.device("cpu")
+    batch = collate(task.train_set, epoch_batches(len(task.train_set), first.train.batch_size, first.seed, 0)[0])
+    steps = {}
+    for arm, cfg in configs.items():
+        model = copy.deepcopy(task.model)
+        arm_task = dataclasses.replace(task, model=model)
+        epsilon = reference_epsilon(cfg, arm_task, device, batches=1) if cfg.train.constrained else None
+        trainer = Trainer(model, task.objective, build_primal_dual(cfg, model, epsilon), task.train_set,
+                          Schedule(1, cfg.train.batch_size, 0, None), task.prepare, cfg.gamma, task.sigma,
+                          cfg.noise_mean, cfg.seed, device)
+        steps[arm] = (model, partial(trainer.train_step, batch))
+    return steps
 
 
 def count_flops(fn: Callable[[], object]) -> int:
@@ -322,7 +367,7 @@ def op_deltas(slow: dict[str, float], fast: dict[str, float], rows: int = 8) -> 
 
 # --------------------------------------------------------------------------- 1. constraint overhead
 
-def section_constraint(res: Results, mode: Mode, data: Data) -> None:
+def section_constraint(res: Results, mode: Mode, data: Data, workdir: Path) -> None:
     say("1/7 constraint overhead: PrimalDual.step constrained vs ERM (B=4, T=10, P=100, n=256, L=3)")
     arms = {
         "ut_erm": primal_dual_step("ut", False, False, data),
@@ -330,13 +375,14 @@ def section_constraint(res: Results, mode: Mode, data: Data) -> None:
         "dust_erm_perlayer": primal_dual_step("dust", False, True, data),
         "dust_constrained_perlayer": primal_dual_step("dust", True, True, data),
         "dust_erm_shared": primal_dual_step("dust", False, False, data),
-        "ut_erm_lean": primal_dual_step("ut", False, False, data, lean=True),
-        "dust_erm_perlayer_lean": primal_dual_step("dust", False, True, data, lean=True),
+        "ut_erm_full_backward": primal_dual_step("ut", False, False, data, full_backward=True),
+        "dust_erm_perlayer_full_backward": primal_dual_step("dust", False, True, data, full_backward=True),
     }
     times = interleave({name: timed(step) for name, (_, step) in arms.items()}, mode.cons_reps,
                        mode.cons_warmup, "constraint")
     note = ("Same model class, initial weights, batch and noise; the arms differ only in Constraints/DualSettings "
-            "(alpha = the model's paper alpha, epsilon = l_0 at initialisation, slack resilience, dual Adam).")
+            "(alpha = the model's paper alpha, epsilon = l_0 at initialisation, slack resilience, dual Adam). ERM "
+            "detaches Phi_0..Phi_{L-1} before the loss matrix, as Trainer.train_step does.")
     res.ratio("constraint_overhead.ut", 1, "UT: constrained step ÷ ERM step", "ut_constrained",
               times["ut_constrained"], "ut_erm", times["ut_erm"], note)
     res.ratio("constraint_overhead.dust", 1, "DUST (per-layer D in both arms): constrained ÷ ERM",
@@ -348,39 +394,67 @@ def section_constraint(res: Results, mode: Mode, data: Data) -> None:
               times["dust_constrained_perlayer"], "dust_erm_shared", times["dust_erm_shared"],
               "The paper's configurations (App. C.4): ERM DUST has one shared dictionary, constrained DUST one per "
               "layer; this ratio mixes the constraint cost with the extra dictionaries.")
-    lean_note = ("What-if arm, not cutlab's code: ERM with Phi_0..Phi_{L-1} detached before the loss matrix. cutlab's "
-                 "ERM (PrimalDual.step with constraints=None) back-propagates zero gradients through every non-final "
-                 "layer's loss and readout; detaching them leaves the update bit-identical.")
-    for kind, erm, lean, constrained in (("ut", "ut_erm", "ut_erm_lean", "ut_constrained"),
-                                         ("dust", "dust_erm_perlayer", "dust_erm_perlayer_lean",
-                                          "dust_constrained_perlayer")):
-        res.ratio(f"erm_waste.{kind}", 1, f"{kind.upper()}: cutlab ERM step ÷ lean ERM step (what-if)", erm,
-                  times[erm], lean, times[lean], lean_note, target_key="erm_waste")
-        res.ratio(f"constraint_overhead.{kind}_vs_lean_erm", 1,
-                  f"{kind.upper()}: constrained ÷ lean ERM (the overhead once ERM skips the dead backward)",
-                  constrained, times[constrained], lean, times[lean], lean_note)
-    for fid, what in (("constraint_overhead.vit", "ViT"), ("constraint_overhead.text", "text encoder")):
-        res.not_measured(fid, 1, f"{what}: constrained ÷ ERM", "model not implemented (issue 3)",
-                         TARGETS["constraint_overhead"][2])
-    res.details["constraint_overhead"] = {
+    waste_note = ("Reference arm, cutlab's ERM before commit f26cf11: PrimalDual.step on the loss matrix of undetached "
+                  "Phi_0..Phi_L, which back-propagates exact zeros through every non-final layer's loss and readout "
+                  "(the update is bit-identical). The figure is what the Trainer's detach saves per ERM step.")
+    for kind, erm, full in (("ut", "ut_erm", "ut_erm_full_backward"),
+                            ("dust", "dust_erm_perlayer", "dust_erm_perlayer_full_backward")):
+        res.ratio(f"erm_waste.{kind}", 1, f"{kind.upper()}: ERM with the full backward (before f26cf11) ÷ cutlab's ERM",
+                  full, times[full], erm, times[erm], waste_note, target_key="erm_waste")
+    details = {
         "parameters": {name: sum(p.numel() for p in model.parameters()) for name, (model, _) in arms.items()},
         "step_medians_s": {name: statistics.median(t) for name, t in times.items()},
         "matmul_gflop_per_step": {name: count_flops(step) / 1e9 for name, (_, step) in arms.items()},
     }
-    for fid, slow, fast in (("constraint_overhead.ut", "ut_constrained", "ut_erm"),
-                            ("constraint_overhead.dust", "dust_constrained_perlayer", "dust_erm_perlayer"),
-                            ("constraint_overhead.dust_paper_pairing", "dust_constrained_perlayer",
-                             "dust_erm_shared"),
-                            ("constraint_overhead.ut_vs_lean_erm", "ut_constrained", "ut_erm_lean"),
-                            ("constraint_overhead.dust_vs_lean_erm", "dust_constrained_perlayer",
-                             "dust_erm_perlayer_lean")):
+    profiled = [("constraint_overhead.ut", arms, "ut_constrained", "ut_erm"),
+                ("constraint_overhead.dust", arms, "dust_constrained_perlayer", "dust_erm_perlayer"),
+                ("constraint_overhead.dust_paper_pairing", arms, "dust_constrained_perlayer", "dust_erm_shared")]
+    app_note = ("Built by the app's code: the config composed from conf/ as `python -m cutlab {overrides} train=<erm|"
+                "constrained> train.warmup_epochs=0` would (Hydra compose API), cutlab.tasks.build_task, "
+                "reference_epsilon (one batch) and build_primal_dual; each arm times Trainer.train_step (batch to "
+                "tokens/embeddings, seeded noise, forward, loss matrix, PrimalDual.step; ERM detaches "
+                "Phi_0..Phi_{{L-1}}) on the same fixed training batch, from the same initial weights. {what}")
+    for key, what, overrides, groups, detail in (
+            ("vit", "ViT (DINOv2-small)", [*VIT_OVERRIDES, *vit_data(data, workdir)],
+             {"erm": "erm", "constrained": "constrained"},
+             "Real DINOv2-small weights (../shared/models/dinov2-small), all 12 blocks (the paper's L), 2 windows of "
+             "2 frames of 160x160 (reflect-padded to 168: 145 tokens a frame); alpha = the paper's ViT alpha, "
+             "epsilon=auto, slack resilience, dual lr 1e-2."),
+            ("text", "text encoder (MiniLM-L6)", list(TEXT_OVERRIDES),
+             {"erm": "erm_text", "constrained": "constrained_text"},
+             "all-MiniLM-L6-v2 (model=hf_encoder, L=6), 16 real IMDb reviews (imdb_train_tiny100.jsonl) "
+             "truncated to 128 tokens; train presets erm_text / constrained_text (the paper's language alpha, "
+             "epsilon 1.0, dual lr 1.07, weight-decay resilience), train mode (dropout on)."),
+    ):
+        say(f"  {what}: building the task through the app ({' '.join(overrides)})")
+        app_arms = {f"{key}_{arm}": value for arm, value in app_steps(overrides, groups).items()}
+        erm, constrained = f"{key}_erm", f"{key}_constrained"
+        app_times = interleave({name: timed(step) for name, (_, step) in app_arms.items()}, mode.app_reps,
+                               mode.app_warmup, f"constraint {key}")
+        res.ratio(f"constraint_overhead.{key}", 1, f"{what}: constrained step ÷ ERM step", constrained,
+                  app_times[constrained], erm, app_times[erm],
+                  app_note.format(overrides=" ".join(overrides), what=detail))
+        details["parameters"].update({n: sum(p.numel() for p in m.parameters()) for n, (m, _) in app_arms.items()})
+        details["step_medians_s"].update({n: statistics.median(t) for n, t in app_times.items()})
+        details["matmul_gflop_per_step"].update({n: count_flops(step) / 1e9 for n, (_, step) in app_arms.items()})
+        profiled.append((f"constraint_overhead.{key}", app_arms, constrained, erm))
+    res.details["constraint_overhead"] = details
+    for fid, steps, slow, fast in profiled:
         if _status(res, fid) == "NOT met":
             say(f"  profiling {slow} (target not met)")
             res.profiles[fid] = {
                 "slower arm": slow,
-                "table": torch_profile(arms[slow][1]),
-                "differences": op_deltas(op_self_times(arms[slow][1]), op_self_times(arms[fast][1])),
+                "table": torch_profile(steps[slow][1]),
+                "differences": op_deltas(op_self_times(steps[slow][1]), op_self_times(steps[fast][1])),
             }
+
+
+def vit_data(data: Data, workdir: Path) -> list[str]:
+    """The ViT arms read the benchmark's video: Ped2 through its cache (already filled by Data), else synthetic."""
+    cache = f"paths.cache_dir={workdir / 'cutlab-cache'}"
+    if data.ped2 is not None:
+        return ["data=ucsd_ped2", f"data.root={data.ped2}", cache]
+    return ["data=synthetic", cache]
 
 
 def _status(res: Results, fid: str) -> str | None:
@@ -1241,7 +1315,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  data: {data.source}; {len(data.train)} training windows, {len(data.test)} test windows")
         # in this order: the timing sections first, the process-spawning ones (start-up, sweep, memory) last
         runs = [
-            (1, "1 constraint overhead", lambda: section_constraint(res, mode, data)),
+            (1, "1 constraint overhead", lambda: section_constraint(res, mode, data, workdir)),
             (2, "2 framework overhead", lambda: section_framework(res, mode, data, workdir)),
             (3, "3 evaluation", lambda: section_evaluation(res, mode, data)),
             (7, "7 hardware utilisation", lambda: section_flops(res, mode, data)),
