@@ -875,9 +875,12 @@ SWEEP_TINY = ("data=synthetic", "train.epochs=1", "train.max_steps_per_epoch=2",
               "progress=false")
 
 
+# sweeps/smoke.yaml: model=dust,ut x gamma=0,0.09,0.15 x train=constrained,erm, L=2, 1 epoch of 3 steps, synthetic.
+SMOKE_QUICK = ("model=dust", "gamma=0,0.09")  # --quick: 4 of its runs (command-line values replace the file's)
+
+
 def section_sweep(res: Results, mode: Mode, workdir: Path) -> None:
-    res.not_measured("sweep_launcher", 5, "12-run grid: local parallel launcher ÷ serial in one process",
-                     "launcher not implemented (issue 4)", TARGETS["sweep_launcher"][2])
+    section_sweep_launcher(res, mode, workdir)
     grid = dict(GRID) if mode.sweep_runs >= 12 else {"model": ["dust"], "train": ["erm", "constrained"],
                                                        "seed": ["0"]}
     combos = [(m, t, s) for m in grid["model"] for t in grid["train"] for s in grid["seed"]]
@@ -910,10 +913,58 @@ def section_sweep(res: Results, mode: Mode, workdir: Path) -> None:
               "separate python -m cutlab processes", times["separate"],
               f"Grid {' '.join(f'{k}={chr(44).join(v)}' for k, v in grid.items())} with "
               + " ".join(SWEEP_TINY) + " and wandb.mode=offline (the default). Single repetition (each arm runs "
-              f"{len(combos)} trainings). Data for the launcher of issue 4: the per-run fixed cost a shared process "
-              "saves.", target_key="sweep_serial")
+              f"{len(combos)} trainings). The per-run fixed cost of a process of its own, which the local launcher "
+              "pays for every run (see sweep_launcher).", target_key="sweep_serial")
     res.details["sweep"] = {"runs": len(combos), "per_run_s": {k: v[0] for k, v in times.items()},
                             "total_s": {k: v[0] * len(combos) for k, v in times.items()}}
+
+
+def section_sweep_launcher(res: Results, mode: Mode, workdir: Path) -> None:
+    """The smoke grid with launcher=local (2 processes at a time) vs launcher=inprocess (serial, one process)."""
+    narrowed = () if mode.sweep_runs >= 12 else SMOKE_QUICK
+    base = ("--config-name", "smoke", *narrowed, "progress=false")
+    runs_count = 12 if not narrowed else 4
+    say(f"5/7 sweep: the smoke grid ({runs_count} runs), launcher=local launcher.max_parallel=2 vs launcher=inprocess")
+    env = sub_env(workdir)
+    counter = iter(range(10**6))
+
+    def sweep(*launcher: str) -> Callable[[], float]:
+        def run() -> float:
+            runs = workdir / f"sweep_{launcher[0].split('=')[1]}_{next(counter)}"  # fresh: nothing skipped as complete
+            started = time.perf_counter()
+            run_quiet(cutlab_cmd(*base, *launcher, f"paths.runs_dir={runs}", multirun=True), env)
+            elapsed = time.perf_counter() - started
+            check_complete(runs, runs_count)
+            return elapsed / runs_count
+        return run
+
+    times = interleave({"local": sweep("launcher=local", "launcher.max_parallel=2"),
+                        "inprocess": sweep("launcher=inprocess")}, 1, 0, "sweep launcher")
+    res.ratio("sweep_launcher", 5,
+              f"{runs_count}-run smoke grid: per-run wall time, local parallel launcher (2 at a time) ÷ serial in one "
+              "process", "launcher=local launcher.max_parallel=2", times["local"], "launcher=inprocess",
+              times["inprocess"],
+              f"`python -m cutlab -m --config-name smoke {' '.join(narrowed)} progress=false launcher=...` "
+              "(sweeps/smoke.yaml: synthetic video, L=2, 1 epoch of 3 steps, gamma_test {0, 0.5}; W&B offline), "
+              "each arm into a fresh runs folder, wall time from spawn to exit ÷ the number of runs. The local "
+              "launcher runs every run as its own `python -m cutlab` process with launcher.threads=1 (its default); "
+              "in-process runs use torch's default threads. Single repetition.")
+    res.details["sweep_launcher"] = {"runs": runs_count, "per_run_s": {k: v[0] for k, v in times.items()},
+                                     "total_s": {k: v[0] * runs_count for k, v in times.items()}}
+    if _status(res, "sweep_launcher") == "NOT met":
+        local, inprocess = times["local"][0], times["inprocess"][0]
+        res.profiles["sweep_launcher"] = {
+            "slower arm": "launcher=local",
+            "table": (f"per run: local {local:.2f} s, in-process {inprocess:.2f} s; local x 2 parallel slots = "
+                      f"{2 * local:.2f} s of slot time per run, i.e. {2 * local - inprocess:.2f} s per run above the "
+                      "in-process run itself"),
+            "text": "torch.profiler does not see process start-up. Each local run is a fresh `python -m cutlab` "
+                    "process: it pays the start-up of section 4 (imports of torch and Hydra, wandb.init, the config) "
+                    "that an in-process sweep pays once; with runs this small that fixed cost is larger than the "
+                    "training it runs in parallel, so two slots do not make up for it. The launcher pays off when a "
+                    "run's own work is long against that start-up (see sweep.serial_in_process below for the cost "
+                    "of one process per run).",
+        }
 
 
 def check_complete(runs: Path, expected: int) -> None:
@@ -1219,12 +1270,18 @@ def render_markdown(data: dict) -> str:
         if "reference_epsilon" in s:
             r = s["reference_epsilon"]
             lines += ["", f"`epsilon=auto` reference pass ({r['model']}, {r['data']}): {r['seconds']:.2f} s — {r['note']}."]
-    if "sweep" in details:
-        sw = details["sweep"]
-        lines += ["", "### Sweep", "",
-                  f"{sw['runs']} runs: one process {sw['total_s']['multirun']:.1f} s in total "
-                  f"({sw['per_run_s']['multirun']:.2f} s per run); separate processes {sw['total_s']['separate']:.1f} s "
-                  f"({sw['per_run_s']['separate']:.2f} s per run)."]
+    if "sweep" in details or "sweep_launcher" in details:
+        lines += ["", "### Sweep", ""]
+        if "sweep_launcher" in details:
+            sl = details["sweep_launcher"]
+            lines.append(f"Smoke grid, {sl['runs']} runs: launcher=local (2 at a time) {sl['total_s']['local']:.1f} s in "
+                         f"total ({sl['per_run_s']['local']:.2f} s per run); launcher=inprocess "
+                         f"{sl['total_s']['inprocess']:.1f} s ({sl['per_run_s']['inprocess']:.2f} s per run).")
+        if "sweep" in details:
+            sw = details["sweep"]
+            lines.append(f"{sw['runs']} runs: one process {sw['total_s']['multirun']:.1f} s in total "
+                         f"({sw['per_run_s']['multirun']:.2f} s per run); separate processes "
+                         f"{sw['total_s']['separate']:.1f} s ({sw['per_run_s']['separate']:.2f} s per run).")
     if data["profiles"]:
         lines += ["", "## Profiles of targets not met", ""]
         for fid, prof in data["profiles"].items():
