@@ -22,8 +22,11 @@ NOT_IMPLEMENTED = {  # the paper's cells that need code from an open issue
     "model vit": "the ViT denoiser (model=vit, the paper's cell is L=12) is not in these grids yet; run it directly",
     "data avenue": "CUHK Avenue is not in these grids yet (not on this machine); run it with data=avenue data.root=...",
     "data shanghaitech": "ShanghaiTech is not in these grids yet (not on this machine); run it with data=shanghaitech data.root=...",
-    "text: ut_text, distilbert, roberta x imdb, mnli (Table 4, Figs 4, 5, 9, 12, 14, 15)": "text models are not implemented yet",
-    "llm: causal_lm x alpaca (Fig 6)": "causal-LM fine-tuning is not implemented yet",
+    "text: ut_text, distilbert, roberta x imdb, mnli (Table 4, Figs 4, 5, 9, 12, 14, 15)":
+        "the text models exist (model=ut_text|hf_encoder|distilbert|roberta) but are not in these grids yet; "
+        "run sweeps/table4_*.yaml with python -m cutlab -m --config-name table4_ut",
+    "llm: causal_lm x alpaca (Fig 6)": "causal-LM fine-tuning exists (model=causal_lm) but needs Llama weights and "
+                                       "Alpaca, which are not on this machine",
 }
 
 
