@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.models import LayerwiseModel
 from cutlab.errors import CutlabError
@@ -48,10 +49,26 @@ def task_kind(cfg: DictConfig) -> str:
         raise CutlabError(f"data.task must be one of {', '.join(BUILDERS)}, got {data_kind!r} (data={cfg.data.name})")
     if model_kind != data_kind:
         raise CutlabError(
-            f"model={cfg.model.name} is a {model_kind} model and data={cfg.data.name} is {data_kind} data; "
-            f"pair a {data_kind} model with it (see conf/model/*.yaml, key 'task')"
+            f"model={cfg.model.name} is for {model_kind} data and data={cfg.data.name} is {data_kind} data; choose "
+            f"data={'|'.join(_choices('data', model_kind)) or '?'} for this model, or "
+            f"model={'|'.join(_choices('model', data_kind)) or '?'} for this data"
         )
     return data_kind
+
+
+def _choices(group: str, kind: str) -> list[str]:
+    """The config names of ``group`` whose ``task`` is ``kind`` (for the mismatch message)."""
+    folder = Path(__file__).resolve().parent.parent / "conf" / group
+    return [path.stem for path in sorted(folder.glob("*.yaml")) if _task_of(folder, path.stem) == kind]
+
+
+def _task_of(folder: Path, name: str, depth: int = 0):
+    """A group config's ``task``, following its defaults list (distilbert.yaml extends hf_encoder.yaml)."""
+    node = OmegaConf.load(folder / f"{name}.yaml")
+    if "task" in node or depth > 4:
+        return node.get("task")
+    parents = [entry for entry in node.get("defaults", []) if isinstance(entry, str) and entry != "_self_"]
+    return _task_of(folder, parents[0], depth + 1) if parents and (folder / f"{parents[0]}.yaml").exists() else None
 
 
 def build_task(cfg: DictConfig) -> Task:

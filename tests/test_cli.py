@@ -166,8 +166,10 @@ def corrupt_npz(folder: Path) -> Path:
         (["data=ucsd_ped2", "data.root=/nonexistent/UCSDped2"], "data.root"),
         (["gamma=abc"], "gamma must be a number, got 'abc'; e.g. gamma=0.09"),
         (["data=ucsd_ped2", "data.root=CORRUPT"], "corrupt.npz"),
+        (["model=ut_text"], "model=ut_text is for text data and data=synthetic is video data; choose "
+                            "data=imdb|mnli for this model, or model=dust|ut|vit for this data"),
     ],
-    ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz"],
+    ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)
