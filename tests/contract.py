@@ -30,3 +30,27 @@ def steps_on_a_fixed_batch(model, objective, inputs, target, constrained: bool, 
         return losses[-1] + (trainer.multipliers * constraints.values(losses)).sum() if constrained else losses[-1]
 
     return before, after, bool(optimised(after) < optimised(before) or after[-1] < before[-1])
+
+
+def start_and_kill(args: list[str], run_dir, env: dict, rows: int, timeout_s: float = 300) -> None:
+    """Start ``python -m cutlab ARGS`` and SIGKILL it once ``run_dir`` has a checkpoint and ``rows`` history rows.
+
+    The resume contract: the same command run again must end exactly where an uninterrupted run ends.
+    """
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    from conftest import ROOT
+
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + timeout_s
+    while not (run_dir / "checkpoint.pt").exists() or len(pd.read_csv(run_dir / "history.csv")) < rows:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    process.wait()

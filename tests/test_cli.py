@@ -5,10 +5,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ import pandas as pd
 import pytest
 
 from conftest import PED2_FULL, ROOT, require_shared
+from contract import start_and_kill
 
 TINY_PED2 = [
     "data=ucsd_ped2", "L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "train.warmup_epochs=1",
@@ -23,9 +22,11 @@ TINY_PED2 = [
 ]
 
 
-def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m cutlab ARGS`` from this checkout, with its runs, cache and W&B files under ``runs``' parent."""
     env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
-           "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1"}
+           "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
     result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
                             text=True, timeout=timeout)
     if check and result.returncode != 0:
@@ -119,15 +120,8 @@ def test_a_killed_run_resumes_and_ends_identical_to_an_uninterrupted_one(tmp_pat
     args = ["train.epochs=6", "checkpoint.every_steps=3", "wandb.mode=disabled", "L=2", "eval.gamma_test=[0,0.3]"]
     cutlab([*args, "run_name=uninterrupted"], runs)
     env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args, "run_name=killed"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     killed = runs / "killed"
-    deadline = time.time() + 300
-    while not (killed / "checkpoint.pt").exists() or len(pd.read_csv(killed / "history.csv")) < 8:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    start_and_kill([*args, "run_name=killed"], killed, env, rows=8)
     assert json.loads((killed / "summary.json").read_text())["status"] == "running"
     result = cutlab([*args, "run_name=killed"], runs)
     assert "resuming" in result.stdout + result.stderr

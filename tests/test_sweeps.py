@@ -16,19 +16,10 @@ import pytest
 import torch
 
 from conftest import ROOT
+from test_cli import cutlab
 
 GOLDEN = ROOT / "tests" / "golden"
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
-
-
-def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True, env: dict | None = None):
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
-           "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
-    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
-    return result
 
 
 def plan_ids(output: str) -> list[str]:

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, SHARED, require_shared
+from contract import start_and_kill
 from test_cli import cutlab
 
 IMDB_TINY = ["data=imdb", "data.train_file=imdb_train_tiny100.jsonl", "data.test_file=imdb_test_tiny100.jsonl",
@@ -96,15 +93,8 @@ def test_a_killed_text_run_resumes_and_ends_identical_to_an_uninterrupted_one(tm
             "checkpoint.every_steps=2", *IMDB_TINY]
     cutlab([*args, "run_name=uninterrupted"], runs)
     env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args, "run_name=killed"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     killed = runs / "killed"
-    deadline = time.time() + 600
-    while not (killed / "checkpoint.pt").exists() or len(pd.read_csv(killed / "history.csv")) < 3:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    start_and_kill([*args, "run_name=killed"], killed, env, rows=3, timeout_s=600)
     result = cutlab([*args, "run_name=killed"], runs)
     assert "resuming" in result.stdout + result.stderr
     columns = lambda frame: frame.drop(columns=["step_time"])

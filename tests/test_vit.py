@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +19,7 @@ from cutlab.core.data.video import to_patch_tokens
 from cutlab.core.models.vit import build_vit, encoder_blocks
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.errors import CutlabError
-from contract import steps_on_a_fixed_batch
+from contract import start_and_kill, steps_on_a_fixed_batch
 
 DINOV2 = SHARED / "models" / "dinov2-small"
 
@@ -158,15 +156,8 @@ def test_cli_vit_on_ped2_writes_a_complete_record_and_a_killed_run_resumes_ident
     assert 0 < summary["test_mean_metric"] < 255  # the same 0-255 pixel scale as DUST and UT
     assert "dinov2-small" in (reference / "config.yaml").read_text()
 
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *TINY_VIT, "run_name=killed"], cwd=ROOT,
-                               env=_environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     killed = tmp_path / "runs" / "killed"
-    deadline = time.time() + 300
-    while not (killed / "checkpoint.pt").exists() or len(pd.read_csv(killed / "history.csv")) < 7:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    start_and_kill([*TINY_VIT, "run_name=killed"], killed, _environment(tmp_path), rows=7)
     assert json.loads((killed / "summary.json").read_text())["status"] == "running"
     result = _cutlab([*TINY_VIT, "run_name=killed"], tmp_path)
     assert "resuming" in result.stdout + result.stderr
