@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-all bench clean
+.PHONY: setup services run test test-all bench clean
 
 setup: $(STAMP)
 
@@ -23,11 +23,16 @@ $(STAMP): pyproject.toml constraints.txt
 run: setup
 	$(BIN)/python -m cutlab
 
+# Debian's SLURM and PostgreSQL for the tests that start real servers (installed when missing and run as
+# root; otherwise those tests are skipped, or fail under CI=true).
+services:
+	bash tests/install_services.sh
+
 # The default test run (slow tests excluded; `make test-all` runs them too).
-test: setup
+test: setup services
 	$(BIN)/python -m pytest
 
-test-all: setup
+test-all: setup services
 	$(BIN)/python -m pytest -m "slow or not slow"
 
 # The benchmark suite (about 11 min on 2 idle cores); writes benchmarks/results.json, RESULTS.md and

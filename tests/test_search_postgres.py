@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import unavailable
 from test_search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
 
 
@@ -38,7 +39,7 @@ def as_server_user(command: list[str]) -> list[str]:
 def postgres_url():
     binaries = postgres_bin()
     if binaries is None or not (binaries / "initdb").exists():
-        pytest.skip("no PostgreSQL server binaries (postgres, initdb); install them: apt-get install -y postgresql")
+        unavailable("no PostgreSQL server binaries (postgres, initdb); install them: apt-get install -y postgresql")
     base = Path(tempfile.mkdtemp(prefix="cutlab-pg-"))  # under /tmp: reachable by the server's user
     if os.geteuid() == 0:
         shutil.chown(base, "nobody")

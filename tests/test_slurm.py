@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, unavailable
 from test_sweeps import cutlab, result_config, sweep_outcome
 
 spec = importlib.util.spec_from_file_location("single_node", ROOT / "slurm" / "single_node.py")
@@ -32,10 +32,10 @@ GRID = ["gamma=0,abc,0.09", "L=2", "train.epochs=2", "train.max_steps_per_epoch=
 def cluster(tmp_path_factory):
     missing = single_node.missing_binaries()
     if missing:
-        pytest.skip(f"SLURM is not installed ({', '.join(missing)} missing): apt-get install munge slurmctld slurmd "
-                    "slurm-client (.ci/run does this on CI)")
+        unavailable(f"SLURM is not installed ({', '.join(missing)} missing): apt-get install munge slurmctld slurmd "
+                    "slurm-client (make test does this when run as root)")
     if os.geteuid() != 0:
-        pytest.skip("the single-node SLURM runs its daemons as root (SlurmUser=root); run the tests as root")
+        unavailable("the single-node SLURM runs its daemons as root (SlurmUser=root); run the tests as root")
     base = tmp_path_factory.mktemp("slurm")
     env = single_node.up(base)
     os.environ["SLURM_CONF"] = env["SLURM_CONF"]
