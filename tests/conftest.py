@@ -11,6 +11,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 PED2_FULL = SHARED / "data" / "ucsd_ped2" / "ped2_gray160_uint8.npz"
+GOLDEN = ROOT / "tests" / "golden"
 PED2_TINY = SHARED / "data" / "ucsd_ped2" / "ped2_gray160_tiny.npz"
 
 # W&B and any cache stay inside the test's own folders; nothing reaches the network.

@@ -32,7 +32,17 @@ def steps_on_a_fixed_batch(model, objective, inputs, target, constrained: bool, 
     return before, after, bool(optimised(after) < optimised(before) or after[-1] < before[-1])
 
 
-def start_and_kill(args: list[str], run_dir, env: dict, rows: int, timeout_s: float = 300) -> None:
+def cutlab_env(runs, extra: dict | None = None) -> dict:
+    """The environment of a test's ``python -m cutlab``: runs in ``runs``, cache and W&B files beside it."""
+    import os
+
+    from conftest import ROOT
+
+    return {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
+            "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
+
+
+def start_and_kill(args: list[str], run_dir, rows: int, timeout_s: float = 300) -> None:
     """Start ``python -m cutlab ARGS`` and SIGKILL it once ``run_dir`` has a checkpoint and ``rows`` history rows.
 
     The resume contract: the same command run again must end exactly where an uninterrupted run ends.
@@ -46,7 +56,7 @@ def start_and_kill(args: list[str], run_dir, env: dict, rows: int, timeout_s: fl
 
     from conftest import ROOT
 
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(run_dir.parent),
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + timeout_s
     while not (run_dir / "checkpoint.pt").exists() or len(pd.read_csv(run_dir / "history.csv")) < rows:
@@ -54,3 +64,13 @@ def start_and_kill(args: list[str], run_dir, env: dict, rows: int, timeout_s: fl
         time.sleep(0.02)
     process.send_signal(signal.SIGKILL)
     process.wait()
+
+
+def assert_same_records(resumed, reference) -> None:
+    """Two runs ended identically: every history.csv row (step times aside) and every eval.csv value."""
+    import pandas as pd
+
+    drop_time = lambda frame: frame.drop(columns=["step_time"])
+    pd.testing.assert_frame_equal(drop_time(pd.read_csv(resumed / "history.csv")),
+                                  drop_time(pd.read_csv(reference / "history.csv")))
+    pd.testing.assert_frame_equal(pd.read_csv(resumed / "eval.csv"), pd.read_csv(reference / "eval.csv"))

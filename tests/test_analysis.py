@@ -22,12 +22,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import GOLDEN, ROOT
+from test_cli import cutlab
 from cutlab.records import (
     CONFIG, EVAL, HISTORY, RECORD_VERSION, SAMPLE_LOSSES, SUMMARY, HistoryWriter, layer_columns, write_evaluation,
 )
 
-GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
 VIDEO_GRID = [0.0, 0.5, 1.0]
 TEXT_GRID = [0.0, 0.5, 1.0, 2.0]
@@ -221,7 +221,7 @@ def test_collect_flags_every_run(golden_runs):
     assert set(runs.loc[runs["usable"], "task"]) == {"video", "text"}
     # text and video share the frames: the AUC is the trapezoid in gamma units, by hand
     auc = 0.5 * (0.9 + 0.8) / 2 + 0.5 * (0.8 + 0.6) / 2 + 1.0 * (0.6 + 0.5) / 2
-    assert runs.loc["distilbert_imdb_g0.2_con_s0", "test_auc"] == pytest.approx(auc) == pytest.approx(1.325)
+    assert runs.loc["distilbert_imdb_g0.2_con_s0", "test_auc"] == pytest.approx(auc)
     assert runs.loc["dust_ped2_L3_g0.09_con_s1", "test_mean_metric"] == pytest.approx(15.2)
     assert set(table.metrics["run"]) >= set(runs.index[runs["usable"]])
     assert set(table.metrics["split"]) == {"val", "test"}
@@ -329,14 +329,9 @@ def test_report_end_to_end_on_the_golden_folder(golden_report):
 def test_report_on_a_real_cutlab_sweep(tmp_path):
     """Tiny real runs through ``python -m cutlab``, then the report on their folder."""
     runs = tmp_path / "runs"
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"),
-           "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "cutlab", "-m", "model=dust", "train=erm,constrained", "train.epochs=2",
-         "train.max_steps_per_epoch=1", "train.batch_size=2", "train.epsilon=null", "wandb.mode=disabled",
-         "eval.gamma_test=[0,1.0]", "eval.batch_size=16", "data.image_size=32", "data.frames=4", "progress=false"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    cutlab(["-m", "model=dust", "train=erm,constrained", "train.epochs=2", "train.max_steps_per_epoch=1",
+            "train.batch_size=2", "train.epsilon=null", "wandb.mode=disabled", "eval.gamma_test=[0,1.0]",
+            "eval.batch_size=16", "data.image_size=32", "data.frames=4", "progress=false"], runs, timeout=300)
     out = tmp_path / "report"
     report = analysis_cli(str(runs), "--out", str(out))
     assert report.returncode == 0, report.stderr

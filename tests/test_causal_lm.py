@@ -7,7 +7,6 @@ tokenizers are the real RoBERTa BPE tokenizer from ../shared and a small byte-le
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -222,8 +221,8 @@ def test_a_step_lowers_the_objective_on_a_fixed_batch(alpaca_file, tiny_tokenize
     task = build(task_config(alpaca_file, tiny_tokenizer))
     model, objective = task.model, task.objective
     inputs, labels = task.prepare(task.train_set.collate([task.train_set[i] for i in range(4)]))
-    before, after, lowered = steps_on_a_fixed_batch(model, objective, inputs, labels, constrained, lr=1e-3, alpha=0.05)
-    assert lowered and after[-1] < before[-1]
+    before, after, _ = steps_on_a_fixed_batch(model, objective, inputs, labels, constrained, lr=1e-3, alpha=0.05)
+    assert after[-1] < before[-1]  # the last layer itself, for ERM and constrained alike
     if constrained:
         assert after.sum() < before.sum()  # the constraint terms pull every layer's loss down too
 
@@ -366,7 +365,7 @@ def test_cli_run_writes_token_accuracy_per_gamma(tmp_path, alpaca_file, tiny_tok
 def test_cli_hub_id_without_network_is_a_clear_error(tmp_path, alpaca_file):
     env_home = tmp_path / "hf"  # an empty HF cache: the model is nowhere on this machine
     args = ["model=causal_lm", "data=alpaca", f"data.root={alpaca_file}", "L=32", "wandb.mode=disabled"]
-    result = _cutlab_with_env(args, tmp_path / "runs", {"HF_HOME": str(env_home), "HF_HUB_OFFLINE": "1"})
+    result = cutlab(args, tmp_path / "runs", check=False, env={"HF_HOME": str(env_home), "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2
     assert "model.pretrained='meta-llama/Llama-3.1-8B' cannot be loaded" in result.stderr
     assert "hub is offline" in result.stderr and "Traceback" not in result.stderr
@@ -378,13 +377,3 @@ def test_cli_alpaca_without_a_file_names_how_to_get_it(tmp_path, tiny_tokenizer)
     result = cutlab(args, tmp_path / "runs", check=False)
     assert result.returncode == 2 and "data.root is not set" in result.stderr
     assert "alpaca_data.json" in result.stderr and "data.root=/path/to/alpaca_data.json" in result.stderr
-
-
-def _cutlab_with_env(args, runs, env):
-    import subprocess
-    import sys
-
-    full_env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
-                "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=full_env, capture_output=True,
-                          text=True, timeout=300)

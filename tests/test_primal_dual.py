@@ -396,7 +396,7 @@ def test_epoch_cadence_steps_once_per_epoch_on_the_mean() -> None:
         epoch_means.append(mean)
         primal_dual.end_epoch(dual_active=True)
         expected_so_far = _adam_maximize(epoch_means, lr)
-        frozen = primal_dual.multipliers.clone()
+        frozen = primal_dual.multipliers.clone()  # the next epoch's batches must leave these untouched
         # tolerance: float32 implementation vs float64 hand computation, 1e-6 relative + 1e-7 absolute
         torch.testing.assert_close(primal_dual.multipliers.double(), expected_so_far, rtol=1e-6, atol=1e-7)
         if len(epoch_means) == 1:

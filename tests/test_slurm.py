@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from conftest import ROOT, unavailable
+from contract import assert_same_records, cutlab_env
 from test_sweeps import cutlab, result_config, sweep_outcome
 
 spec = importlib.util.spec_from_file_location("single_node", ROOT / "slurm" / "single_node.py")
@@ -65,8 +66,7 @@ def scontrol(job: str) -> dict[str, str]:
 def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterrupted_result(cluster, tmp_path):
     reference = tmp_path / "reference" / "runs"
     runs = tmp_path / "slurm" / "runs"
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "WANDB_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env = cutlab_env(runs, {"CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DIR": str(tmp_path)})
     sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *GRID, "wandb.mode=offline", "launcher=slurm",
                               f"launcher.profile={profile(tmp_path)}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
@@ -107,9 +107,7 @@ def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterru
         ours = next(runs.glob(f"*gamma={gamma},*"))
         theirs = reference / ours.name
         assert result_config(ours) == result_config(theirs)
-        drop = lambda frame: frame.drop(columns=["step_time"])
-        pd.testing.assert_frame_equal(drop(pd.read_csv(ours / "history.csv")), drop(pd.read_csv(theirs / "history.csv")))
-        pd.testing.assert_frame_equal(pd.read_csv(ours / "eval.csv"), pd.read_csv(theirs / "eval.csv"))
+        assert_same_records(ours, theirs)
         assert json.loads((ours / "summary.json").read_text())["test_mean_metric"] == \
             json.loads((theirs / "summary.json").read_text())["test_mean_metric"]
         weights = [torch.load(run / "checkpoint.pt", weights_only=False)["trainer"]["model"] for run in (ours, theirs)]

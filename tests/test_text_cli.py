@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -11,8 +10,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from conftest import ROOT, SHARED, require_shared
-from contract import start_and_kill
+from conftest import SHARED, require_shared
+from contract import assert_same_records, start_and_kill
 from test_cli import cutlab
 
 IMDB_TINY = ["data=imdb", "data.train_file=imdb_train_tiny100.jsonl", "data.test_file=imdb_test_tiny100.jsonl",
@@ -92,15 +91,11 @@ def test_a_killed_text_run_resumes_and_ends_identical_to_an_uninterrupted_one(tm
     args = ["model=hf_encoder", "L=6", "train=constrained_text", "train.epochs=2", "train.max_steps_per_epoch=4",
             "checkpoint.every_steps=2", *IMDB_TINY]
     cutlab([*args, "run_name=uninterrupted"], runs)
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
     killed = runs / "killed"
-    start_and_kill([*args, "run_name=killed"], killed, env, rows=3, timeout_s=600)
+    start_and_kill([*args, "run_name=killed"], killed, rows=3, timeout_s=600)
     result = cutlab([*args, "run_name=killed"], runs)
     assert "resuming" in result.stdout + result.stderr
-    columns = lambda frame: frame.drop(columns=["step_time"])
-    pd.testing.assert_frame_equal(columns(pd.read_csv(killed / "history.csv")),
-                                  columns(pd.read_csv(runs / "uninterrupted" / "history.csv")))
-    pd.testing.assert_frame_equal(pd.read_csv(killed / "eval.csv"), pd.read_csv(runs / "uninterrupted" / "eval.csv"))
+    assert_same_records(killed, runs / "uninterrupted")
 
 
 def write_bad_mnli(folder: Path) -> Path:

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from conftest import PED2_TINY, require_shared
 from cutlab.core.data import (
     FrameWindows,
     from_patch_tokens,
@@ -24,11 +25,15 @@ from cutlab.core.data import (
 )
 from cutlab.errors import CutlabError
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-TINY_NPZ = SHARED_DATA / "ucsd_ped2" / "ped2_gray160_tiny.npz"
-needs_shared = pytest.mark.skipif(
-    not TINY_NPZ.is_file(), reason=f"real-data fixture {TINY_NPZ} is absent (../shared/data is not mounted)"
-)
+TINY_NPZ = PED2_TINY
+
+
+@pytest.fixture
+def _tiny_npz() -> None:
+    require_shared(TINY_NPZ)  # skips here, fails under CI=true, when ../shared is absent
+
+
+needs_shared = pytest.mark.usefixtures("_tiny_npz")
 
 
 def tiny_arrays() -> dict[str, np.ndarray]:

@@ -9,9 +9,6 @@ UCSD Ped1 is covered by tests/test_video_data.py::test_ped1_shaped_frames_load_a
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import av
@@ -19,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import ROOT
+from test_cli import cutlab
 from cutlab.core.data.video import DATASETS, load_video_clips
 from cutlab.errors import CutlabError
 
@@ -185,17 +182,12 @@ def test_cli_trains_on_a_folder_of_your_own_videos(tmp_path):
     root = tmp_path / "footage"
     for number in (1, 2, 3):
         write_video(root / f"clip{number}.avi", make_frames(6, 320, 240, seed=number))
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(tmp_path / "runs"), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"),
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     args = ["model=ut", "data=video_folder", f"data.root={root}", "data.image_size=64", "data.frames=3",
             "data.stride=3", "L=1", "train.epochs=1", "wandb.mode=disabled", "eval.gamma_test=[0]"]
-    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    cutlab(args, tmp_path / "runs", timeout=300)
     summary = json.loads(next((tmp_path / "runs").glob("*/summary.json")).read_text())
     assert summary["status"] == "complete" and "video_folder" in summary["data_source"]
     for name in ("avenue", "shanghaitech", "video_folder", "ucsd_ped1"):  # none ships here: root must be given
-        missing = subprocess.run([sys.executable, "-m", "cutlab", f"data={name}", "wandb.mode=disabled"], cwd=ROOT,
-                                 env=env, capture_output=True, text=True, timeout=300)
+        missing = cutlab([f"data={name}", "wandb.mode=disabled"], tmp_path / "runs", timeout=300, check=False)
         assert missing.returncode == 2, missing.stderr[-2000:]
         assert missing.stderr.strip().splitlines()[-1].startswith(f"cutlab: error: data.root is not set but {name}")

@@ -19,7 +19,8 @@ from cutlab.core.data.video import to_patch_tokens
 from cutlab.core.models.vit import build_vit, encoder_blocks
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.errors import CutlabError
-from contract import start_and_kill, steps_on_a_fixed_batch
+from contract import assert_same_records, start_and_kill, steps_on_a_fixed_batch
+from test_cli import cutlab
 
 DINOV2 = SHARED / "models" / "dinov2-small"
 
@@ -127,22 +128,10 @@ TINY_VIT = [
 ]
 
 
-def _environment(tmp_path: Path) -> dict:
-    return {**os.environ, "CUTLAB_RUNS_DIR": str(tmp_path / "runs"), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"),
-            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-
-
-def _cutlab(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=_environment(tmp_path),
-                            capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 def test_cli_vit_on_ped2_writes_a_complete_record_and_a_killed_run_resumes_identically(tmp_path):
     """python -m cutlab model=vit data=ucsd_ped2 with the real DINOv2 weights, then kill + resume."""
     require_shared(PED2_TINY), require_shared(DINOV2)
-    _cutlab([*TINY_VIT, "run_name=uninterrupted"], tmp_path)
+    cutlab([*TINY_VIT, "run_name=uninterrupted"], tmp_path / "runs")
     reference = tmp_path / "runs" / "uninterrupted"
     summary = json.loads((reference / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["steps"] == 6 * 4  # 1 train clip of 8 frames: 4 windows of 2
@@ -157,18 +146,15 @@ def test_cli_vit_on_ped2_writes_a_complete_record_and_a_killed_run_resumes_ident
     assert "dinov2-small" in (reference / "config.yaml").read_text()
 
     killed = tmp_path / "runs" / "killed"
-    start_and_kill([*TINY_VIT, "run_name=killed"], killed, _environment(tmp_path), rows=7)
+    start_and_kill([*TINY_VIT, "run_name=killed"], killed, rows=7)
     assert json.loads((killed / "summary.json").read_text())["status"] == "running"
-    result = _cutlab([*TINY_VIT, "run_name=killed"], tmp_path)
+    result = cutlab([*TINY_VIT, "run_name=killed"], tmp_path / "runs")
     assert "resuming" in result.stdout + result.stderr
-    drop_time = lambda frame: frame.drop(columns=["step_time"])
-    pd.testing.assert_frame_equal(drop_time(pd.read_csv(killed / "history.csv")), drop_time(history))
-    pd.testing.assert_frame_equal(pd.read_csv(killed / "eval.csv"), evaluation)
+    assert_same_records(killed, reference)
 
 
 def test_cli_refuses_l_beyond_the_checkpoint_with_one_clear_line(tmp_path):
     require_shared(DINOV2)
-    result = subprocess.run([sys.executable, "-m", "cutlab", "model=vit", "L=20", "wandb.mode=disabled"], cwd=ROOT,
-                            env=_environment(tmp_path), capture_output=True, text=True, timeout=300)
+    result = cutlab(["model=vit", "L=20", "wandb.mode=disabled"], tmp_path / "runs", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("cutlab: error: L=20 but ")
