@@ -35,7 +35,7 @@ test: setup services
 test-all: setup services
 	$(BIN)/python -m pytest -m "slow or not slow"
 
-# The benchmark suite (about 11 min on 2 idle cores); writes benchmarks/results.json, RESULTS.md and
+# The benchmark suite (about 10 min on 2 idle cores); writes benchmarks/results.json, RESULTS.md and
 # refreshes the README's performance table.
 bench: setup
 	$(BIN)/python benchmarks/run.py --readme README.md

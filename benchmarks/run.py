@@ -1,6 +1,6 @@
 """cutlab's benchmark suite (issue 6): every figure is a ratio of two arms timed in the same run.
 
-    python benchmarks/run.py                 # full measurement (~12-17 min on 2 idle cores)
+    python benchmarks/run.py                 # full measurement (~10 min on 2 idle cores)
     python benchmarks/run.py --quick         # tiny repeats, for developing the suite (numbers are not meaningful)
     python benchmarks/run.py --only 1,7      # a subset of the sections (1..7)
 

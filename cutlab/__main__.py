@@ -54,10 +54,9 @@ def app(cfg: DictConfig) -> float | None:
         _record_failure(run_dir, f"{type(error).__name__}: {error}")
         return None
     if in_sweep:
-        from cutlab.launch.outcome import Outcome
+        from cutlab.launch.outcome import outcome_of
 
-        value = summary.get("test_auc") if summary.get("metric") == "accuracy" else summary.get("test_mean_metric")
-        SWEEP_OUTCOMES.append(Outcome(run_dir.name, summary.get("status", "complete"), summary.get("metric"), value))
+        SWEEP_OUTCOMES.append(outcome_of(run_dir.name, lambda: summary, job_id=None))
     return summary.get("selection_metric") if summary else None
 
 

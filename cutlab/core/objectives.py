@@ -25,11 +25,6 @@ class DenoisingObjective:
     def loss_matrix(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> torch.Tensor:
         return torch.stack([self._sample_losses((out - clean).pow(2)) for out in outputs], dim=1)
 
-    def metric_sums(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, int]:
-        """Per-layer sum of squared pixel errors [L+1] and the number of pixels it covers."""
-        sums = torch.stack([(out.detach() - clean).pow(2).sum() for out in outputs])
-        return sums, clean.numel()
-
     def evaluation_terms(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The loss matrix and the metric sums from one squared error per layer (evaluation needs both)."""
         losses, sums = [], []

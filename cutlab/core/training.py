@@ -71,11 +71,6 @@ def to_device(batch, device: torch.device):
     return batch
 
 
-def denoising_pair(batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The default ``prepare``: the clean batch is both the model input and the target (denoising)."""
-    return batch, batch
-
-
 StepCallback = Callable[[Progress, StepResult, float], None]
 EpochCallback = Callable[[Progress], None]
 

@@ -9,7 +9,6 @@ see cutlab/launch/preemption.py) and hands submitit the same command to requeue,
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -19,7 +18,9 @@ import time
 from collections import deque
 from pathlib import Path
 
+from cutlab.launch.outcome import RunFailed, RunInterrupted
 from cutlab.launch.preemption import PREEMPTED_EXIT
+from cutlab.records import read_summary
 
 try:  # submitit only matters under SLURM; the local launcher works without it
     from submitit.helpers import Checkpointable, DelayedSubmission
@@ -27,14 +28,6 @@ except ImportError:  # pragma: no cover
     Checkpointable, DelayedSubmission = object, None
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class RunFailed(Exception):
-    """A run ended with an error; the message holds the run's id and its last error line."""
-
-
-class RunInterrupted(Exception):
-    """A run stopped on a signal after checkpointing; the same command resumes it."""
 
 
 class RunCommand(Checkpointable):
@@ -69,7 +62,9 @@ class RunCommand(Checkpointable):
         echo.join(timeout=5)
         code = self._child.returncode
         if code == 0:  # a run reports its summary; a search worker's trials are in the study's storage
-            return _summary(Path(self.run_dir)) if self.module == "cutlab" else {"status": "complete"}
+            if self.module != "cutlab":
+                return {"status": "complete"}
+            return read_summary(Path(self.run_dir)) or {"status": "unknown"}
         if code == PREEMPTED_EXIT:
             raise RunInterrupted(f"{self.run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
         raise RunFailed(f"{self.run_id}: exit {code}: {_error_line(tail)}")
@@ -82,7 +77,7 @@ class RunCommand(Checkpointable):
             deadline = time.monotonic() + 60
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
-        return DelayedSubmission(RunCommand(self.argv, self.run_id, self.run_dir, self.cwd, self.threads, self.module))
+        return DelayedSubmission(self)  # the same command again; the child process is not pickled
 
 
 def _echo(stream, tail: deque, prefix: str) -> None:
@@ -99,11 +94,3 @@ def _error_line(tail: deque) -> str:
         if line.startswith("cutlab: error:"):
             return line[len("cutlab: error:"):].strip()
     return lines[-1].strip() if lines else "no output"
-
-
-def _summary(run_dir: Path) -> dict:
-    try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, ValueError):
-        return {"status": "unknown"}
-    return {k: summary.get(k) for k in ("status", "metric", "test_mean_metric", "test_auc", "verdict", "wall_time_s")}

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from cutlab.launch.job import RunFailed, RunInterrupted
+
+class RunFailed(Exception):
+    """A run ended with an error; the message holds the run's id and its last error line."""
+
+
+class RunInterrupted(Exception):
+    """A run stopped on a signal after checkpointing; the same command resumes it."""
 
 
 @dataclass

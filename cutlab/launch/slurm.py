@@ -15,17 +15,18 @@ from pathlib import Path
 
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, outcome_of
-from cutlab.launch.slurm_profile import SlurmProfile, check_cluster
+from cutlab.launch.slurm_profile import SlurmProfile
 
 POLL_S = 1.0
 VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one
 
 
 def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str):
-    """Submit the runs as one job array; returns submitit's jobs (one per run, same order)."""
+    """Submit the runs as one job array; returns submitit's jobs (one per run, same order).
+
+    The caller has checked the cluster (``check_cluster``) before anything else started."""
     import submitit
 
-    check_cluster(profile)
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeues)
     executor.update_parameters(**profile.executor_parameters(job_name))
     with executor.batch():

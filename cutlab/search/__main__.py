@@ -115,15 +115,23 @@ def _describe_param(param) -> str:
     return f"{param.key} {param.type} [{param.low:g}, {param.high:g}]"
 
 
-def worker_command(args: argparse.Namespace, index: int) -> list[str]:
-    overrides = list(args.overrides)
-    if not any(o.startswith("threads=") for o in overrides):
-        overrides.append("threads=1")  # N workers on N cores: one torch thread each (benchmarks/)
+def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
+    """The arguments of worker ``index``: this command's, plus its index (the launcher decides its threads)."""
     flags = []
     for flag, value in (("--n-trials", args.n_trials), ("--storage", args.storage), ("--study", args.study)):
         if value is not None:
             flags += [flag, str(value)]
-    return [sys.executable, "-m", "cutlab.search", *overrides, *flags, "--worker-index", str(index)]
+    return [*args.overrides, *flags, "--worker-index", str(index)]
+
+
+def user_threads(args: argparse.Namespace) -> bool:
+    return any(o.startswith("threads=") for o in args.overrides)
+
+
+def worker_command(args: argparse.Namespace, index: int) -> list[str]:
+    # N local workers on N cores: one torch thread each (benchmarks/), unless the user chose
+    threads = [] if user_threads(args) else ["threads=1"]
+    return [sys.executable, "-m", "cutlab.search", *worker_argv(args, index), *threads]
 
 
 def run_workers(args: argparse.Namespace) -> None:
@@ -148,11 +156,13 @@ def run_slurm_workers(args: argparse.Namespace, study_dir: Path) -> None:
     a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run."""
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
-    from cutlab.launch.slurm_profile import load_profile
+    from cutlab.launch.slurm_profile import check_cluster, load_profile
 
     profile = load_profile(args.slurm_profile)
-    commands = [RunCommand(worker_command(args, index)[3:], f"worker-{index}", str(study_dir), os.getcwd(),
-                           threads=profile.cpus_per_task, module="cutlab.search") for index in range(args.workers)]
+    check_cluster(profile)
+    threads = None if user_threads(args) else profile.cpus_per_task  # a task's threads = its CPUs
+    commands = [RunCommand(worker_argv(args, index), f"worker-{index}", str(study_dir), os.getcwd(),
+                           threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
     outcomes = wait(submit(commands, profile, folder, job_name=f"search-{study_dir.name}"), commands)
     failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]

@@ -85,9 +85,10 @@ def split_sizes(total: int, val_size: float | int, train_subset: int | None) -> 
 def token_embedding_std(embedding: torch.Tensor, token_lists: Sequence[Sequence[int]]) -> float:
     """sigma_x of SPEC section 2 for text: the std of every entry of the embedded training tokens (padding excluded).
 
-    Computed exactly from token counts (sum_v c_v e_v and sum_v c_v e_v^2) without embedding the corpus.
+    Computed exactly from token counts (sum_v c_v e_v and sum_v c_v e_v^2) without embedding the corpus, which
+    would be gigabytes for an LLM's vocabulary on Alpaca. ``token_lists``: lists or 1-D tensors of token ids.
     """
-    ids = torch.tensor([token for tokens in token_lists for token in tokens], dtype=torch.long)
+    ids = torch.cat([torch.as_tensor(tokens, dtype=torch.long).reshape(-1) for tokens in token_lists])
     counts = torch.bincount(ids, minlength=embedding.shape[0]).double()
     table = embedding.detach().double().cpu()
     entries = counts.sum() * table.shape[1]
