@@ -55,6 +55,15 @@ def test_the_table3_plan_matches_its_golden_file(tmp_path):
     assert not runs.exists(), "a plan launches nothing and writes nothing"
 
 
+def test_the_text_sweeps_train_with_the_papers_language_settings(tmp_path):
+    """Table 4 and the ablations use train=constrained_text/erm_text (the paper's per-model, per-data epsilon,
+    dual lr and resilience), not the video presets."""
+    for sweep, count in (("table4_ut", 96), ("table4_pretrained", 48), ("ablation_alpha", 18), ("ablation_dual_lr", 15)):
+        ids = plan_ids(cutlab(["--plan", "-m", "--config-name", sweep], tmp_path / "runs").stdout)
+        assert len(ids) == count, sweep
+        assert all("train=constrained_text" in i or "train=erm_text" in i for i in ids), (sweep, ids[:2])
+
+
 def test_the_users_form_plans_one_run_per_combination_with_stable_ids(tmp_path):
     runs = tmp_path / "runs"
     first = cutlab(["--plan", "-m", "model=dust,ut", "gamma=0,0.09"], runs)
