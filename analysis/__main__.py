@@ -1,7 +1,13 @@
 """``python -m analysis RUNS_FOLDER... --out REPORT_DIR`` (console script ``cutlab-analysis``).
 
 Reads every run record under the folders, writes REPORT_DIR/report.md with Tables 3 and 4 and the
-figures beside it. Bad input (a missing or empty folder, no run records) stops with exit code 2 and
+figures beside it. The same from W&B (analysis.wandb_source), for when the run folders are not at hand:
+
+- ``python -m analysis --wandb-offline RUNS_FOLDER --out REPORT_DIR``: from the offline W&B files
+  (``<run>/wandb/offline-run-*``) of the runs under RUNS_FOLDER, no server needed;
+- ``python -m analysis --wandb ENTITY/PROJECT [--wandb-group G] --out REPORT_DIR``: from a W&B server.
+
+Both rebuild run folders under REPORT_DIR/wandb_records/ and analyse them like any other. Bad input (a missing or empty folder, no run records) stops with exit code 2 and
 one line ``analysis: error: ...`` naming the fix; runs that cannot be counted (failed, partial, an
 unknown record format) are reported, never silently dropped.
 """
@@ -10,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
-from analysis.collect import AnalysisError, collect_runs
+from analysis.collect import AnalysisError, RunTable, collect_runs
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 
@@ -21,22 +28,57 @@ WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="analysis", description="Tables 3/4 and the paper's figures from cutlab run records, as one report.")
-    parser.add_argument("folders", nargs="+", metavar="RUNS_FOLDER",
+    parser.add_argument("folders", nargs="*", metavar="RUNS_FOLDER",
                         help="a run folder or a folder of them (searched recursively); several may be given")
+    parser.add_argument("--wandb-offline", action="store_true",
+                        help="read RUNS_FOLDER's offline W&B files (<run>/wandb/offline-run-*) instead of its run "
+                             "records; no server needed")
+    parser.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None,
+                        help="read the runs from a W&B server (wandb.Api(); needs `wandb login`) instead of folders")
+    parser.add_argument("--wandb-group", metavar="G", default=None, help="with --wandb: only the runs of group G")
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
                         help="folder for report.md, tables/ and figures/ (created; earlier outputs replaced)")
     parser.add_argument("--gamma-train", type=float, default=None, metavar="G",
                         help="the γ_train of the figures drawn at one level (default: the level with the most cells)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.wandb and args.folders:
+        parser.error("give RUNS_FOLDER or --wandb ENTITY/PROJECT, not both")
+    if not args.wandb and not args.folders:
+        parser.error("give RUNS_FOLDER (or --wandb ENTITY/PROJECT)")
+    if args.wandb_group and not args.wandb:
+        parser.error("--wandb-group goes with --wandb ENTITY/PROJECT")
+    if args.wandb_offline and args.wandb:
+        parser.error("--wandb-offline reads RUNS_FOLDER's W&B files; --wandb reads a server: give one of them")
+    return args
+
+
+def collect(args: argparse.Namespace, out: Path) -> RunTable:
+    """The runs named on the command line: run folders, or run folders rebuilt from W&B under ``out``."""
+    if not args.wandb and not args.wandb_offline:
+        return collect_runs(*args.folders)
+    from analysis.wandb_source import RECORDS_DIR, collect_wandb, records_from_api, records_from_offline
+
+    records = out / RECORDS_DIR
+    if records.exists():
+        shutil.rmtree(records)  # rebuilt from scratch: a run gone from W&B must not survive from a past call
+
+    def progress(done: int, total: int) -> None:
+        print(f"analysis: fetched {done}/{total} runs from W&B", file=sys.stderr, flush=True)
+
+    if args.wandb:
+        return collect_wandb(records_from_api(args.wandb, records, args.wandb_group, progress))
+    if len(args.folders) > 1:
+        raise AnalysisError("--wandb-offline takes one RUNS_FOLDER; pass the folder that holds them all")
+    return collect_wandb(records_from_offline(args.folders[0], records, progress))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        runs = collect_runs(*args.folders)
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
+        runs = collect(args, out)
         from analysis.report import write_report  # matplotlib is imported only once the input is known good
 
         command = "python -m analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))

@@ -13,8 +13,8 @@ records and returns a :class:`RunTable`:
   a user debugging a run looks at), with a ``run`` column.
 
 Video runs (metric ``rmse``, lower is better) and text runs (metric ``accuracy``, higher is better)
-share these frames; ``task`` tells them apart. W&B is not read: the run folder holds every number
-W&B gets, and analysis must work without W&B (a W&B API reader is left for later).
+share these frames; ``task`` tells them apart. W&B is not needed: the run folder holds every number
+W&B gets; analysis.wandb_source rebuilds run folders from W&B (a server or offline files) for this module.
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class RunTable:
     metrics: pd.DataFrame
     history: pd.DataFrame
     folders: list[Path] = field(default_factory=list)
+    source: str | None = None  # where the records came from when not run folders (analysis.wandb_source)
 
     @property
     def results(self) -> pd.DataFrame:

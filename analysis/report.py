@@ -78,8 +78,12 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(f"Generated {when}" + (f" by `{command}`" if command else "") + " from "
                  + ", ".join(f"`{folder}`" for folder in runs.folders) + ".")
-    lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
-                 "sample_losses.csv); W&B is not read.")
+    if runs.source:
+        lines.append(f"The run records were rebuilt from {runs.source} (config, summary, history and the eval "
+                     "table); W&B holds no sample_losses.csv, so the figures that need it are skipped.")
+    else:
+        lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
+                     "sample_losses.csv); W&B is not read.")
     lines += ["", *_what_ran(frame, runs, gamma_train)]
     lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame)]
     for table in report.tables:

@@ -153,6 +153,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
                "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,
                "epsilon": epsilon}
     write_json(run_dir / SUMMARY, summary)
+    tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
     history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
     # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent
     started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
@@ -167,7 +168,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
         row = _history_row(progress, result, trainer, seconds)
         history.write(row)
-        tracker.log({k: v for k, v in row.items() if k not in ("step", "phase")}, step=progress.step)
+        tracker.log({k: v for k, v in row.items() if k != "step"}, step=progress.step)
         reporter.step(progress, result, seconds)
         if progress.step % cfg.checkpoint.every_steps == 0 or stop.requested:
             checkpoint_now()
@@ -203,6 +204,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
         status = error.status if isinstance(error, StopRun) else "interrupted" if stopped else "failed"
         summary.update(status=status, error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
         write_json(run_dir / SUMMARY, summary)
+        tracker.summarize(summary)
         tracker.finish(failed=not isinstance(error, StopRun))
         raise
 

@@ -49,12 +49,31 @@ class Tracker:
             self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])})
 
     def summarize(self, summary: dict[str, Any]) -> None:
+        """Mirror summary.json in the W&B summary, nested dicts flattened to ``feasibility/status`` keys, so that
+        analysis can rebuild summary.json from W&B alone (analysis.wandb_source)."""
         if self.run:
-            for key, value in summary.items():
-                if isinstance(value, (int, float, str, bool)):
-                    self.run.summary[key] = value
+            for key, value in flat_summary(summary).items():
+                self.run.summary[key] = value
 
     def finish(self, failed: bool = False) -> None:
         if self.run:
             self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+
+
+SUMMARY_SEPARATOR = "/"  # W&B's own grouping separator in its UI
+
+
+def flat_summary(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"feasibility": {"status": "feasible"}}`` -> ``{"feasibility/status": "feasible"}``; scalars, None and
+    lists of scalars kept, anything else (objects W&B cannot hold as a summary value) dropped."""
+    flat: dict[str, Any] = {}
+    for key, value in summary.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_summary(value, name + SUMMARY_SEPARATOR))
+        elif value is None or isinstance(value, (int, float, str, bool)):
+            flat[name] = value
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str, bool)) for v in value):
+            flat[name] = list(value)
+    return flat
