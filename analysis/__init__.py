@@ -10,7 +10,9 @@ Public API::
     make_figures(runs, "figures/")               # [FigureResult]: PNG+PDF paths, or why skipped
     write_report(runs, "report/")                # report/report.md + tables/ + figures/
 
-The command line is ``python -m analysis RUNS_FOLDER... --out REPORT_DIR`` (or ``cutlab-analysis``).
+The command line is ``python -m analysis RUNS_FOLDER... --out REPORT_DIR`` (or ``cutlab-analysis``);
+``--wandb-offline`` reads the runs' offline W&B files instead, ``--wandb ENTITY/PROJECT`` a W&B server
+(analysis.wandb_source rebuilds run folders from W&B, then the same code reads them).
 ``make_figures`` and ``write_report`` import matplotlib on first use.
 """
 

@@ -23,7 +23,6 @@ table becomes ``partial`` (eval.csv missing). W&B itself is needed only here, im
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -299,7 +298,7 @@ def records_from_api(path: str, out: str | Path, group: str | None = None, progr
         api = wandb.Api(timeout=60)
         runs = list(api.runs(path, filters={"group": group} if group else None))
     except wandb.errors.UsageError as error:  # no API key
-        raise AnalysisError(f"W&B refused the API ({error}); run `wandb login` or set WANDB_API_KEY") from None
+        raise AnalysisError(f"cannot use the W&B API ({error}); run `wandb login` (or set WANDB_API_KEY) first") from None
     except (ValueError, wandb.errors.CommError) as error:
         raise AnalysisError(f"W&B project {path} cannot be read ({error}); check ENTITY/PROJECT, your access to "
                             "it, and WANDB_BASE_URL for your own server") from None
@@ -329,6 +328,8 @@ def _api_run(run, downloads: Path) -> WandbRun:
 
 
 def _require_wandb() -> None:
-    if importlib.util.find_spec("wandb") is None:
+    try:
+        import wandb  # noqa: F401  (the offline reader runs its CLI, the API reader its Api)
+    except ImportError:
         raise AnalysisError("wandb is not installed, and reading runs from W&B needs it: pip install wandb "
                             "(or analyse the run folders themselves: python -m analysis RUNS_FOLDER --out DIR)")

@@ -1,0 +1,165 @@
+"""Analysis from W&B (analysis.wandb_source): the offline W&B files of real cutlab runs give the same analysis
+as their run folders, what W&B lacks is reported, and bad input stops with one clear line.
+
+Two tiny real runs (one constrained, one ERM) log to W&B offline, the default. The API reader needs a W&B
+server, which this machine cannot reach: only its errors before any network call are tested here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_analysis import analysis_cli, run_main
+from test_cli import cutlab
+from analysis.collect import collect_runs
+from analysis.tables import build_tables
+from cutlab.records import CONFIG, EVAL, HISTORY, SUMMARY
+
+TINY = ["-m", "train=erm,constrained", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2",
+        "eval.gamma_test=[0,0.5]", "progress=false"]
+# columns that differ by construction: where the folder lies, and the file W&B never receives
+LOCAL_ONLY = ["path", "has_sample_losses"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    runs = tmp_path_factory.mktemp("wandb") / "runs"
+    cutlab(TINY, runs, timeout=300)
+    return runs
+
+
+@pytest.fixture(scope="module")
+def offline_report(runs) -> tuple[Path, subprocess.CompletedProcess]:
+    """``python -m analysis --wandb-offline RUNS --out REPORT`` once, for the tests below."""
+    out = runs.parent / "report"
+    return out, analysis_cli("--wandb-offline", str(runs), "--out", str(out))
+
+
+def run_dirs(runs: Path) -> list[Path]:
+    return sorted(p for p in runs.iterdir() if (p / SUMMARY).exists())
+
+
+def test_offline_wandb_files_give_the_same_records(runs, offline_report):
+    out, result = offline_report
+    assert result.returncode == 0, result.stderr
+    assert "fetched 2/2 runs" in result.stderr
+    for run in run_dirs(runs):
+        rebuilt = out / "wandb_records" / run.name
+        assert json.loads((rebuilt / SUMMARY).read_text()) == json.loads((run / SUMMARY).read_text())
+        assert yaml.safe_load((rebuilt / CONFIG).read_text()) == yaml.safe_load((run / CONFIG).read_text())
+        pd.testing.assert_frame_equal(pd.read_csv(rebuilt / HISTORY), pd.read_csv(run / HISTORY))
+        pd.testing.assert_frame_equal(pd.read_csv(rebuilt / EVAL), pd.read_csv(run / EVAL))
+
+
+def test_offline_wandb_files_give_the_same_analysis(runs, offline_report):
+    out, result = offline_report
+    assert result.returncode == 0, result.stderr
+    from_folders, from_wandb = collect_runs(runs), collect_runs(out / "wandb_records")
+    assert list(from_folders.runs["state"]) == ["complete", "complete"]
+    # W&B's log reader prints a whole float as an integer (lipschitz_margin 1.0 -> 1): equal values, other dtype
+    pd.testing.assert_frame_equal(from_wandb.runs.drop(columns=LOCAL_ONLY), from_folders.runs.drop(columns=LOCAL_ONLY),
+                                  check_dtype=False)
+    pd.testing.assert_frame_equal(from_wandb.metrics, from_folders.metrics)
+    pd.testing.assert_frame_equal(from_wandb.history, from_folders.history)
+    table3 = build_tables(from_folders)[0]
+    assert len(table3.frame) == 1  # one cell: constrained vs ERM
+    written = pd.read_csv(out / "tables" / f"{table3.spec.stem}.csv")
+    pd.testing.assert_frame_equal(written, pd.read_csv(io.StringIO(table3.to_csv())))
+    report = (out / "report.md").read_text()
+    assert "rebuilt from W&B offline run files" in report and "2 run folders: 2 complete" in report
+
+
+def test_a_missing_eval_table_makes_the_run_partial(runs, tmp_path):
+    from analysis.wandb_source import collect_wandb, records_from_offline
+
+    run = run_dirs(runs)[0]
+    copy = tmp_path / "runs" / run.name
+    shutil.copytree(run / "wandb", copy / "wandb", ignore=shutil.ignore_patterns("cache"))
+    for table in copy.glob("wandb/offline-run-*/files/media/table/*.table.json"):
+        table.unlink()
+    table = collect_wandb(records_from_offline(tmp_path / "runs", tmp_path / "records"))
+    row = table.runs.iloc[0]
+    assert row["state"] == "partial" and not row["usable"]
+    assert "eval table file" in row["problem"] and "missing" in row["problem"]
+
+
+@pytest.fixture(scope="module")
+def wandb_run(runs):
+    from analysis.wandb_source import find_offline_runs, offline_run
+
+    run_dir, sessions = next(iter(find_offline_runs(runs).items()))
+    return offline_run(run_dir, sessions)
+
+
+def test_a_summary_without_the_feasibility_details_is_unsupported(wandb_run, tmp_path):
+    """What a cutlab that kept scalar summary keys only logged: the verdict's details are lost, not guessed."""
+    from analysis.wandb_source import Rebuilt, collect_wandb, write_record
+
+    old = dataclasses.replace(wandb_run, summary={k: v for k, v in wandb_run.summary.items()
+                                                   if not k.startswith("feasibility/")})
+    rebuilt = Rebuilt(tmp_path / "records", "test")
+    write_record(old, rebuilt.folder / old.name, rebuilt)
+    row = collect_wandb(rebuilt).runs.iloc[0]
+    assert row["state"] == "unsupported" and "feasibility/status" in row["problem"]
+
+
+def test_a_run_without_cutlab_summary_is_partial(wandb_run, tmp_path):
+    """Killed before its first summary: W&B has its config and steps but no status."""
+    from analysis.wandb_source import Rebuilt, collect_wandb, write_record
+
+    killed = dataclasses.replace(wandb_run, summary={k: v for k, v in wandb_run.summary.items() if k.startswith("_")})
+    rebuilt = Rebuilt(tmp_path / "records", "test")
+    write_record(killed, rebuilt.folder / killed.name, rebuilt)
+    table = collect_wandb(rebuilt)
+    row = table.runs.iloc[0]
+    assert row["state"] == "partial" and "no cutlab status" in row["problem"]
+    assert len(table.history_of(row["run"])) == 2  # the steps it took are still there to look at
+
+
+# --------------------------------------------------------------------------------------------- bad input
+
+def test_no_offline_runs_exit_2(runs, tmp_path, capsys):
+    folder = tmp_path / "records_only"  # run records without their W&B files
+    shutil.copytree(run_dirs(runs)[0], folder / "run", ignore=shutil.ignore_patterns("wandb"))
+    code, err = run_main("--wandb-offline", str(folder), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and err.startswith("analysis: error: ") and err.count("\n") == 1
+    assert "no W&B run files" in err and "wandb.mode=offline" in err
+    code, err = run_main("--wandb-offline", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and "does not exist" in err
+
+
+def test_wandb_not_installed_exit_2(runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` meets when wandb is not installed
+    code, err = run_main("--wandb-offline", str(runs), "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and "wandb is not installed" in err and "pip install wandb" in err and err.count("\n") == 1
+
+
+def test_api_without_a_key_or_with_a_bad_project_exit_2(tmp_path, capsys):
+    code, err = run_main("--wandb", "cutlab", "--out", str(tmp_path / "r"), capsys=capsys)
+    assert code == 2 and "ENTITY/PROJECT" in err
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")  # no ~/.netrc: no key
+    result = subprocess.run([sys.executable, "-m", "analysis", "--wandb", "me/cutlab", "--out", str(tmp_path / "r")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and result.stderr.startswith("analysis: error: ")
+    assert "wandb login" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_source_arguments_are_exclusive(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        run_main("runs", "--wandb", "me/cutlab", "--out", str(tmp_path / "r"), capsys=capsys)
+    assert stop.value.code == 2 and "not both" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_main("--wandb-group", "g", "runs", "--out", str(tmp_path / "r"), capsys=capsys)
