@@ -27,7 +27,14 @@ WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="analysis", description="Tables 3/4 and the paper's figures from cutlab run records, as one report.")
+        prog="analysis", description="Tables 3/4 and the paper's figures from cutlab run records, as one report.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="sources (give one):\n"
+               "  RUNS_FOLDER...                            the run folders (no W&B needed)\n"
+               "  --wandb-offline RUNS_FOLDER               their offline W&B files (no server)\n"
+               "  --wandb ENTITY/PROJECT [--wandb-group G]  a W&B server (`wandb login` first)\n"
+               "From W&B, run folders are rebuilt under REPORT_DIR/wandb_records/ first; W&B holds\n"
+               "no sample_losses.csv, so the figures that need it are skipped.")
     parser.add_argument("folders", nargs="*", metavar="RUNS_FOLDER",
                         help="a run folder or a folder of them (searched recursively); several may be given")
     parser.add_argument("--wandb-offline", action="store_true",

@@ -317,7 +317,7 @@ def records_from_api(path: str, out: str | Path, group: str | None = None, progr
 
 
 def _api_run(run, downloads: Path) -> WandbRun:
-    summary = dict(run.summary._json_dict)
+    summary = dict(run.summary_metrics)
     table, problems = None, []
     pointer = summary.get(EVAL_KEY)
     if isinstance(pointer, dict) and "path" in pointer:
