@@ -92,14 +92,30 @@ def write_record(run: WandbRun, run_dir: Path, rebuilt: Rebuilt) -> None:
         write_json(run_dir / SUMMARY, summary)
     key = run_dir.resolve()
     if "status" not in summary:
-        rebuilt.partial[key] = ("the W&B summary has no cutlab status: the run was killed before its first "
-                                "summary, or is not a cutlab run")
+        rebuilt.partial[key] = "; ".join(run.problems + [
+            "the W&B summary has no cutlab status: the run was killed before W&B wrote its first summary, "
+            "or is not a cutlab run"])
     elif summary["status"] == "complete" and not _has_flattened_summary(run.summary):
         rebuilt.unsupported[key] = (f"the W&B summary lacks {FLATTENED_MARK} (logged by a cutlab that kept scalar "
                                     "summary keys only): the feasibility details cannot be rebuilt; analyse the "
                                     "run folder instead")
     elif summary["status"] == "complete" and evaluation is None:
         rebuilt.partial[key] = "; ".join(run.problems) or f"the W&B run has no '{EVAL_KEY}' table"
+    elif summary["status"] == "complete" and (lost := _lost_steps(history, summary.get("steps"))):
+        rebuilt.partial[key] = (f"W&B lacks training steps {lost} of {summary['steps']} (a session killed before W&B "
+                                "wrote them: an offline W&B session killed by SIGKILL keeps none of its records); "
+                                "the run folder's history.csv has them")
+
+
+def _lost_steps(history: pd.DataFrame | None, steps: Any) -> str | None:
+    """The steps 1..steps missing from the rebuilt history, as a short range text; None if none are."""
+    if not isinstance(steps, int) or steps < 1:
+        return None
+    present = set() if history is None else set(history["step"])
+    lost = [step for step in range(1, steps + 1) if step not in present]
+    if not lost:
+        return None
+    return f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) and len(lost) > 1 else str(lost)
 
 
 def _has_flattened_summary(summary: dict) -> bool:
@@ -224,7 +240,10 @@ def find_offline_runs(root: Path) -> dict[Path, list[Path]]:
 def read_transaction_log(session: Path) -> list[dict[str, Any]]:
     """The records of one session's .wandb log, as JSON, read by W&B's own reader (``wandb leet inspect``)."""
     command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(session)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        raise AnalysisError(f"wandb leet inspect did not finish reading {session} in 300 s") from None
     if result.returncode != 0:
         raise AnalysisError(f"wandb leet inspect could not read {session}: "
                             f"{(result.stderr.strip().splitlines() or ['no message'])[-1]}")
@@ -239,8 +258,14 @@ def offline_run(run_dir: Path, sessions: list[Path]) -> WandbRun:
     config: dict[str, Any] = {}
     summary: dict[str, Any] = {}
     steps: dict[int, dict[str, Any]] = {}
+    problems: list[str] = []
     for session in sessions:
-        for record in read_transaction_log(session):
+        try:
+            records = read_transaction_log(session)
+        except AnalysisError as error:  # one unreadable log makes its run partial, not the whole analysis fail
+            problems.append(str(error))
+            continue
+        for record in records:
             kind = record.get("type")
             if kind == "run":
                 config.update(record["run"].get("config", {}).get("update", {}))
@@ -251,7 +276,7 @@ def offline_run(run_dir: Path, sessions: list[Path]) -> WandbRun:
             elif kind == "history":
                 item = nest_media(record["history"]["item"])
                 steps[int(item["_step"])] = item
-    table, problems = None, []
+    table = None
     pointer = summary.get(EVAL_KEY)
     if isinstance(pointer, dict) and "path" in pointer:
         # the table file lies in the files/ of the session that logged it: the latest one that has it

@@ -128,6 +128,42 @@ def test_a_run_without_cutlab_summary_is_partial(wandb_run, tmp_path):
     assert len(table.history_of(row["run"])) == 2  # the steps it took are still there to look at
 
 
+def test_steps_missing_from_wandb_make_the_run_partial(wandb_run, tmp_path):
+    """A W&B log that lost a step (its session killed before W&B wrote it): reported, the table unchanged."""
+    from analysis.wandb_source import Rebuilt, collect_wandb, write_record
+
+    lossy = dataclasses.replace(wandb_run, history=wandb_run.history[1:])
+    rebuilt = Rebuilt(tmp_path / "records", "test")
+    write_record(lossy, rebuilt.folder / lossy.name, rebuilt)
+    row = collect_wandb(rebuilt).runs.iloc[0]
+    assert row["state"] == "partial" and "W&B lacks training steps [1] of 2" in row["problem"]
+
+
+@pytest.mark.slow
+def test_a_killed_and_resumed_run(tmp_path):
+    """SIGKILL after the first epoch, then the same command resumes it under the same W&B id: the sessions are
+    merged. Measured with wandb 0.31: the killed offline session keeps nothing (a 7-byte log), so W&B lacks the
+    steps before the kill and the run must come out partial, saying so; if W&B kept them, it must be complete
+    with the run folder's history."""
+    from analysis.wandb_source import collect_wandb, records_from_offline
+    from contract import start_and_kill
+
+    runs = tmp_path / "runs"
+    args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false",
+            "train=constrained", "run_name=killed"]
+    start_and_kill(args, runs / "killed", rows=2)
+    cutlab(args, runs, timeout=300)
+    assert len(list((runs / "killed" / "wandb").glob("offline-run-*"))) == 2
+    table = collect_wandb(records_from_offline(runs, tmp_path / "records"))
+    row, folder = table.runs.iloc[0], collect_runs(runs)
+    assert row["test_mean_metric"] == folder.runs.iloc[0]["test_mean_metric"]
+    if row["state"] == "complete":
+        pd.testing.assert_frame_equal(table.history, folder.history)
+    else:
+        assert row["state"] == "partial" and "W&B lacks training steps 1-2 of 4" in row["problem"]
+        assert list(table.history["step"]) == [3, 4]
+
+
 # --------------------------------------------------------------------------------------------- bad input
 
 def test_no_offline_runs_exit_2(runs, tmp_path, capsys):
