@@ -350,13 +350,19 @@ def records_from_api(path: str, out: str | Path, group: str | None = None, progr
 
 
 def _api_run(run, downloads: Path) -> WandbRun:
+    import wandb
+
     summary = dict(run.summary_metrics)
     table, problems = None, []
     pointer = summary.get(EVAL_KEY)
     if isinstance(pointer, dict) and "path" in pointer:
-        run.file(pointer["path"]).download(root=str(downloads / run.id), replace=True)
-        table, problem = _read_table(downloads / run.id / pointer["path"])
-        problems += [problem] if problem else []
+        try:
+            run.file(pointer["path"]).download(root=str(downloads / run.id), replace=True)
+        except (wandb.errors.Error, ValueError, OSError) as error:  # the run stays, partial, with the reason
+            problems.append(f"the W&B eval table {pointer['path']} cannot be downloaded ({error})")
+        else:
+            table, problem = _read_table(downloads / run.id / pointer["path"])
+            problems += [problem] if problem else []
     return WandbRun(run.name, run.id, dict(run.config), summary, list(run.scan_history()), table, problems)
 
 
