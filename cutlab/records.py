@@ -79,7 +79,7 @@ class HistoryWriter:
             + ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time"]
         )
         if resume_from_step is not None and path.exists():
-            import pandas as pd  # lazy, like every pandas use here: it costs ~0.2 s of start-up before step 1
+            import pandas as pd  # lazy, as every pandas use in cutlab: ~0.2 s of start-up before step 1 otherwise
 
             kept = pd.read_csv(path)
             kept = kept[kept["step"] <= resume_from_step]
