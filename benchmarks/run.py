@@ -278,7 +278,8 @@ TEXT_OVERRIDES = ("model=hf_encoder", "data=imdb", "L=6", "data.train_file=imdb_
 def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, tuple[torch.nn.Module, Callable]]:
     """{arm: (model, step)}: one Trainer per ``train`` group on the same task, initial weights and batch.
 
-    ``train.warmup_epochs=0`` so the constrained arm's dual step is on, as in the UT/DUST arms."""
+    ``train.warmup_epochs=0`` so the constrained arm's dual step is on, as in the UT/DUST arms; its multipliers
+    are kept > 0 so that every layer is back-propagated, as in the UT/DUST arms (which never detach a layer)."""
     import copy
 
     from cutlab.experiment import build_primal_dual, reference_epsilon
@@ -303,8 +304,17 @@ def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, t
         trainer = Trainer(model, task.objective, build_primal_dual(cfg, model, epsilon), task.train_set,
                           Schedule(1, cfg.train.batch_size, 0, None), task.prepare, cfg.gamma, task.sigma,
                           cfg.noise_mean, cfg.seed, device)
-        steps[arm] = (model, partial(trainer.train_step, batch))
+        steps[arm] = (model, partial(_every_constraint_active if cfg.train.constrained else Trainer.train_step,
+                                     trainer, batch))
     return steps
+
+
+def _every_constraint_active(trainer: Trainer, batch) -> None:
+    """A constrained Trainer step with every multiplier > 0, so every layer is back-propagated: the cost the
+    overhead figure states. (With lambda = 0, e.g. at the start or for a satisfied constraint, the Trainer leaves
+    that layer out of the backward, PrimalDual.layers_in_gradient, and the step costs less, down to ERM's.)"""
+    trainer.primal_dual.multipliers.clamp_(min=0.01)
+    trainer.train_step(batch)
 
 
 def count_flops(fn: Callable[[], object]) -> int:

@@ -23,7 +23,7 @@ from cutlab.records import (
     CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
     write_atomic, write_evaluation, write_json, write_sample_losses,
 )
-from cutlab.tracking import Tracker
+from cutlab.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task, pick_device
 
 log = logging.getLogger("cutlab")
@@ -120,6 +120,17 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
         return existing
     _check_run_folder(run_dir, resolved)
     checkpoint = load_checkpoint(run_dir)
+    wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits for it
+    try:
+        task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
+    except BaseException:
+        wandb_service.abandon()
+        raise
+    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end, wandb_service)
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
+    """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
     device = pick_device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
@@ -139,15 +150,16 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
         run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
-    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end)
+    return task, trainer, epsilon
 
 
 def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None, resolved: dict,
-                      epsilon: float | None, on_epoch_end: EpochEndHook | None = None) -> dict:
+                      epsilon: float | None, on_epoch_end: EpochEndHook | None = None,
+                      wandb_service: ServiceStart | None = None) -> dict:
     layers = cfg.L + 1
     tracker = Tracker(
         cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
-        cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None,
+        cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
     )
     summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
                "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,

@@ -22,9 +22,10 @@ def _git(args: list[str], cwd: Path) -> str | None:
 def provenance(seed: int, device: torch.device) -> dict:
     source = Path(__file__).resolve().parent.parent
     status = _git(["status", "--porcelain", "--untracked-files=no"], source)
+    from importlib.metadata import version  # pandas' version without importing pandas (~0.2 s before step 1)
+
     import numpy
     import omegaconf
-    import pandas
 
     import cutlab
 
@@ -42,7 +43,7 @@ def provenance(seed: int, device: torch.device) -> dict:
             "python": platform.python_version(),
             "torch": torch.__version__,
             "numpy": numpy.__version__,
-            "pandas": pandas.__version__,
+            "pandas": version("pandas"),
             "omegaconf": omegaconf.__version__,
         },
     }

@@ -657,3 +657,58 @@ def test_constrained_step_runs_on_cuda_like_on_cpu() -> None:
     for cpu, cuda in zip(results["cpu"], results["cuda"]):
         assert cuda.device.type == "cpu"
         torch.testing.assert_close(cuda, cpu, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Layers with zero multipliers are not back-propagated (PrimalDual.layers_in_gradient), exactly
+# --------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("detach_prev", [False, True], ids=["through-previous", "detach-prev"])
+def test_layers_in_gradient_are_those_with_a_nonzero_weight(detach_prev: bool) -> None:
+    _, erm = _tiny_primal_dual(None, None)
+    assert erm.layers_in_gradient() == [False, False, False, True]
+    _, primal_dual = _tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5, detach_prev=detach_prev), DualSettings(lr=0.1))
+    assert primal_dual.layers_in_gradient() == [False, False, False, True]  # lambda = 0: the Lagrangian is l_L
+    primal_dual.multipliers.copy_(torch.tensor([0.0, 0.0, 0.3, 0.0]))
+    # dLambda/dl_l = lambda_l - (1 - alpha) lambda_{l+1} (+1 for l = L): l_2 through lambda_2, l_1 through g_2's
+    # "l_{l-1}" unless that is detached
+    assert primal_dual.layers_in_gradient() == [False, not detach_prev, True, True]
+
+
+@pytest.mark.parametrize("kind", ["tiny", "dust"])
+def test_detaching_zero_weight_layers_changes_no_bit(kind: str) -> None:
+    """Trainer-style steps that detach the layers PrimalDual.layers_in_gradient leaves out end bit for bit where
+    steps that back-propagate every layer (their zero-weighted losses included) end, while multipliers come and go."""
+    from cutlab.core.models import DUST
+
+    torch.manual_seed(0)
+    if kind == "tiny":
+        model, x, y = TinyUnrolled(seed=3), *regression_batch(seed=4)
+        loss_matrix, rounds = SquaredError().loss_matrix, 12
+    else:  # the real DUST, one dictionary per layer, on a few 4x4-pixel patch tokens
+        model = DUST(depth=3, patch=4, atoms=16, per_layer_dictionary=True)
+        generator = torch.Generator().manual_seed(4)
+        y = torch.rand(2, 3, 2, 16, generator=generator)
+        x = y + 0.1 * torch.randn(y.shape, generator=generator)
+        loss_matrix, rounds = (lambda outputs, clean: torch.stack(
+            [0.5 * (out - clean).pow(2).sum(dim=(1, 3)).mean(dim=1) for out in outputs], dim=1)), 8
+    twin = copy.deepcopy(model)
+
+    def primal_dual(module: torch.nn.Module) -> PrimalDual:
+        optimizer = torch.optim.Adam(module.parameters(), lr=5e-2)
+        return PrimalDual(list(module.parameters()), optimizer, 4, Constraints(alpha=0.9, epsilon=None),
+                          DualSettings(lr=0.5, resilience="slack"))
+
+    pruned, full = primal_dual(model), primal_dual(twin)
+    left_out = kept = 0
+    for step in range(rounds):
+        needed = pruned.layers_in_gradient()
+        left_out, kept = left_out + needed.count(False), kept + needed[:-1].count(True)
+        outputs = [out if keep else out.detach() for out, keep in zip(model(x), needed)]
+        a = pruned.step(loss_matrix(outputs, y), dual_active=step >= 2)
+        b = full.step(loss_matrix(twin(x), y), dual_active=step >= 2)
+        assert a.lagrangian == b.lagrangian and torch.equal(a.multipliers, b.multipliers)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            assert torch.equal(p, q), f"step {step}: parameters differ"
+    assert left_out > 0 and kept > 0  # layers were left out (warm-up: all but l_L), and some came back

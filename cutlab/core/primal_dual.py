@@ -142,6 +142,25 @@ class PrimalDual:
     def constrained(self) -> bool:
         return self.constraints is not None
 
+    def layers_in_gradient(self) -> list[bool]:
+        """Which layers' losses enter the Lagrangian's gradient at the current multipliers, one flag per layer.
+
+        dLambda/dl_l = [l = L] + lambda_l - (1 - alpha) lambda_{l+1} (the second term only without detach_prev):
+        a layer whose multipliers lambda_l and lambda_{l+1} are both 0 gets an exact zero, and back-propagating
+        it (its readout and loss: 2 of the step's matrix products per layer) changes no gradient. The Trainer
+        detaches such layers' outputs, as it does for ERM (only l_L); lambda = 0 holds through the primal
+        warm-up and for every satisfied constraint whose multiplier was projected back to 0.
+        Exact as long as every trained parameter reaches Phi_L (true of every model here: the readout is
+        shared), so no parameter's gradient turns from zero into None.
+        """
+        layers = len(self.multipliers)
+        if self.constraints is None:
+            return [layer == layers - 1 for layer in range(layers)]
+        nonzero = (self.multipliers != 0).tolist()
+        through_next = not self.constraints.detach_prev
+        return [layer == layers - 1 or nonzero[layer] or (through_next and nonzero[layer + 1])
+                for layer in range(layers)]
+
     def effective_slacks(self) -> torch.Tensor:
         """The relaxation each constraint is allowed: the optimal slack u* = lambda / c for the current
         multipliers in both resilient forms (the slack variables themselves are zeroed by restarts), else 0."""

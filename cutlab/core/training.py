@@ -123,9 +123,10 @@ class Trainer:
         generator = noise_generator(self.seed, TRAIN_STREAM, self.progress.step, self.device)
         self.model.train()
         outputs = perturbed_forward(self.model, inputs, self.gamma, self.sigma, self.noise_mean, generator)
-        if not self.primal_dual.constrained:
-            # ERM's gradient is that of l_L alone: the other layers' losses are recorded, not back-propagated
-            outputs = [out.detach() for out in outputs[:-1]] + outputs[-1:]
+        # Layers whose loss has a zero weight in the gradient are recorded, not back-propagated: for ERM every
+        # layer but the last, when constrained those whose multipliers are 0 (PrimalDual.layers_in_gradient)
+        needed = self.primal_dual.layers_in_gradient()
+        outputs = [out if keep else out.detach() for out, keep in zip(outputs, needed)]
         return self.primal_dual.step(self.objective.loss_matrix(outputs, target), self.dual_active(self.progress.epoch))
 
     def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:  # of sample indices
