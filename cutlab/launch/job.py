@@ -1,8 +1,9 @@
 """One run of a sweep as a job: ``python -m cutlab <its overrides>`` in a child process.
 
-The local and SLURM launchers both run this. Running the plain single-run command keeps a sweep's run
-identical to the run a user starts by hand (same folder, same record, complete runs skipped, partial
-ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
+The SLURM launcher runs this, and so does the local launcher with ``launcher.warm_workers=false`` (by default
+it runs the same command in warm workers, cutlab/launch/worker.py). Running the plain single-run command
+keeps a sweep's run identical to the run a user starts by hand (same folder, same record, complete runs
+skipped, partial ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
 submitit calls :meth:`RunCommand.checkpoint`, which stops the child at a step boundary (it checkpoints,
 see cutlab/launch/preemption.py) and hands submitit the same command to requeue, which resumes it.
 """

@@ -52,6 +52,9 @@ class ProcessPerRun:
         if child is not None and child.poll() is None:
             child.kill()
 
+    def end_input(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -89,6 +92,8 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
                 outcomes.append(outcome)
                 print(f"[cutlab] local: {len(outcomes)}/{len(commands)} done; {outcome.line()}", file=sys.stderr, flush=True)
     finally:
+        for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
+            slot.end_input()
         for slot in slots:
             slot.close()
     return outcomes

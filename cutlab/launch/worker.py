@@ -79,12 +79,19 @@ class WarmWorker:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
 
+    def end_input(self) -> None:
+        """No more runs: the worker exits after its run (W&B's service with it)."""
+        if self.process is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except OSError:  # it had already gone
+                pass
+
     def close(self, timeout_s: float = 30) -> None:
-        """End of input: the worker exits after its run (W&B's service with it)."""
         if self.process is None:
             return
+        self.end_input()
         try:
-            self.process.stdin.close()
             self.process.wait(timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired):
             self.process.kill()
