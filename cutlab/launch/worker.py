@@ -15,6 +15,9 @@ launcher knows that it has read all of that run's messages.
 What one run could leave behind for the next is reset between runs: Hydra's global state (cleared),
 logging (Hydra reconfigures it for every run), torch's threads and seed (set by every run from its
 config), the W&B run (finished by every run; W&B's service process is shared, which is the point).
+
+SIGTERM stops a run at its next training step with a checkpoint (cutlab/launch/preemption.py), and outside
+the training loop at once; either way the run is "interrupted" (exit 75) and the same command resumes it.
 """
 
 from __future__ import annotations
