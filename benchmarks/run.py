@@ -927,7 +927,7 @@ def section_sweep(res: Results, mode: Mode, workdir: Path) -> None:
               f"Grid {' '.join(f'{k}={chr(44).join(v)}' for k, v in grid.items())} with "
               + " ".join(SWEEP_TINY) + " and wandb.mode=offline (the default). Single repetition (each arm runs "
               f"{len(combos)} trainings). The per-run fixed cost of a process of its own, which the local launcher "
-              "pays for every run (see sweep_launcher).", target_key="sweep_serial")
+              "pays for every run with launcher.warm_workers=false (see sweep_launcher).", target_key="sweep_serial")
     res.details["sweep"] = {"runs": len(combos), "per_run_s": {k: v[0] for k, v in times.items()},
                             "total_s": {k: v[0] * len(combos) for k, v in times.items()}}
 
@@ -960,8 +960,10 @@ def section_sweep_launcher(res: Results, mode: Mode, workdir: Path) -> None:
               f"`python -m cutlab -m --config-name smoke {' '.join(narrowed)} progress=false launcher=...` "
               "(sweeps/smoke.yaml: synthetic video, L=2, 1 epoch of 3 steps, gamma_test {0, 0.5}; W&B offline), "
               "each arm into a fresh runs folder, wall time from spawn to exit ÷ the number of runs. The local "
-              "launcher runs every run as its own `python -m cutlab` process with launcher.threads=1 (its default); "
-              "in-process runs use torch's default threads. Single repetition.")
+              "launcher runs the runs in 2 warm workers (launcher.warm_workers=true, its default: long-lived "
+              "processes that import cutlab once and run their runs one after another, each as `python -m cutlab` "
+              "would) with launcher.threads=1 (its default); in-process runs use torch's default threads. "
+              "Single repetition.")
     res.details["sweep_launcher"] = {"runs": runs_count, "per_run_s": {k: v[0] for k, v in times.items()},
                                      "total_s": {k: v[0] * runs_count for k, v in times.items()}}
     if _status(res, "sweep_launcher") == "NOT met":
@@ -971,12 +973,12 @@ def section_sweep_launcher(res: Results, mode: Mode, workdir: Path) -> None:
             "table": (f"per run: local {local:.2f} s, in-process {inprocess:.2f} s; local x 2 parallel slots = "
                       f"{2 * local:.2f} s of slot time per run, i.e. {2 * local - inprocess:.2f} s per run above the "
                       "in-process run itself"),
-            "text": "torch.profiler does not see process start-up. Each local run is a fresh `python -m cutlab` "
-                    "process: it pays the start-up of section 4 (imports of torch and Hydra, wandb.init, the config) "
-                    "that an in-process sweep pays once; with runs this small that fixed cost is larger than the "
-                    "training it runs in parallel, so two slots do not make up for it. The launcher pays off when a "
-                    "run's own work is long against that start-up (see sweep.serial_in_process below for the cost "
-                    "of one process per run).",
+            "text": "torch.profiler does not see process start-up. Each of the 2 warm workers pays the start-up of "
+                    "section 4 (imports of torch and Hydra, W&B's service) once, as the in-process sweep does, plus "
+                    "the launcher's own process; with 12 runs of about a second that fixed cost is still a large "
+                    "share, and 2 workers only halve the wall time when 2 cores are free (other load on the machine "
+                    "takes them). With launcher.warm_workers=false every run pays the start-up (see "
+                    "sweep.serial_in_process below for the cost of one process per run).",
         }
 
 

@@ -138,12 +138,14 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
 
 
-def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inprocess_sweep):
+@pytest.mark.parametrize("warm_workers", ["true", "false"], ids=["warm-workers", "process-per-run"])
+def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inprocess_sweep, warm_workers):
     reference, _ = inprocess_sweep
-    runs = reference.parent.parent / "local" / "runs"
+    runs = reference.parent.parent / f"local-{warm_workers}" / "runs"
     result = cutlab(["-m", "gamma=0,abc,0.09", *TINY, "wandb.mode=disabled", "launcher=local",
-                     "launcher.max_parallel=2"], runs, check=False)
+                     "launcher.max_parallel=2", f"launcher.warm_workers={warm_workers}"], runs, check=False)
     assert result.returncode == 1 and "2 complete, 1 failed" in result.stderr
+    assert "] cutlab: error: gamma must be a number" in result.stderr, "a run's messages carry its id"
     failed = [o for o in sweep_outcome(runs)["runs"] if o["status"] == "failed"]
     assert len(failed) == 1 and "gamma must be a number" in failed[0]["error"]
     for run_dir in reference.glob("*gamma=*"):

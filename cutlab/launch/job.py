@@ -1,8 +1,9 @@
 """One run of a sweep as a job: ``python -m cutlab <its overrides>`` in a child process.
 
-The local and SLURM launchers both run this. Running the plain single-run command keeps a sweep's run
-identical to the run a user starts by hand (same folder, same record, complete runs skipped, partial
-ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
+The SLURM launcher runs this, and so does the local launcher with ``launcher.warm_workers=false`` (by default
+it runs the same command in warm workers, cutlab/launch/worker.py). Running the plain single-run command
+keeps a sweep's run identical to the run a user starts by hand (same folder, same record, complete runs
+skipped, partial ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
 submitit calls :meth:`RunCommand.checkpoint`, which stops the child at a step boundary (it checkpoints,
 see cutlab/launch/preemption.py) and hands submitit the same command to requeue, which resumes it.
 """
@@ -32,10 +33,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 class RunCommand(Checkpointable):
     def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None,
-                 module: str = "cutlab") -> None:
+                 module: str = "cutlab", own_session: bool = False) -> None:
         # module: ``cutlab`` for a run, ``cutlab.search`` for a search worker (same job, same requeue)
+        # own_session: the child does not get the terminal's Ctrl-C; the local launcher stops it with SIGTERM
+        # (a checkpoint at the next step) instead
         self.argv, self.run_id, self.run_dir, self.cwd, self.threads = argv, run_id, run_dir, cwd, threads
-        self.module = module
+        self.module, self.own_session = module, own_session
         self._child: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict:  # the child process is not part of what a requeued job needs
@@ -44,30 +47,25 @@ class RunCommand(Checkpointable):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, _child=None)
 
+    def run_argv(self) -> list[str]:
+        """The arguments after ``python -m <module>``."""
+        return [*self.argv, *([] if self.threads is None else [f"threads={self.threads}"])]
+
     def command(self) -> list[str]:
-        extra = [] if self.threads is None else [f"threads={self.threads}"]
-        return [sys.executable, "-m", self.module, *self.argv, *extra]
+        return [sys.executable, "-m", self.module, *self.run_argv()]
 
     def __call__(self) -> dict:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-        if self.threads is not None:
-            env["OMP_NUM_THREADS"] = str(self.threads)
-        self._child = subprocess.Popen(self.command(), cwd=self.cwd, env=env, stderr=subprocess.PIPE, text=True,
-                                       bufsize=1)
+        self._child = subprocess.Popen(self.command(), cwd=self.cwd, env=child_env(self.threads), stderr=subprocess.PIPE,
+                                       text=True, bufsize=1, start_new_session=self.own_session)
         tail: deque[str] = deque(maxlen=40)
         echo = threading.Thread(target=_echo, args=(self._child.stderr, tail, f"[{self.run_id}] "), daemon=True)
         echo.start()
         while self._child.poll() is None:  # polling, not wait(): the checkpoint handler may wait on it too
             time.sleep(0.2)
         echo.join(timeout=5)
-        code = self._child.returncode
-        if code == 0:  # a run reports its summary; a search worker's trials are in the study's storage
-            if self.module != "cutlab":
-                return {"status": "complete"}
-            return read_summary(Path(self.run_dir)) or {"status": "unknown"}
-        if code == PREEMPTED_EXIT:
-            raise RunInterrupted(f"{self.run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
-        raise RunFailed(f"{self.run_id}: exit {code}: {_error_line(tail)}")
+        if self.module != "cutlab" and self._child.returncode == 0:  # a search worker's trials are in its storage
+            return {"status": "complete"}
+        return run_result(self.run_id, self.run_dir, self._child.returncode, tail)
 
     def checkpoint(self, *args, **kwargs):
         """submitit's hook on SIGUSR2: let the child checkpoint and stop, then requeue this same command."""
@@ -80,6 +78,24 @@ class RunCommand(Checkpointable):
         return DelayedSubmission(self)  # the same command again; the child process is not pickled
 
 
+def child_env(threads: int | None) -> dict:
+    """The environment of a run's process: this checkout importable, and OMP's threads = the run's torch threads."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def run_result(run_id: str, run_dir: str, code: int, tail: deque) -> dict:
+    """What ``python -m cutlab``'s exit status means: 0 the run's summary, 75 (PREEMPTED_EXIT) interrupted after
+    checkpointing, anything else failed with its error line (``tail``: its last lines of stderr)."""
+    if code == 0:
+        return read_summary(Path(run_dir)) or {"status": "unknown"}
+    if code == PREEMPTED_EXIT:
+        raise RunInterrupted(f"{run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
+    raise RunFailed(f"{run_id}: exit {code}: {error_line(tail)}")
+
+
 def _echo(stream, tail: deque, prefix: str) -> None:
     for line in stream:
         tail.append(line.rstrip("\n"))
@@ -87,7 +103,7 @@ def _echo(stream, tail: deque, prefix: str) -> None:
     sys.stderr.flush()
 
 
-def _error_line(tail: deque) -> str:
+def error_line(tail: deque) -> str:
     """The child's ``cutlab: error: ...`` line, else the last line of its traceback."""
     lines = [line for line in tail if line.strip()]
     for line in reversed(lines):

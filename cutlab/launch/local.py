@@ -1,25 +1,127 @@
-"""Parallel local processes: each run its own ``python -m cutlab`` child, at most ``max_parallel`` at a time.
+"""Parallel runs on this machine, at most ``max_parallel`` at a time.
 
-A thread pool of child processes (rather than submitit's local executor, which starts every job at
-once): the cap matters on small machines, where more runs than cores slow every run (benchmarks/).
+By default each of the ``max_parallel`` slots is a warm worker (cutlab/launch/worker.py): one long-lived
+process that imports cutlab once and runs its share of the runs one after another, each exactly as
+``python -m cutlab <its overrides>`` would. A fresh process per run pays 3-5 s of start-up (torch, Hydra,
+W&B's service) that a tiny run does not amortise. ``launcher.warm_workers=false`` gives each run a fresh
+process of its own instead (:class:`RunCommand`), for anyone who suspects one run's state reaches the next.
+
+A thread per slot, rather than submitit's local executor, which starts every job at once: the cap matters
+on small machines, where more runs than cores slow every run (benchmarks/).
+
+Ctrl-C or SIGTERM stops the sweep: every running run stops at its next step with a checkpoint, the runs
+not started are reported interrupted, and the same command resumes them all. A second signal kills.
 """
 
 from __future__ import annotations
 
+import queue
+import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
+from typing import Iterator
 
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, outcome_of
+from cutlab.launch.outcome import Outcome, RunInterrupted, outcome_of
+from cutlab.launch.worker import WarmWorker, WorkerDied
 
 
-def run_local(commands: list[RunCommand], max_parallel: int) -> list[Outcome]:
+class ProcessPerRun:
+    """A slot that runs each run as its own ``python -m cutlab`` process (``launcher.warm_workers=false``)."""
+
+    def __init__(self) -> None:
+        self.command: RunCommand | None = None
+
+    def run(self, command: RunCommand) -> dict:
+        command.own_session = True  # Ctrl-C reaches the launcher only, which stops the run at a step
+        self.command = command
+        try:
+            return command()
+        finally:
+            self.command = None
+
+    def interrupt(self) -> None:
+        child = self.command._child if self.command is not None else None
+        if child is not None and child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        child = self.command._child if self.command is not None else None
+        if child is not None and child.poll() is None:
+            child.kill()
+
+    def end_input(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool = True,
+              worker_env: dict | None = None) -> list[Outcome]:
+    """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers."""
+    count = max(1, min(max_parallel, len(commands)))
+    slots = [WarmWorker(f"worker-{i}", worker_env) if warm_workers else ProcessPerRun() for i in range(count)]
+    idle: queue.SimpleQueue = queue.SimpleQueue()
+    for slot in slots:
+        idle.put(slot)
+    stopping = threading.Event()
+
+    def run(command: RunCommand) -> dict:
+        slot = idle.get()  # a free one: at most ``count`` runs are in flight
+        try:
+            if stopping.is_set():
+                raise RunInterrupted(f"{command.run_id}: not started, the sweep was stopped; run it again to resume")
+            return slot.run(command)
+        except WorkerDied:
+            if stopping.is_set():  # stopped while it ended its run: the same command resumes it
+                raise RunInterrupted(f"{command.run_id}: its worker was stopped; run the sweep again to resume") from None
+            raise
+        finally:
+            idle.put(slot)
+
     outcomes: list[Outcome] = []
-    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:
-        futures = {pool.submit(command): command for command in commands}
-        for future in as_completed(futures):
-            command = futures[future]
-            outcome = outcome_of(command.run_id, future.result, job_id=None)
-            outcomes.append(outcome)
-            print(f"[cutlab] local: {len(outcomes)}/{len(commands)} done; {outcome.line()}", file=sys.stderr, flush=True)
+    try:
+        with _stop_on_signals(slots, stopping), ThreadPoolExecutor(max_workers=count) as pool:
+            futures = {pool.submit(run, command): command for command in commands}
+            for future in as_completed(futures):
+                command = futures[future]
+                outcome = outcome_of(command.run_id, future.result, job_id=None)
+                outcomes.append(outcome)
+                print(f"[cutlab] local: {len(outcomes)}/{len(commands)} done; {outcome.line()}", file=sys.stderr, flush=True)
+    finally:
+        for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
+            slot.end_input()
+        for slot in slots:
+            slot.close()
     return outcomes
+
+
+@contextmanager
+def _stop_on_signals(slots: list, stopping: threading.Event) -> Iterator[None]:
+    """Ctrl-C/SIGTERM: start no more runs and stop the running ones at a step (SIGTERM); a second one kills them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be installed from the main thread
+        return
+
+    def handler(signum, frame) -> None:
+        if stopping.is_set():
+            print("[cutlab] local: second signal: killing the runs (they resume from their last checkpoint)",
+                  file=sys.stderr, flush=True)
+            for slot in slots:
+                slot.kill()
+            return
+        stopping.set()
+        print(f"[cutlab] local: {signal.Signals(signum).name}: stopping; running runs checkpoint at their next step, "
+              "and the same command resumes the sweep", file=sys.stderr, flush=True)
+        for slot in slots:
+            slot.interrupt()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

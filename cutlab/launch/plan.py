@@ -270,7 +270,8 @@ def estimate(plan: Plan) -> Estimate:
 
     A run's cost is the median ``wall_time_s`` (training and evaluation) of complete runs with its cost
     key. Runs of a kind never run before are counted as unmeasured: run one of each kind first to
-    calibrate the estimate. Launchers that start a process per run add its start-up (PROCESS_STARTUP_S).
+    calibrate the estimate. Launchers that start a process per run (SLURM; local with warm_workers=false) add
+    its start-up (PROCESS_STARTUP_S); the local launcher's warm workers pay it once each, not per run.
     """
     costs = measured_costs(plan.runs_dir)
     seconds, measured, unmeasured = 0.0, 0, []
@@ -293,7 +294,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
     done = len(plan.runs) - len(plan.to_run)
     cost = estimate(plan)
-    if launcher != "inprocess":
+    if launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True)):
         cost.seconds += PROCESS_STARTUP_S * cost.measured
     lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run")
     if plan.to_run:

@@ -78,7 +78,9 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     elif launcher == "local":
         from cutlab.launch.local import run_local
 
-        outcomes = run_local(commands, int(plan.launcher.get("max_parallel") or 1))
+        outcomes = run_local(commands, int(plan.launcher.get("max_parallel") or 1),
+                             warm_workers=bool(plan.launcher.get("warm_workers", True)),
+                             worker_env=_shared_wandb_cache(record))
     else:
         from cutlab.launch import slurm
 
@@ -90,6 +92,11 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
     print(text, file=sys.stderr, flush=True)
     return 0 if all(o.status == "complete" for o in outcomes) else 1
+
+
+def _shared_wandb_cache(record: Path) -> dict:
+    """Warm workers share one W&B service each: its logs go to the sweep's record, not into the first run's folder."""
+    return {} if os.environ.get("WANDB_CACHE_DIR") else {"WANDB_CACHE_DIR": str((record / "wandb-cache").resolve())}
 
 
 def _start_record(plan: Plan, launcher: str) -> Path:

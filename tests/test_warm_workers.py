@@ -1,0 +1,143 @@
+"""The local launcher's warm workers (cutlab/launch/worker.py): a run in a worker that already ran another run
+ends exactly as in a fresh process; a failed run leaves the worker usable; a worker killed mid-run fails that
+run only; Ctrl-C on the sweep stops its runs at a step with a checkpoint, and the same command resumes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from conftest import ROOT
+from contract import assert_same_records, cutlab_env
+from test_cli import cutlab
+
+TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
+LONGER = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=40", "eval.gamma_test=[0]", "progress=false",
+          "checkpoint.every_steps=1000", "wandb.mode=disabled"]
+
+
+@pytest.fixture
+def worker(tmp_path, monkeypatch):
+    """A warm worker with its runs, cache and W&B files in tmp_path, as the local launcher starts it."""
+    from cutlab.launch.worker import WarmWorker
+
+    for key, value in cutlab_env(tmp_path / "runs").items():
+        monkeypatch.setenv(key, value)
+    started = WarmWorker("worker-test")
+    yield started
+    started.close()
+
+
+def command(tmp_path: Path, *overrides: str, run_name: str):
+    from cutlab.launch.job import RunCommand
+
+    return RunCommand([*overrides, f"run_name={run_name}"], run_name, str(tmp_path / "runs" / run_name), str(ROOT),
+                      threads=1)
+
+
+def sweep_outcome(runs: Path) -> dict:
+    return json.loads(sorted((runs / "_sweeps").glob("*/outcome.json"))[-1].read_text())
+
+
+def test_a_run_after_another_in_the_same_worker_has_the_records_of_a_fresh_process(tmp_path, worker, capfd):
+    # a different model, arm, seed and W&B mode first: any RNG, Hydra, logging or W&B state it left would show
+    first = worker.run(command(tmp_path, "model=ut", "train=erm", "seed=3", *TINY, run_name="first"))
+    second = worker.run(command(tmp_path, "gamma=0.15", *TINY, "wandb.mode=offline", run_name="second"))
+    again = worker.run(command(tmp_path, "gamma=0.15", *TINY, "wandb.mode=offline", run_name="second"))
+    pid = worker.process.pid
+    assert first["status"] == second["status"] == "complete" and again == second, "a complete run is skipped"
+    cutlab(["gamma=0.15", *TINY, "wandb.mode=offline", "threads=1", "run_name=fresh"], tmp_path / "runs")
+    runs = tmp_path / "runs"
+    assert_same_records(runs / "second", runs / "fresh")
+    ours, theirs = (json.loads((runs / name / "summary.json").read_text()) for name in ("second", "fresh"))
+    assert ours["test_metric_by_gamma"] == theirs["test_metric_by_gamma"] and ours["epsilon"] == theirs["epsilon"]
+    assert len(list((runs / "second" / "wandb").glob("offline-run-*/run-*.wandb"))) == 1, "its own W&B run"
+    err = capfd.readouterr().err
+    assert err.count("[second] ") >= 1 and err.count("complete; skipped") == 1, "one log line each: no piled-up handlers"
+    assert worker.process.pid == pid, "all three runs in one process"
+
+
+def test_a_failed_run_leaves_the_worker_ready_for_the_next(tmp_path, worker):
+    from cutlab.launch.outcome import RunFailed
+
+    with pytest.raises(RunFailed, match="exit 2: data.root=/nonexistent/ucsd_ped2/ped2_gray160_uint8.npz does not exist"):
+        worker.run(command(tmp_path, "data=ucsd_ped2", "paths.data_dir=/nonexistent", *TINY, run_name="bad"))
+    pid = worker.process.pid
+    assert worker.run(command(tmp_path, *TINY, "wandb.mode=disabled", run_name="good"))["status"] == "complete"
+    assert worker.process.pid == pid and not (tmp_path / "runs" / "bad").exists()
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The warm workers the launcher process ``parent`` started (from /proc)."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == parent and b"cutlab.launch.worker" in cmdline:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def start_sweep(args: list[str], runs: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *args], cwd=ROOT, env=cutlab_env(runs),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout_s: float = 300) -> None:
+    deadline = time.time() + timeout_s
+    while not (run_dir / "history.csv").exists() or len(pd.read_csv(run_dir / "history.csv")) < rows:
+        assert process.poll() is None and time.time() < deadline, "the run ended before the test could act"
+        time.sleep(0.05)
+
+
+def test_a_worker_killed_mid_run_fails_that_run_only_and_the_sweep_goes_on(tmp_path):
+    runs = tmp_path / "runs"
+    sweep = start_sweep(["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=1"], runs)
+    first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=40"
+    wait_for_rows(first, 2, sweep)
+    (killed,) = worker_pids(sweep.pid)
+    os.kill(killed, signal.SIGKILL)  # what the kernel's OOM killer does
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, stderr[-2000:]
+    outcome = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
+    assert outcome["0"]["status"] == "failed"
+    assert "the worker process killed by SIGKILL while running it" in outcome["0"]["error"]
+    assert outcome["0.09"]["status"] == outcome["0.15"]["status"] == "complete"
+    assert "2 complete, 1 failed" in stderr
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_resumes_them(tmp_path, stop):
+    runs = tmp_path / "runs"
+    args = ["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=2"]
+    sweep = start_sweep(args, runs)
+    first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=40"
+    wait_for_rows(first, 3, sweep)
+    sweep.send_signal(stop)  # Ctrl-C reaches only the launcher: the workers have their own session
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 1, stderr[-2000:]
+    outcome = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
+    assert outcome["0"]["status"] == outcome["0.09"]["status"] == outcome["0.15"]["status"] == "interrupted", outcome
+    assert "not started" in outcome["0.15"]["error"] and not (runs / first.name.replace("gamma=0,", "gamma=0.15,")).exists()
+    steps_done = len(pd.read_csv(first / "history.csv"))
+    assert json.loads((first / "summary.json").read_text())["status"] == "interrupted"
+    assert torch.load(first / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done, \
+        "checkpointed at the step it stopped after (every_steps=1000 would not have)"
+    if stop == signal.SIGTERM:
+        return  # the same handler as Ctrl-C's: resuming is checked once
+    resumed = cutlab(["-m", *args], runs)
+    assert f"from step {steps_done}" in resumed.stderr and "3 complete" in resumed.stderr
+    cutlab(["gamma=0", *LONGER, "threads=1", "run_name=reference"], runs)
+    assert_same_records(first, runs / "reference")
