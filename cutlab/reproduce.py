@@ -52,13 +52,15 @@ class Grid:
 
 def video_grid(dataset: str, depths: str, gammas: str, *budget: str) -> Grid:
     """Table 3's cells: {DUST, UT} x L x gamma_train, constrained and ERM."""
+    # A run's folder is named by its overrides as written, so gamma=0 and gamma=0.0 are different folders:
+    # the video grids keep the "0.0" of the folders earlier versions of this command wrote, so they resume.
     return Grid(dataset, ("model=dust,ut", "train=erm,constrained", f"L={depths}", f"gamma={gammas}"), budget)
 
 
 SCALES: dict[str, tuple[Grid, ...]] = {
     # minutes on a laptop: the whole pipeline on generated video and 100 IMDb reviews, for CI
     "smoke": (
-        video_grid("synthetic", "2,3", "0,0.09", "train.epochs=2", "train.max_steps_per_epoch=3", "data.stride=10",
+        video_grid("synthetic", "2,3", "0.0,0.09", "train.epochs=2", "train.max_steps_per_epoch=3", "data.stride=10",
                    "eval.gamma_test=[0,0.25,0.5,0.75,1]"),
         Grid("imdb", ("model=ut_text", "train=erm_text,constrained_text", "L=2", "gamma=0,0.4"),
              (*TINY_IMDB, "train.epochs=1", "data.max_length=64", "data.val_size=20", TEXT_GAMMA_TEST)),
@@ -68,7 +70,7 @@ SCALES: dict[str, tuple[Grid, ...]] = {
     # first is the warm-up) and the gamma_test range [0, 1] on 6 points instead of 11 (a test pass over all 201
     # windows costs as much as ~100 training steps). Text: 1 epoch on 2000 reviews, 500 test reviews.
     "cpu": (
-        video_grid("ucsd_ped2", "3,5,7", "0,0.09,0.15", "train.epochs=3", "train.max_steps_per_epoch=20",
+        video_grid("ucsd_ped2", "3,5,7", "0.0,0.09,0.15", "train.epochs=3", "train.max_steps_per_epoch=20",
                    "eval.gamma_test=[0,0.2,0.4,0.6,0.8,1.0]"),
         Grid("imdb", ("model=hf_encoder", "train=erm_text,constrained_text", "L=6", "gamma=0.4"),
              ("train.epochs=1", "model.lr=1e-4", "data.train_subset=2000", "data.val_size=200", "data.test_subset=500",
@@ -76,8 +78,8 @@ SCALES: dict[str, tuple[Grid, ...]] = {
     ),
     # the paper's grids and budgets, for a GPU cluster
     "paper": (
-        video_grid("ucsd_ped2", "3,5,7", "0,0.09,0.11,0.13,0.15", "train.epochs=50"),
-        video_grid("ucsd_ped1", "3,5,7", "0,0.09,0.11,0.13,0.15", "train.epochs=50"),
+        video_grid("ucsd_ped2", "3,5,7", "0.0,0.09,0.11,0.13,0.15", "train.epochs=50"),
+        video_grid("ucsd_ped1", "3,5,7", "0.0,0.09,0.11,0.13,0.15", "train.epochs=50"),
         Grid("imdb", ("model=ut_text", "train=erm_text,constrained_text", "L=3,5,7,9", "gamma=0,0.2,0.4,0.6,0.8,1.0"),
              (TEXT_GAMMA_TEST,)),
         Grid("imdb", ("model=hf_encoder", "train=erm_text,constrained_text", "L=6", "gamma=0,0.2,0.4,0.6,0.8,1.0"),
