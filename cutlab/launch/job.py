@@ -57,15 +57,15 @@ class RunCommand(Checkpointable):
     def __call__(self) -> dict:
         self._child = subprocess.Popen(self.command(), cwd=self.cwd, env=child_env(self.threads), stderr=subprocess.PIPE,
                                        text=True, bufsize=1, start_new_session=self.own_session)
-        tail: deque[str] = deque(maxlen=40)
-        echo = threading.Thread(target=_echo, args=(self._child.stderr, tail, f"[{self.run_id}] "), daemon=True)
+        output = EchoedOutput(f"[{self.run_id}] ")
+        echo = threading.Thread(target=output.echo, args=(self._child.stderr,), daemon=True)
         echo.start()
         while self._child.poll() is None:  # polling, not wait(): the checkpoint handler may wait on it too
             time.sleep(0.2)
         echo.join(timeout=5)
         if self.module != "cutlab" and self._child.returncode == 0:  # a search worker's trials are in its storage
             return {"status": "complete"}
-        return run_result(self.run_id, self.run_dir, self._child.returncode, tail)
+        return run_result(self.run_id, self.run_dir, self._child.returncode, output.tail)
 
     def checkpoint(self, *args, **kwargs):
         """submitit's hook on SIGUSR2: let the child checkpoint and stop, then requeue this same command."""
@@ -96,11 +96,31 @@ def run_result(run_id: str, run_dir: str, code: int, tail: deque) -> dict:
     raise RunFailed(f"{run_id}: exit {code}: {error_line(tail)}")
 
 
-def _echo(stream, tail: deque, prefix: str) -> None:
-    for line in stream:
-        tail.append(line.rstrip("\n"))
-        sys.stderr.write(prefix + line)
-    sys.stderr.flush()
+END_OF_RUN = "\x1e[cutlab worker] end of run"  # a warm worker's marker after each run; \x1e: no run prints it
+
+
+class EchoedOutput:
+    """A child's stderr, echoed line by line with the current run's prefix; the current run's last lines kept
+    for its error line. A warm worker (cutlab/launch/worker.py) runs many runs: ``begin`` switches the prefix,
+    and its END_OF_RUN line sets ``run_done`` instead of being echoed."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix, self.tail = prefix, deque(maxlen=40)
+        self.run_done, self.closed = threading.Event(), threading.Event()
+
+    def begin(self, run_id: str) -> None:
+        self.prefix, self.tail = f"[{run_id}] ", deque(maxlen=40)
+        self.run_done.clear()
+
+    def echo(self, stream) -> None:
+        for line in stream:
+            if line.rstrip("\n") == END_OF_RUN:
+                self.run_done.set()
+                continue
+            self.tail.append(line.rstrip("\n"))
+            sys.stderr.write(self.prefix + line)
+        sys.stderr.flush()
+        self.closed.set()
 
 
 def error_line(tail: deque) -> str:

@@ -30,13 +30,11 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections import deque
 
-from cutlab.launch.job import RunCommand, child_env, error_line, run_result
+from cutlab.launch.job import END_OF_RUN, EchoedOutput, RunCommand, child_env, error_line, run_result
 from cutlab.launch.outcome import RunFailed
 from cutlab.launch.preemption import PREEMPTED_EXIT
 
-END_OF_RUN = "\x1e[cutlab worker] end of run"  # \x1e (record separator): no run prints it
 
 
 # ------------------------------------------------------------------------------------- the launcher's end
@@ -55,7 +53,7 @@ class WarmWorker:
         self.name, self.extra_env = name, extra_env or {}
         self.process: subprocess.Popen | None = None
         self._key: tuple | None = None  # (cwd, threads) the process was started with
-        self._output: _Output | None = None
+        self._output: EchoedOutput | None = None
 
     def run(self, command: RunCommand) -> dict:
         """Run ``command`` in the worker; its summary, or RunFailed/RunInterrupted as a process of its own would raise."""
@@ -113,10 +111,10 @@ class WarmWorker:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, bufsize=1, start_new_session=True)
         self._answers, self._key = self.process.stdout, key
-        self._output = _Output(f"[{self.name}] ")
+        self._output = EchoedOutput(f"[{self.name}] ")
         threading.Thread(target=self._output.echo, args=(self.process.stderr,), daemon=True).start()
 
-    def _died(self, output: _Output) -> str:
+    def _died(self, output: EchoedOutput) -> str:
         code = self.process.wait()
         output.closed.wait(timeout=2)  # W&B's service may hold the pipe open a little longer
         self.process = None
@@ -124,28 +122,6 @@ class WarmWorker:
         last = error_line(output.tail)
         return (f"the worker process {how} while running it (out of memory or killed?)"
                 f"{'' if last == 'no output' else '; last output: ' + last}; the next runs get a fresh worker")
-
-
-class _Output:
-    """One worker process's stderr: echoed with the current run's prefix; the current run's last lines kept."""
-
-    def __init__(self, prefix: str) -> None:
-        self.prefix, self.tail = prefix, deque(maxlen=40)
-        self.run_done, self.closed = threading.Event(), threading.Event()
-
-    def begin(self, run_id: str) -> None:
-        self.prefix, self.tail = f"[{run_id}] ", deque(maxlen=40)
-        self.run_done.clear()
-
-    def echo(self, stream) -> None:
-        for line in stream:
-            if line.rstrip("\n") == END_OF_RUN:
-                self.run_done.set()
-                continue
-            self.tail.append(line.rstrip("\n"))
-            sys.stderr.write(self.prefix + line)
-        sys.stderr.flush()
-        self.closed.set()
 
 
 # ------------------------------------------------------------------------------------------ the worker
