@@ -55,6 +55,8 @@ CONFIG_COLUMNS = {
     "epochs": "train.epochs", "batch_size": "train.batch_size", "resilience": "train.resilience",
     "resilience_c": "train.resilience_c", "dual_cadence": "train.dual_cadence",
     "warmup_epochs": "train.warmup_epochs", "detach_prev": "train.detach_prev",
+    "constraint_form": "train.constraint_form", "dual_optimizer": "train.dual_optimizer",
+    "dual_update": "train.dual_update", "dual_restarts": "train.dual_restarts", "kappa_p": "train.kappa_p",
 }
 
 
@@ -246,6 +248,14 @@ def _config_columns(config: dict) -> dict[str, Any]:
     return row
 
 
+def _max_slack_used(feasibility: dict) -> float | None:
+    """The largest relative violation among the layers that needed their slack (None: none did)."""
+    layers = feasibility.get("slack_layers") or ()
+    violations = feasibility.get("relative_violations") or ()
+    used = [violations[layer] for layer in layers if isinstance(layer, int) and layer < len(violations)]
+    return max(used) if used else None
+
+
 def _summary_columns(summary: dict | None) -> dict[str, Any]:
     summary = summary or {}
     feasibility = summary.get("feasibility") or {}
@@ -255,6 +265,15 @@ def _summary_columns(summary: dict | None) -> dict[str, Any]:
         "record_version": summary.get("record_version"),
         "verdict": summary.get("verdict"),
         "violated_layers": tuple(violated) if violated else (),
+        # a slack-feasible run meets its constraints only through its resilience slack: how much, relative to
+        # each right-hand side (cutlab.core.evaluation.Verdict)
+        "slack_layers": tuple(feasibility.get("slack_layers") or ()),
+        "max_relative_slack_used": _max_slack_used(feasibility),
+        "steps_to_feasibility": summary.get("steps_to_feasibility"),
+        "steps_to_strict_feasibility": summary.get("steps_to_strict_feasibility"),
+        "max_layer_ratio_id": (summary.get("in_distribution") or {}).get("max_layer_ratio"),
+        "descends_id": (summary.get("in_distribution") or {}).get("strictly_decreasing"),
+        "fraction_decreasing_id": (summary.get("in_distribution") or {}).get("fraction_decreasing"),
         "error": summary.get("error"),
         "metric": summary.get("metric"),
         "selection_mode": summary.get("selection_mode"),

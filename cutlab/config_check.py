@@ -7,6 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES
 from cutlab.errors import CutlabError
 from cutlab.tasks import task_kind
 
@@ -27,6 +28,11 @@ def _integer(key: str, value: Any, example: str, minimum: int) -> int:
     if value < minimum:
         raise CutlabError(f"{key} must be >= {minimum}, got {value}; e.g. {key}={example}")
     return value
+
+
+def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise CutlabError(f"{key} must be one of {', '.join(choices)}, got {value!r}; e.g. {key}={choices[0]}")
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -61,6 +67,12 @@ def check_config(cfg: DictConfig) -> None:
     if train.constrained:
         _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
         _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
+        _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
+        _choice("train.dual_optimizer", train.dual_optimizer, DUAL_OPTIMIZERS)
+        _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
+        _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
+        _number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
+        _number("train.nu", train.nu, "0.0", minimum=0.0)
     if kind == "video":
         _integer("data.frames", cfg.data.frames, "10", 1)
         _integer("data.stride", cfg.data.stride, "10", 1)

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from cutlab.checkpoints import load_checkpoint, save_checkpoint
 from cutlab.config_check import check_config
 from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
+from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual, StepResult
 from cutlab.core.training import Progress, Schedule, Trainer
 from cutlab.errors import CutlabError
@@ -80,7 +81,9 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
 
 
 def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
-    return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev)
+    """The run's constraints; ERM gets them too (its verdict and time to feasibility are recorded for comparison)."""
+    return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev,
+                       form=cfg.train.get("constraint_form", "difference"))
 
 
 def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None) -> PrimalDual:
@@ -93,7 +96,8 @@ def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | 
         dual = DualSettings(
             lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
             cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
-            optimizer=train.dual_optimizer,
+            optimizer=train.dual_optimizer, kappa_p=train.kappa_p, kappa_i=train.kappa_i, nu=train.nu,
+            update=train.dual_update, dual_restarts=train.dual_restarts,
         )
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 
@@ -167,6 +171,9 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     write_json(run_dir / SUMMARY, summary)
     tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
     history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
+    clock = FeasibilityClock(constraints_of(cfg, epsilon), cfg.eval.feasibility_tol, layers)
+    if checkpoint and "feasibility_clock" in checkpoint:
+        clock.load_state_dict(checkpoint["feasibility_clock"])
     # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent
     started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
     total_steps = trainer.steps_per_epoch() * cfg.train.epochs
@@ -175,10 +182,13 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     def checkpoint_now() -> None:
         save_checkpoint(run_dir, {"trainer": trainer.state_dict(), "wandb_id": tracker.run_id,
                                   "epsilon": epsilon, "record_version": RECORD_VERSION,
+                                  "feasibility_clock": clock.state_dict(),
                                   "wall_time_s": time.perf_counter() - started})
 
     def on_step(progress: Progress, result: StepResult, seconds: float) -> None:
         row = _history_row(progress, result, trainer, seconds)
+        met, strictly = clock.update(progress.step, result.layer_losses, trainer.primal_dual.effective_slacks())
+        row.update(constraints_met=int(met), constraints_met_strictly=int(strictly))
         history.write(row)
         tracker.log({k: v for k, v in row.items() if k != "step"}, step=progress.step)
         reporter.step(progress, result, seconds)
@@ -202,6 +212,8 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
             trainer.run(on_step=on_step, on_epoch_end=epoch_end)
         history.close()
         summary.update(_evaluate_and_write(cfg, run_dir, task, trainer, tracker, reporter, epsilon))
+        # time to feasibility: the first step of the met streak that lasted to the end (None: never reached)
+        summary.update(steps_to_feasibility=clock.since, steps_to_strict_feasibility=clock.strictly_since)
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
                        wall_time_s=time.perf_counter() - started)
         write_json(run_dir / SUMMARY, summary)
@@ -242,8 +254,12 @@ def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracke
     val_grid = grid + ([float(cfg.gamma)] if float(cfg.gamma) not in grid else [])
     validation = evaluate(task.model, task.objective, task.val_set, task.prepare, val_grid,
                           progress=reporter.evaluating("validation"), **common)
-    test = evaluate(task.model, task.objective, task.test_set, task.prepare, grid,
+    # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
+    # point stays out of eval.csv so that means over the grid are the grid's
+    test = evaluate(task.model, task.objective, task.test_set, task.prepare, val_grid,
                     progress=reporter.evaluating("test"), **common)
+    in_distribution = _in_distribution(test, val_grid.index(float(cfg.gamma)), constraints_of(cfg, epsilon))
+    test = test.restricted(len(grid))
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
@@ -252,7 +268,23 @@ def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracke
         validation.mean_loss[val_grid.index(float(cfg.gamma))], constraints_of(cfg, epsilon),
         trainer.primal_dual.effective_slacks(), cfg.eval.feasibility_tol, trainer.primal_dual.constrained,
     )
-    return _headline(validation, test, grid, verdict)
+    return {**_headline(validation, test, grid, verdict), "in_distribution": in_distribution}
+
+
+def _in_distribution(test: Evaluation, index: int, constraints: Constraints) -> dict:
+    """Test layer losses at gamma_test = gamma_train: does the model descend where it was trained, and the largest
+    layer-to-layer ratio l_l / l_{l-1} (a middle layer inflated between two good ones shows here)."""
+    losses = test.mean_loss[index]
+    ratios = losses[1:] / losses[:-1].clamp_min(torch.finfo(losses.dtype).tiny)
+    return {
+        "gamma": test.gammas[index],
+        "test_layer_loss": [float(v) for v in losses],
+        "strictly_decreasing": bool((losses[1:] < losses[:-1]).all()),
+        "meets_descent_factor": bool((constraints.relative_violations(losses)[1:] <= 0).all()),
+        "max_layer_ratio": float(ratios.max()),
+        "degenerate": bool((losses[:-1] <= 0).any()),  # a layer already reproduces the target: nothing to descend
+        **test.ratio_stats(index),
+    }
 
 
 def _headline(validation: Evaluation, test: Evaluation, grid: list[float], verdict) -> dict:
@@ -311,5 +343,8 @@ class _ProgressReporter:
         return report
 
     def done(self, summary: dict) -> None:
+        ind = summary["in_distribution"]
+        losses = " > ".join(f"{v:.3g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \
+            ", ".join(f"{v:.3g}" for v in ind["test_layer_loss"]) + " (not decreasing)"
         self._print(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
-                    f"verdict {summary['verdict']}")
+                    f"verdict {summary['verdict']}; test loss by layer at gamma_test={ind['gamma']:g}: {losses}")

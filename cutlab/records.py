@@ -76,7 +76,9 @@ class HistoryWriter:
             + layer_columns("lambda", layers)
             + layer_columns("slack", layers)
             + layer_columns("g", layers)
-            + ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time"]
+            + ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time",
+               # the smoothed training constraints met (within slack / strictly): cutlab.core.feasibility_clock
+               "constraints_met", "constraints_met_strictly"]
         )
         if resume_from_step is not None and path.exists():
             import pandas as pd  # lazy, as every pandas use in cutlab: ~0.2 s of start-up before step 1 otherwise

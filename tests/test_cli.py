@@ -78,9 +78,12 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert 0 < summary["test_mean_metric"] < 255
     # the verdict follows from the recorded validation losses at gamma_train and the recorded bounds
     feasibility = summary["feasibility"]
-    violated = [i for i, (g, a) in enumerate(zip(feasibility["constraint_values"], feasibility["allowed"])) if g > a]
+    relative = zip(feasibility["relative_violations"], feasibility["relative_slacks"])
+    violated = [i for i, (v, s) in enumerate(relative) if v > feasibility["tolerance"] + s]
     assert violated == feasibility["violated_layers"]
-    expected = "unconstrained" if train == "erm" else ("infeasible" if violated else "feasible")
+    missed = [i for i, v in enumerate(feasibility["relative_violations"]) if v > feasibility["tolerance"]]
+    expected = ("unconstrained" if train == "erm" else "infeasible" if violated
+                else "slack_feasible" if missed else "feasible")
     assert summary["verdict"] == expected
     val_losses = evaluation.query("split == 'val' and metric == 'loss' and gamma_test == 0.09").sort_values("layer")["value"]
     alpha = 0.25 if model == "dust" else 0.22

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from cutlab.core.evaluation import evaluate, feasibility_verdict
@@ -76,7 +77,9 @@ def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
     strict = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=True)
     assert strict.status == "infeasible" and strict.violated_layers == [1]
     relaxed = feasibility_verdict(losses, constraints, torch.tensor([0.0, 0.1, 0.0]), tolerance=0.02, constrained=True)
-    assert relaxed.status == "feasible"
+    # met only through its slack, and said so: 0.1 of slack is 20 % of layer 1's right-hand side (1-alpha) l_0 = 0.5
+    assert relaxed.status == "slack_feasible" and relaxed.slack_layers == [1] and relaxed.violated_layers == []
+    assert relaxed.relative_slacks[1] == pytest.approx(0.2) and relaxed.relative_violations[1] == pytest.approx(0.2)
     tolerant = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.25, constrained=True)
     assert tolerant.status == "feasible"
     erm = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=False)

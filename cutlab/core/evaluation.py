@@ -41,6 +41,11 @@ class Evaluation:
         losses = self.sample_losses[gamma_index]
         return losses[:, 1:] / losses[:, :-1].clamp_min(torch.finfo(losses.dtype).tiny)
 
+    def restricted(self, count: int) -> "Evaluation":
+        """The first ``count`` gammas only."""
+        return Evaluation(self.gammas[:count], self.metric_name, self.metric[:count], self.mean_loss[:count],
+                          self.sample_losses[:count])
+
     def ratio_stats(self, gamma_index: int) -> dict[str, float]:
         ratios = self.ratios(gamma_index).flatten()
         return {
@@ -91,14 +96,34 @@ def evaluate(
     return Evaluation(list(gammas), objective.metric_name, metric, losses.mean(dim=1), losses)
 
 
+STRICTLY_FEASIBLE = "feasible"
+SLACK_FEASIBLE = "slack_feasible"
+INFEASIBLE = "infeasible"
+DEGENERATE = "degenerate"
+UNCONSTRAINED = "unconstrained"
+
+
 @dataclass
 class Verdict:
-    """Whether every constraint holds on held-out data, within ``tolerance`` and the run's own slacks."""
+    """Whether every constraint holds on held-out data, and how.
 
-    status: str  # "feasible" | "infeasible" | "unconstrained"
+    ``status`` is one of
+    - ``feasible``: every active constraint within ``tolerance`` of its right-hand side (strictly feasible);
+    - ``slack_feasible``: met only by using the run's resilience slack (``relative_slacks``: how much, as a
+      fraction of each right-hand side) on the ``slack_layers``;
+    - ``infeasible``: some constraint misses even with its slack (``violated_layers``);
+    - ``degenerate``: the only misses are descent constraints whose right-hand side is 0 (l_{l-1} = 0: the
+      layer before already reproduces the target, as UT's input at gamma = 0), which no model can meet;
+    - ``unconstrained``: ERM, with the same check recorded for comparison.
+    """
+
+    status: str
     constraint_values: list[float]
-    allowed: list[float]
+    relative_violations: list[float]
+    relative_slacks: list[float]
     violated_layers: list[int]
+    slack_layers: list[int]
+    degenerate_layers: list[int]
     tolerance: float
 
     def as_dict(self) -> dict:
@@ -112,24 +137,32 @@ def feasibility_verdict(
     tolerance: float,
     constrained: bool,
 ) -> Verdict:
-    """g_l <= u_l + tolerance * scale_l for every active constraint, on held-out layer losses [L+1].
+    """Classify held-out layer losses [L+1] against the constraints (see :class:`Verdict`).
 
-    ``scale_l`` is the constraint's own right-hand side ((1-alpha) l_{l-1}, or epsilon for g_0), so the
-    tolerance is relative: 0.02 allows a layer to miss its required descent by 2 % of its target.
-    ERM runs get status "unconstrained", with the same check recorded for comparison.
+    The check is made on relative violations (l_l - rhs_l) / rhs_l, so it is the same for every constraint form
+    and the tolerance is relative: 0.02 allows a layer to miss its required descent by 2 % of its target.
     """
-    values = constraints.values(layer_losses)
-    scale = torch.cat(
-        [
-            torch.tensor([constraints.epsilon if constraints.epsilon is not None else 0.0]),
-            (1.0 - constraints.alpha) * layer_losses[:-1].abs(),
-        ]
-    )
-    allowed = slacks + tolerance * scale
-    active = constraints.active_mask(len(layer_losses))
-    violated = [int(i) for i in torch.nonzero(active & (values > allowed)).flatten()]
+    losses = layer_losses.detach().cpu().double()
+    violation = constraints.relative_violations(losses)
+    relative_slack = constraints.relative_slacks(slacks, losses)
+    active = constraints.active_mask(len(losses))
+    degenerate_rhs = torch.cat([torch.tensor([False]), losses[:-1] <= 0]) & active
+    missed = active & (violation > tolerance)
+    violated = active & (violation > tolerance + relative_slack)
+    degenerate = violated & degenerate_rhs
     if not constrained:
-        status = "unconstrained"
+        status = UNCONSTRAINED
+    elif bool((violated & ~degenerate_rhs).any()):
+        status = INFEASIBLE
+    elif bool(degenerate.any()):
+        status = DEGENERATE
+    elif bool(missed.any()):
+        status = SLACK_FEASIBLE
     else:
-        status = "infeasible" if violated else "feasible"
-    return Verdict(status, values.tolist(), allowed.tolist(), violated, tolerance)
+        status = STRICTLY_FEASIBLE
+    indices = lambda mask: [int(i) for i in torch.nonzero(mask).flatten()]  # noqa: E731
+    values = constraints.values(losses) if not bool(degenerate_rhs.any()) or constraints.form == "difference" \
+        else torch.full_like(losses, float("nan"))
+    return Verdict(status, [float(v) for v in values], [float(v) for v in violation],
+                   [float(v) for v in relative_slack], indices(violated & ~degenerate_rhs),
+                   indices(missed & ~violated), indices(degenerate), tolerance)

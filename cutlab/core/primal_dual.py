@@ -8,7 +8,19 @@ l_0 ... l_L (minibatch means of the loss matrix's columns):
 
 and the Lagrangian is ``Lambda(theta, lambda) = l_L + sum_l lambda_l g_l`` with lambda >= 0. The primal step
 descends on Lambda (any torch optimiser, Adam in the paper); the dual step *ascends* on lambda with its
-own Adam (dLambda/dlambda_l = g_l) and projects onto lambda >= 0.
+own optimiser (dLambda/dlambda_l = g_l; Adam in the paper, Algorithm 1) and projects onto lambda >= 0.
+
+The same constraints can be written in a scale-free form (``form``), as the authors' earlier unrolling code does:
+
+    ratio:      g_0 = l_0 / epsilon - 1,          g_l = l_l / l_{l-1} - (1 - alpha)
+    log_ratio:  g_0 = log l_0 - log epsilon,       g_l = log l_l - log l_{l-1} - log(1 - alpha)
+
+Each has the same feasible set as the difference form (for positive losses), but its values, and so the dual
+step, do not depend on the loss's units: a dual learning rate means the same for pixels and for cross-entropy.
+
+Dual updates (``DualSettings.update``): ``simultaneous`` (Algorithm 1) steps both players on the same forward
+pass; ``alternating`` first steps lambda on that pass's constraint values, then the primal player on the
+Lagrangian with the new multipliers (Cooper's AlternatingDualPrimalOptimizer; no extra forward pass).
 
 Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g <= u with a cost (c/2)||u||^2:
 - ``slack``: explicit slacks u >= 0, descended on (c u - lambda) while lambda ascends on (g - u);
@@ -20,14 +32,22 @@ Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g 
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Literal
 
 import torch
 
+from cutlab.core.nupi import NuPI
 from cutlab.errors import CutlabError
 
 Resilience = Literal["off", "slack", "weight_decay"]
 Cadence = Literal["batch", "epoch"]
+ConstraintForm = Literal["difference", "ratio", "log_ratio"]
+DualOptimizer = Literal["adam", "sgd", "nupi"]
+DualUpdate = Literal["simultaneous", "alternating"]
+CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
+DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
+DUAL_UPDATES = ("simultaneous", "alternating")
 
 
 @dataclass(frozen=True)
@@ -37,19 +57,75 @@ class Constraints:
     alpha: float
     epsilon: float | None = None
     detach_prev: bool = False  # stop gradients through l_{l-1} in g_l (the paper does not; recorded either way)
+    form: ConstraintForm = "difference"  # the paper's form; ratio / log_ratio are scale-free (module docstring)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise CutlabError(f"train.alpha must lie in (0, 1), got {self.alpha}; the paper's 1-alpha of 0.75 is alpha=0.25")
         if self.epsilon is not None and self.epsilon <= 0:
             raise CutlabError(f"train.epsilon must be > 0 or null (off), got {self.epsilon}")
+        if self.form not in CONSTRAINT_FORMS:
+            raise CutlabError(f"train.constraint_form must be one of {', '.join(CONSTRAINT_FORMS)}, got {self.form!r}; "
+                              "e.g. train.constraint_form=ratio")
 
     def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
         previous = layer_losses[:-1].detach() if self.detach_prev else layer_losses[:-1]
-        descent = layer_losses[1:] - (1.0 - self.alpha) * previous
-        reference = layer_losses[:1] - self.epsilon if self.epsilon is not None else torch.zeros_like(layer_losses[:1])
+        factor = 1.0 - self.alpha
+        if self.form != "difference" and not bool((previous > 0).all()):
+            layer = int((previous <= 0).nonzero()[0])
+            raise CutlabError(
+                f"train.constraint_form={self.form} divides by layer {layer}'s loss, which is {float(previous[layer]):g} "
+                "(that layer already reproduces the target, e.g. UT at gamma=0); use train.constraint_form=difference "
+                "or a gamma > 0")
+        if self.form == "difference":
+            descent = layer_losses[1:] - factor * previous
+        elif self.form == "ratio":
+            descent = layer_losses[1:] / previous - factor
+        else:
+            descent = torch.log(layer_losses[1:]) - torch.log(previous) - math.log(factor)
+        if self.epsilon is None:
+            reference = torch.zeros_like(layer_losses[:1])
+        elif self.form == "difference":
+            reference = layer_losses[:1] - self.epsilon
+        elif self.form == "ratio":
+            reference = layer_losses[:1] / self.epsilon - 1.0
+        else:
+            reference = torch.log(layer_losses[:1]) - math.log(self.epsilon)
         return torch.cat([reference, descent])
+
+    def right_hand_sides(self, layer_losses: torch.Tensor) -> torch.Tensor:
+        """Each constraint's bound in loss units, [L+1]: epsilon for l_0 (0 when off), (1 - alpha) l_{l-1} after."""
+        reference = torch.tensor([self.epsilon if self.epsilon is not None else 0.0], dtype=layer_losses.dtype)
+        return torch.cat([reference, (1.0 - self.alpha) * layer_losses[:-1].detach().cpu()])
+
+    def relative_slacks(self, slacks: torch.Tensor, layer_losses: torch.Tensor) -> torch.Tensor:
+        """A constraint's resilience slack u as a fraction of its right-hand side, in every form.
+
+        g <= u allows l_l <= rhs_l (1 + s_l) with s = u / rhs (difference), u / (1 - alpha) (ratio; u for l_0),
+        e^u - 1 (log_ratio). Where rhs is 0, s is inf when u > 0 (the slack is the whole bound), else 0.
+        """
+        slacks = slacks.detach().cpu().to(layer_losses.dtype)
+        if self.form == "difference":
+            rhs = self.right_hand_sides(layer_losses)
+            relative = torch.where(rhs > 0, slacks / rhs.clamp_min(torch.finfo(rhs.dtype).tiny),
+                                   torch.where(slacks > 0, torch.inf, 0.0))
+        elif self.form == "ratio":
+            scale = torch.full_like(slacks, 1.0 - self.alpha)
+            scale[0] = 1.0
+            relative = slacks / scale
+        else:
+            relative = torch.expm1(slacks)
+        return relative
+
+    def relative_violations(self, layer_losses: torch.Tensor) -> torch.Tensor:
+        """(l_l - rhs_l) / rhs_l for every constraint, whatever the form: how far each misses its bound, as a
+        fraction of it (<= 0: met). A zero right-hand side (l_{l-1} = 0) gives inf when l_l > 0, else 0."""
+        losses = layer_losses.detach().cpu()
+        rhs = self.right_hand_sides(losses)
+        excess = losses - rhs
+        return torch.where(rhs > 0, excess / rhs.clamp_min(torch.finfo(rhs.dtype).tiny),
+                           torch.where(excess > 0, torch.inf, 0.0))
 
     def active_mask(self, layers: int) -> torch.Tensor:
         """Which of the L+1 constraint slots exist (slot 0 only when epsilon is set)."""
@@ -68,7 +144,12 @@ class DualSettings:
     slack_lr: float | None = None  # defaults to lr
     cadence: Cadence = "batch"
     resilience_restarts: bool = True
-    optimizer: Literal["adam", "sgd"] = "adam"  # the paper: Adam; sgd = plain projected gradient ascent
+    optimizer: DualOptimizer = "adam"  # the paper: Adam; sgd = plain projected gradient ascent; nupi (cutlab.core.nupi)
+    kappa_p: float = 0.0  # nupi's proportional gain (0 = sgd)
+    kappa_i: float = 1.0  # nupi's integral gain
+    nu: float = 0.0       # nupi's EMA coefficient of the error, in [0, 1)
+    update: DualUpdate = "simultaneous"  # Algorithm 1; alternating: dual step first, primal on the new multipliers
+    dual_restarts: bool = False  # a multiplier whose constraint is met is reset to 0 with its optimiser state
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -79,8 +160,30 @@ class DualSettings:
             raise CutlabError(f"train.resilience_c must be > 0 with resilience={self.resilience} (use resilience=off for none)")
         if self.cadence not in ("batch", "epoch"):
             raise CutlabError(f"train.dual_cadence must be batch or epoch, got {self.cadence!r}")
-        if self.optimizer not in ("adam", "sgd"):
-            raise CutlabError(f"train.dual_optimizer must be adam or sgd, got {self.optimizer!r}")
+        if self.optimizer not in DUAL_OPTIMIZERS:
+            raise CutlabError(f"train.dual_optimizer must be one of {', '.join(DUAL_OPTIMIZERS)}, got {self.optimizer!r}; "
+                              "e.g. train.dual_optimizer=sgd")
+        for key, value in (("kappa_p", self.kappa_p), ("kappa_i", self.kappa_i)):
+            if not value >= 0:
+                raise CutlabError(f"train.{key} must be >= 0, got {value}; e.g. train.{key}=1.0")
+        if not 0.0 <= self.nu < 1.0:
+            raise CutlabError(f"train.nu must lie in [0, 1), got {self.nu}; e.g. train.nu=0.0")
+        if self.update not in DUAL_UPDATES:
+            raise CutlabError(f"train.dual_update must be one of {', '.join(DUAL_UPDATES)}, got {self.update!r}; "
+                              "e.g. train.dual_update=alternating")
+        if self.update == "alternating" and self.cadence != "batch":
+            raise CutlabError("train.dual_update=alternating needs train.dual_cadence=batch (an epoch-cadence dual "
+                              "step has no primal step of its own to precede)")
+
+    def make_optimizer(self, multipliers: torch.Tensor) -> torch.optim.Optimizer:
+        """The dual optimiser: ascent (maximize=True) on lambda; weight decay 1/c is the resilient dual's -lambda/c."""
+        decay = 1.0 / self.resilience_c if self.resilience == "weight_decay" else 0.0
+        if self.optimizer == "adam":
+            return torch.optim.Adam([multipliers], lr=self.lr, maximize=True, weight_decay=decay)
+        if self.optimizer == "sgd":
+            return torch.optim.SGD([multipliers], lr=self.lr, maximize=True, weight_decay=decay)
+        return NuPI([multipliers], lr=self.lr, kappa_p=self.kappa_p, kappa_i=self.kappa_i, nu=self.nu,
+                    weight_decay=decay, maximize=True)
 
 
 @dataclass
@@ -130,9 +233,7 @@ class PrimalDual:
         self.dual_optimizer: torch.optim.Optimizer | None = None
         self.slack_optimizer: torch.optim.Optimizer | None = None
         if constraints is not None and dual is not None:
-            decay = 1.0 / dual.resilience_c if dual.resilience == "weight_decay" else 0.0
-            dual_class = torch.optim.Adam if dual.optimizer == "adam" else torch.optim.SGD
-            self.dual_optimizer = dual_class([self.multipliers], lr=dual.lr, maximize=True, weight_decay=decay)
+            self.dual_optimizer = dual.make_optimizer(self.multipliers)
             if dual.resilience == "slack":
                 self.slack_optimizer = torch.optim.SGD([self.slacks], lr=dual.slack_lr or dual.lr)
         self._epoch_sum = torch.zeros(layers)
@@ -142,7 +243,7 @@ class PrimalDual:
     def constrained(self) -> bool:
         return self.constraints is not None
 
-    def layers_in_gradient(self) -> list[bool]:
+    def layers_in_gradient(self, dual_active: bool = True) -> list[bool]:
         """Which layers' losses enter the Lagrangian's gradient at the current multipliers, one flag per layer.
 
         dLambda/dl_l = [l = L] + lambda_l - (1 - alpha) lambda_{l+1} (the second term only without detach_prev):
@@ -151,11 +252,14 @@ class PrimalDual:
         detaches such layers' outputs, as it does for ERM (only l_L); lambda = 0 holds through the primal
         warm-up and for every satisfied constraint whose multiplier was projected back to 0.
         Exact as long as every trained parameter reaches Phi_L (true of every model here: the readout is
-        shared), so no parameter's gradient turns from zero into None.
+        shared), so no parameter's gradient turns from zero into None. With alternating updates the multipliers
+        change between the forward pass and the backward, so every layer is kept while the dual is active.
         """
         layers = len(self.multipliers)
         if self.constraints is None:
             return [layer == layers - 1 for layer in range(layers)]
+        if dual_active and self.dual.update == "alternating" and self.dual.cadence == "batch":
+            return [True] * layers
         nonzero = (self.multipliers != 0).tolist()
         through_next = not self.constraints.detach_prev
         return [layer == layers - 1 or nonzero[layer] or (through_next and nonzero[layer + 1])
@@ -183,21 +287,25 @@ class PrimalDual:
         objective = layer_losses[-1]
         if self.constraints is not None:
             values = self.constraints.values(layer_losses) * self.active.to(layer_losses.device)
-            lagrangian = objective + (self.multipliers.to(values.device) * values).sum()
         else:
             values = torch.zeros_like(layer_losses)
-            lagrangian = objective
+        detached = values.detach().cpu()
+        dual_now = self.constrained and dual_active and self.dual.cadence == "batch"
+        alternating = dual_now and self.dual.update == "alternating"
+        if alternating:  # lambda steps on this pass's constraint values; the primal step then sees the new lambda
+            self.dual_step(detached)
+        lagrangian = objective
+        if self.constraints is not None:
+            lagrangian = objective + (self.multipliers.to(values.device) * values).sum()
         self.primal_optimizer.zero_grad(set_to_none=True)
         lagrangian.backward()
         grad_norm = self._clip_gradients()
         self.primal_optimizer.step()
-        detached = values.detach().cpu()
-        if self.constrained and dual_active:
-            if self.dual.cadence == "batch":
-                self.dual_step(detached)
-            else:
-                self._epoch_sum += detached
-                self._epoch_batches += 1
+        if dual_now and not alternating:
+            self.dual_step(detached)
+        elif self.constrained and dual_active and self.dual.cadence == "epoch":
+            self._epoch_sum += detached
+            self._epoch_batches += 1
         return StepResult(
             layer_losses=layer_losses.detach().cpu(),
             constraint_values=detached,
@@ -218,6 +326,19 @@ class PrimalDual:
             self.slacks.clamp_(min=0.0)
         self.dual_optimizer.step()
         self.multipliers.clamp_(min=0.0)
+        if self.dual.dual_restarts:
+            self._restart_met(self.multipliers.grad <= 0)
+
+    def _restart_met(self, met: torch.Tensor) -> None:
+        """Dual restarts (Cooper issue #28): a met constraint's multiplier and its optimiser state (Adam's moments,
+        nuPI's xi) go back to 0, so momentum gathered while it was met cannot delay its reaction when violated."""
+        if not bool(met.any()):
+            return
+        self.multipliers[met] = 0.0
+        for state in self.dual_optimizer.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor) and value.shape == self.multipliers.shape:
+                    value[met] = 0.0
 
     def end_epoch(self, dual_active: bool) -> None:
         """Epoch cadence: one dual step on the epoch's mean constraint values. Then the resilience restart."""

@@ -125,7 +125,7 @@ class Trainer:
         outputs = perturbed_forward(self.model, inputs, self.gamma, self.sigma, self.noise_mean, generator)
         # Layers whose loss has a zero weight in the gradient are recorded, not back-propagated: for ERM every
         # layer but the last, when constrained those whose multipliers are 0 (PrimalDual.layers_in_gradient)
-        needed = self.primal_dual.layers_in_gradient()
+        needed = self.primal_dual.layers_in_gradient(self.dual_active(self.progress.epoch))
         outputs = [out if keep else out.detach() for out, keep in zip(outputs, needed)]
         return self.primal_dual.step(self.objective.loss_matrix(outputs, target), self.dual_active(self.progress.epoch))
 

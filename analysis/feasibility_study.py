@@ -1,0 +1,89 @@
+"""``python -m analysis.feasibility_study RUNS_FOLDER... [--out TABLE.csv]``: rank dual settings by validation.
+
+A *dual setting* is one combination of the keys in ``SETTING_KEYS`` (constraint form, detach_prev, dual optimiser,
+its learning rate and gains, update order, restarts, resilience). For each, over the cells (model x dataset x L x
+gamma_train) it ran on, the table gives
+
+- how many cells ended strictly feasible, feasible only through their resilience slack, infeasible;
+- the validation metric against ERM's in the same cell (``val_vs_erm``: the mean of constrained / ERM for RMSE,
+  ERM / constrained for accuracy, so below 1 is better in both) and in how many cells the constrained run is better;
+- the median step at which the smoothed training constraints were met for good (None: never).
+
+Settings are ranked by strictly feasible cells, then ``val_vs_erm``. Only validation numbers enter: the verdict is
+computed on the validation split and the selection metric is the validation mean over the gamma_test grid; the
+test split is not read, so a default chosen here is not chosen on test data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from analysis.collect import AnalysisError, collect_runs
+
+SETTING_KEYS = ["constraint_form", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
+                "dual_restarts", "resilience"]
+CELL_KEYS = ["model", "dataset", "L", "gamma_train"]
+
+
+def cell_ratios(runs: pd.DataFrame) -> pd.DataFrame:
+    """Constrained runs with their cell's ERM validation metric beside them (``val_vs_erm``, < 1 is better)."""
+    complete = runs[runs["usable"]]
+    erm = complete[complete["arm"] == "erm"].groupby(CELL_KEYS, dropna=False)["selection_metric"].min()
+    constrained = complete[complete["arm"] == "constrained"].copy()
+    constrained["erm_selection_metric"] = [erm.get(tuple(row[k] for k in CELL_KEYS)) for _, row in constrained.iterrows()]
+    lower_is_better = constrained["selection_mode"] == "min"
+    ratio = constrained["selection_metric"] / constrained["erm_selection_metric"]
+    constrained["val_vs_erm"] = ratio.where(lower_is_better, 1.0 / ratio)
+    return constrained
+
+
+def rank_settings(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per dual setting, best first (see the module docstring)."""
+    constrained = cell_ratios(runs)
+    if constrained.empty:
+        raise AnalysisError("no complete constrained runs to rank; run a sweeps/feasibility_*.yaml sweep first")
+    keys = [k for k in SETTING_KEYS if k in constrained and constrained[k].notna().any()]
+    constrained[keys] = constrained[keys].astype(str)
+    grouped = constrained.groupby(keys, dropna=False)
+    table = grouped.agg(
+        cells=("run", "size"),
+        strictly_feasible=("verdict", lambda v: int((v == "feasible").sum())),
+        slack_feasible=("verdict", lambda v: int((v == "slack_feasible").sum())),
+        infeasible=("verdict", lambda v: int((v == "infeasible").sum())),
+        val_vs_erm=("val_vs_erm", "mean"),
+        better_than_erm=("val_vs_erm", lambda v: int((v < 1.0).sum())),
+        median_steps_to_feasibility=("steps_to_strict_feasibility", "median"),
+    ).reset_index()
+    return table.sort_values(["strictly_feasible", "val_vs_erm"], ascending=[False, True]).reset_index(drop=True)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A pipe table (pandas' own needs the tabulate package, which cutlab does not depend on)."""
+    cell = lambda v: f"{v:.3g}" if isinstance(v, float) else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="analysis.feasibility_study", description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="+", help="run folders (searched recursively)")
+    parser.add_argument("--out", help="also write the table as CSV here")
+    parser.add_argument("--top", type=int, default=20, help="rows printed (default 20)")
+    args = parser.parse_args(argv)
+    try:
+        table = rank_settings(collect_runs(*args.folders).runs)
+    except AnalysisError as error:
+        print(f"analysis.feasibility_study: error: {error}", file=sys.stderr)
+        return 2
+    if args.out:
+        table.to_csv(args.out, index=False)
+    print(markdown(table.head(args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

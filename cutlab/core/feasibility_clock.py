@@ -1,0 +1,44 @@
+"""Time to feasibility: the first training step from which the smoothed constraints stay met until the end.
+
+Minibatch constraint values are noisy, so the check runs on an exponential moving average of the layer losses
+(``smoothing`` = 0.9: about the last 10 steps), with the verdict's rule (cutlab.core.evaluation): every active
+constraint within ``tolerance`` of its right-hand side, plus the run's resilience slack for ``within_slack``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cutlab.core.primal_dual import Constraints
+
+
+class FeasibilityClock:
+    """Feed it every step; ``since`` / ``strictly_since`` are the first steps of the current met streak (None: not met)."""
+
+    def __init__(self, constraints: Constraints, tolerance: float, layers: int, smoothing: float = 0.9) -> None:
+        self.constraints = constraints
+        self.tolerance = tolerance
+        self.smoothing = smoothing
+        self.active = constraints.active_mask(layers)
+        self.smoothed: torch.Tensor | None = None
+        self.since: int | None = None
+        self.strictly_since: int | None = None
+
+    def update(self, step: int, layer_losses: torch.Tensor, slacks: torch.Tensor) -> tuple[bool, bool]:
+        """(met within slack, met strictly) for the smoothed losses after ``step``."""
+        losses = layer_losses.detach().cpu().double()
+        self.smoothed = losses if self.smoothed is None else \
+            self.smoothing * self.smoothed + (1.0 - self.smoothing) * losses
+        violation = self.constraints.relative_violations(self.smoothed)
+        relative_slack = self.constraints.relative_slacks(slacks, self.smoothed)
+        strictly = not bool((self.active & (violation > self.tolerance)).any())
+        within = not bool((self.active & (violation > self.tolerance + relative_slack)).any())
+        self.since = (self.since if self.since is not None else step) if within else None
+        self.strictly_since = (self.strictly_since if self.strictly_since is not None else step) if strictly else None
+        return within, strictly
+
+    def state_dict(self) -> dict:
+        return {"smoothed": self.smoothed, "since": self.since, "strictly_since": self.strictly_since}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.smoothed, self.since, self.strictly_since = state["smoothed"], state["since"], state["strictly_since"]
