@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from analysis.selection import arm_of
 from cutlab.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.records.RECORD_VERSION when it was written)
@@ -240,7 +241,7 @@ def _config_columns(config: dict) -> dict[str, Any]:
     flat = flatten(config)
     row = {column: flat.get(key) for column, key in CONFIG_COLUMNS.items()}
     row["constrained"] = bool(row["constrained"]) if row["constrained"] is not None else None
-    row["arm"] = {True: "constrained", False: "erm"}.get(row["constrained"])
+    row["arm"] = arm_of(row)
     row["epsilon_config"] = flat.get("train.epsilon")
     grid = flat.get("eval.gamma_test")
     row["gamma_test_grid"] = tuple(float(g) for g in grid) if grid else None
@@ -269,6 +270,8 @@ def _summary_columns(summary: dict | None) -> dict[str, Any]:
         # each right-hand side (cutlab.core.evaluation.Verdict)
         "slack_layers": tuple(feasibility.get("slack_layers") or ()),
         "max_relative_slack_used": _max_slack_used(feasibility),
+        # records written before time to feasibility was measured lack the keys: unknown, not "never"
+        "has_time_to_feasibility": "steps_to_feasibility" in summary,
         "steps_to_feasibility": summary.get("steps_to_feasibility"),
         "steps_to_strict_feasibility": summary.get("steps_to_strict_feasibility"),
         "max_layer_ratio_id": (summary.get("in_distribution") or {}).get("max_layer_ratio"),

@@ -22,9 +22,8 @@ import sys
 import pandas as pd
 
 from analysis.collect import AnalysisError, collect_runs
-
-SETTING_KEYS = ["constraint_form", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
-                "dual_restarts", "resilience"]
+from analysis.selection import DUAL_SETTING_KEYS as SETTING_KEYS
+from analysis.verdicts import INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE
 CELL_KEYS = ["model", "dataset", "L", "gamma_train"]
 
 
@@ -32,7 +31,7 @@ def cell_ratios(runs: pd.DataFrame) -> pd.DataFrame:
     """Constrained runs with their cell's ERM validation metric beside them (``val_vs_erm``, < 1 is better)."""
     complete = runs[runs["usable"]]
     erm = complete[complete["arm"] == "erm"].groupby(CELL_KEYS, dropna=False)["selection_metric"].min()
-    constrained = complete[complete["arm"] == "constrained"].copy()
+    constrained = complete[complete["constrained"] == True].copy()  # noqa: E712 (both arms: paper's dual too)
     constrained["erm_selection_metric"] = [erm.get(tuple(row[k] for k in CELL_KEYS)) for _, row in constrained.iterrows()]
     lower_is_better = constrained["selection_mode"] == "min"
     ratio = constrained["selection_metric"] / constrained["erm_selection_metric"]
@@ -50,9 +49,9 @@ def rank_settings(runs: pd.DataFrame) -> pd.DataFrame:
     grouped = constrained.groupby(keys, dropna=False)
     table = grouped.agg(
         cells=("run", "size"),
-        strictly_feasible=("verdict", lambda v: int((v == "feasible").sum())),
-        slack_feasible=("verdict", lambda v: int((v == "slack_feasible").sum())),
-        infeasible=("verdict", lambda v: int((v == "infeasible").sum())),
+        strictly_feasible=("verdict", lambda v: int((v == STRICTLY_FEASIBLE).sum())),
+        slack_feasible=("verdict", lambda v: int((v == SLACK_FEASIBLE).sum())),
+        infeasible=("verdict", lambda v: int((v == INFEASIBLE).sum())),
         val_vs_erm=("val_vs_erm", "mean"),
         better_than_erm=("val_vs_erm", lambda v: int((v < 1.0).sum())),
         median_steps_to_feasibility=("steps_to_strict_feasibility", "median"),

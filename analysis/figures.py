@@ -2,8 +2,9 @@
 
 Every figure function takes a :class:`~analysis.collect.RunTable` and an output folder and returns a
 :class:`FigureResult`: the files written, or the reason the figure was skipped (no data for it).
-Constrained runs are always blue, solid, circles; ERM runs vermillion, dashed, squares (Okabe-Ito
-colours, distinguishable in grey-scale print and by colour-blind readers). Curves show the run that
+Constrained runs are always blue, solid, circles; constrained runs with the paper's dual dynamics
+bluish green, dash-dotted, triangles; ERM runs vermillion, dashed, squares (Okabe-Ito colours,
+distinguishable in grey-scale print and by colour-blind readers). Curves show the run that
 is best on validation per arm (``analysis.selection``), as the paper's figures do; the ablations
 show every seed (mean and error bars). Only ``matplotlib.figure.Figure`` is used, never pyplot, so
 nothing depends on (or changes) a global backend: PNG is written by Agg, PDF by the PDF backend.
@@ -23,13 +24,17 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.collect import RunTable
+from analysis import verdicts
 from analysis.selection import (
-    ARMS, cell_label, cell_order, reference_gamma_train, select_best, sort_cells, three_gammas,
+    ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, select_best, sort_cells,
+    three_gammas,
 )
 
 ARM_STYLE = {
-    "constrained": {"color": "#0072B2", "linestyle": "-", "marker": "o", "label": "constrained"},
-    "erm": {"color": "#D55E00", "linestyle": "--", "marker": "s", "label": "ERM"},
+    "constrained": {"color": "#0072B2", "linestyle": "-", "marker": "o", "label": ARM_LABELS["constrained"]},
+    "constrained_paper": {"color": "#009E73", "linestyle": "-.", "marker": "^",
+                          "label": ARM_LABELS["constrained_paper"]},
+    "erm": {"color": "#D55E00", "linestyle": "--", "marker": "s", "label": ARM_LABELS["erm"]},
 }
 RC = {
     "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "legend.fontsize": 7.5, "xtick.labelsize": 8,
@@ -42,9 +47,13 @@ METRIC_NAME = {"rmse": "RMSE", "accuracy": "accuracy"}
 METRIC_LABEL = {"rmse": "test RMSE (0–255 pixel scale)", "accuracy": "test accuracy (fraction correct)"}
 LOSS_LABEL = {"video": "mean test loss $\\ell_l$\n(½‖x − Φ$_l$‖², pixels in [0, 1])",
               "text": "mean test loss $\\ell_l$\n(cross-entropy, nats)"}
-INFEASIBLE_MARK = " †"
 MAX_ROWS = 6  # rows of panels per figure; more cells are listed as not shown, never silently dropped
 MAX_PANELS = 9  # panels of the one-panel-per-run/cell figures
+MAX_SETTINGS = 8  # lines per panel of the constraint-satisfaction figure (plus the paper's dual and ERM)
+#: history.csv columns (0/1 per step) of cutlab.core.feasibility_clock, and what each panel shows
+MET_COLUMNS = {"constraints_met_strictly": "met strictly (no slack)",
+               "constraints_met": "met within the resilience slack"}
+OKABE_ITO = ("#0072B2", "#CC79A7", "#E69F00", "#56B4E9", "#009E73", "#000000", "#F0E442", "#999999")
 #: file stem -> title, in the report's order (the paper's figure numbers)
 TITLES = {
     "fig02_rmse_vs_gamma_test": "Fig 2 — RMSE vs γ_test per model and dataset",
@@ -56,6 +65,7 @@ TITLES = {
     "fig09_gamma_train_effect": "Fig 9 — effect of γ_train",
     "fig12_descent_ratios": "Fig 12 — per-sample descent ratios",
     "dual_variables": "Dual variables λ_l over training",
+    "constraint_satisfaction": "Constraint satisfaction over training per dual setting",
 }
 
 
@@ -142,7 +152,8 @@ def _at(curve: pd.Series, gamma: float) -> float:
 
 
 def _mark(run: pd.Series) -> str:
-    return INFEASIBLE_MARK if run.get("verdict") == "infeasible" else ""
+    """`` †`` / `` ≈`` / `` ∅`` after a run's name when it is not strictly feasible (analysis.verdicts)."""
+    return f" {verdicts.mark(run.get('verdict'))}" if verdicts.mark(run.get("verdict")) else ""
 
 
 def _at_reference(runs: RunTable, task: str, gamma_train: float | None) -> tuple[pd.DataFrame, float | None]:
@@ -200,7 +211,7 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
     result.caption = (f"Test {METRIC_NAME.get(metric, metric)} of the last layer against the test perturbation "
                       f"γ_test, at γ_train = {gamma:g}. "
                       "Per model, dataset and arm: the run best on validation over depths L and seeds (its L in the "
-                      "legend). † marks a run that ended infeasible.")
+                      "legend). " + verdicts.CAPTION)
 
     def draw() -> Figure:
         figure, axes = _panels(len(models), len(datasets))
@@ -250,7 +261,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                (f"γ_test = {high:g} (most out of distribution)", high)]
     result.caption = (f"Test RMSE of the last layer against depth L at γ_train = {gamma:g}: at the lowest γ_test, "
                       "averaged over the grid, and at the highest γ_test. Per depth and arm: the run best on "
-                      "validation. † marks a run that ended infeasible." + _not_shown(hidden, "model/dataset pairs"))
+                      "validation. " + verdicts.CAPTION + _not_shown(hidden, "model/dataset pairs"))
 
     def draw() -> Figure:
         figure, axes = _panels(len(pairs), len(columns))
@@ -267,7 +278,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                     ax.plot(arm_runs["L"].astype(int), values, **ARM_STYLE[arm])
                     for depth, value, (_, run) in zip(arm_runs["L"], values, arm_runs.iterrows()):
                         if _mark(run):
-                            ax.annotate("†", (depth, value), textcoords="offset points", xytext=(4, 4))
+                            ax.annotate(_mark(run).strip(), (depth, value), textcoords="offset points", xytext=(4, 4))
                 ax.set_xticks(sorted(chosen["L"].astype(int).unique()))
                 _title(ax, f"{model} · {dataset}\n{heading}")
                 ax.set_xlabel("depth L (number of blocks)")
@@ -304,8 +315,9 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
     other = {"alpha": "dual_lr", "dual_lr": "alpha"}[param]
     results = runs.results[runs.results["constrained"] == True]  # noqa: E712 (a column of objects)
     groups = []
-    for _, group in results.groupby(["task", "model", "dataset", "L", "gamma_train", "gamma_test_grid"], sort=False,
-                                    dropna=False):
+    # per arm too: the paper's dual dynamics and cutlab's are two ablations, not one
+    for _, group in results.groupby(["task", "model", "dataset", "L", "gamma_train", "gamma_test_grid", "arm"],
+                                    sort=False, dropna=False):
         held = group[other].mode()
         if len(held):
             group = group[group[other] == held.iloc[0]]
@@ -392,7 +404,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     keys = keys[:MAX_PANELS]
     result.caption = ("Mean test loss ℓ_l at every layer l (l = 0: before the first block) for the run best on "
                       "validation per arm, at the lowest γ_test (filled markers) and the highest (hollow, lighter); "
-                      "a constrained model should descend monotonically. † marks a run that ended infeasible."
+                      "a constrained model should descend monotonically. " + verdicts.CAPTION
                       + _not_shown(hidden, "cells"))
 
     def draw() -> Figure:
@@ -445,18 +457,20 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
         return result
     hidden = len(cells) - MAX_ROWS
     cells = cells[:MAX_ROWS]
+    arms = [arm for arm in ARMS if arm != "constrained_paper" or (best["arm"] == arm).any()]  # its panel: where it ran
     result.caption = ("Test metric of the last layer against γ_test, one curve per training perturbation γ_train "
-                      "(lighter = larger), constrained (left, solid) and ERM (right, dashed); per γ_train the run "
-                      "best on validation. † marks a run that ended infeasible." + _not_shown(hidden, "cells"))
+                      "(lighter = larger), one panel per arm (" + ", ".join(ARM_LABELS[arm] for arm in arms)
+                      + "); per γ_train the run "
+                      "best on validation. " + verdicts.CAPTION + _not_shown(hidden, "cells"))
     colours = matplotlib.colormaps["viridis"]
 
     def draw() -> Figure:
-        figure, axes = _panels(len(cells), 2)
+        figure, axes = _panels(len(cells), len(arms))
         for i, (task, model, dataset, depth) in enumerate(cells):
             chosen = best[(best["task"] == task) & (best["model"] == model) & (best["dataset"] == dataset)
                           & (best["L"] == depth)]
             levels_here = sorted(chosen["gamma_train"].astype(float).unique())
-            for j, arm in enumerate(ARMS):
+            for j, arm in enumerate(arms):
                 ax = axes[i, j]
                 for _, run in chosen[chosen["arm"] == arm].sort_values("gamma_train").iterrows():
                     curve = runs.curve(run["run"])
@@ -491,7 +505,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
         if results.empty:
             continue
         best = _best_per(results, ["task", "model", "dataset", "L"])
-        for _, run in best[best["arm"] == "constrained"].iterrows():
+        for _, run in best[best["arm"] != "erm"].iterrows():
             if len(panels) >= MAX_PANELS:
                 hidden += 1
                 continue
@@ -508,7 +522,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     result.caption = ("Per-sample ratios ℓ_l / ℓ_{l−1} over every test sample and layer l = 1…L, at the "
                       "γ_test nearest γ_train (in distribution), for the constrained run best on validation "
                       "(filled) and its ERM counterpart (outline). A ratio below 1 is a layer that lowers the loss; "
-                      "the constraint asks for 1 − α. † marks a run that ended infeasible."
+                      "the constraint asks for 1 − α. " + verdicts.CAPTION
                       + _not_shown(hidden, "cells"))
 
     def stats(values: np.ndarray) -> str:
@@ -523,9 +537,9 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             values = [mine] + ([theirs] if theirs is not None else [])
             upper = float(max(1.5, min(4.0, max(np.quantile(v, 0.99) for v in values) * 1.05)))
             bins = np.linspace(0.0, upper, 41)
-            text = f"constrained{_mark(run)}: {stats(mine)}"
-            ax.hist(np.clip(mine, 0, upper), bins=bins, color=ARM_STYLE["constrained"]["color"], alpha=0.55,
-                    label="constrained")
+            style = ARM_STYLE[run["arm"]]
+            text = f"{style['label']}{_mark(run)}: {stats(mine)}"
+            ax.hist(np.clip(mine, 0, upper), bins=bins, color=style["color"], alpha=0.55, label=style["label"])
             if theirs is not None:
                 ax.hist(np.clip(theirs, 0, upper), bins=bins, histtype="step", linestyle="--", linewidth=1.4,
                         color=ARM_STYLE["erm"]["color"], label="ERM")
@@ -533,7 +547,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.axvline(1.0, color="black", linestyle=":", linewidth=1.0, label="ratio 1 (no descent)")
             alpha = run.get("alpha")
             if alpha is not None and not pd.isna(alpha):
-                ax.axvline(1.0 - float(alpha), color=ARM_STYLE["constrained"]["color"], linestyle="-.", linewidth=1.0,
+                ax.axvline(1.0 - float(alpha), color=style["color"], linestyle="-.", linewidth=1.0,
                            label=f"required 1 − α = {1 - float(alpha):.2f}")
             ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # headroom for the statistics box
             ax.text(0.02, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
@@ -611,8 +625,10 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
                 if len(warmup):
                     ax.axvspan(warmup.min(), warmup.max(), color="0.5", alpha=0.15, linewidth=0, label="warm-up")
             state = run["verdict"] if run["usable"] else run["state"]
-            if run["usable"] and run["verdict"] == "infeasible" and len(run["violated_layers"]):
+            if run["usable"] and run["verdict"] == verdicts.INFEASIBLE and len(run["violated_layers"]):
                 state += f" (layers {', '.join(map(str, run['violated_layers']))})"
+            if run["usable"] and run["verdict"] == verdicts.SLACK_FEASIBLE:
+                state += f" (slack used up to {verdicts.percent(run['max_relative_slack_used'])})"
             seed = f" · seed {int(run['seed'])}" if run.get("seed") is not None and not pd.isna(run["seed"]) else ""
             extra = distinguishing(frame, run)
             name = cell_label(run) + seed if run.get("L") is not None and not pd.isna(run["L"]) else str(run["run"])
@@ -628,6 +644,80 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
     return _render(draw, out_dir, result)
 
 
+# ----------------------------------------------------------------------------------------- constraint satisfaction
+
+def satisfaction_by_setting(runs: RunTable) -> tuple[dict[str, pd.DataFrame], dict[str, int]]:
+    """Per dual setting (``dual_setting_label``): a frame indexed by step with, for each ``MET_COLUMNS`` column,
+    the fraction of the setting's complete runs (among those that reached the step) whose smoothed training
+    constraints were met; and the number of runs per setting. Records without these columns are left out."""
+    history = runs.history
+    if "constraints_met_strictly" not in history or runs.results.empty:
+        return {}, {}
+    labels = {run["run"]: dual_setting_label(run) for _, run in runs.results.iterrows()}
+    rows = history[history["run"].isin(list(labels))].dropna(subset=["constraints_met_strictly"])
+    columns = [column for column in MET_COLUMNS if column in rows]
+    rows = rows.assign(setting=rows["run"].map(labels), **{c: pd.to_numeric(rows[c], errors="coerce") for c in columns})
+    curves = {setting: group.groupby("step")[columns].mean().sort_index() for setting, group in rows.groupby("setting")}
+    counts = rows.groupby("setting")["run"].nunique().to_dict()
+    return curves, {setting: int(count) for setting, count in counts.items()}
+
+
+def _shown_settings(curves: dict[str, pd.DataFrame], always: set[str]) -> list[str]:
+    """The settings best at staying strictly feasible (mean fraction over steps) up to MAX_SETTINGS, plus ``always``."""
+    ranked = sorted(curves, key=lambda s: (-float(curves[s]["constraints_met_strictly"].mean()), s))
+    chosen = [s for s in ranked if s not in always][:MAX_SETTINGS]
+    return [s for s in ranked if s in always or s in chosen]
+
+
+def constraint_satisfaction(runs: RunTable, out_dir: Path) -> FigureResult:
+    """Fraction of runs whose smoothed training constraints are met at each step, one line per dual setting."""
+    result = FigureResult("constraint_satisfaction", TITLES["constraint_satisfaction"])
+    curves, counts = satisfaction_by_setting(runs)
+    if not curves:
+        result.skipped = ("no complete run with constraints_met_strictly in its history.csv (records written before "
+                          "time to feasibility was measured lack it)")
+        return result
+    results = runs.results
+    paper = {dual_setting_label(r) for _, r in results[results["arm"] == "constrained_paper"].iterrows()}
+    erm = dual_setting_label({"arm": "erm"})
+    shown = _shown_settings(curves, paper | {erm})
+    hidden = len(curves) - len(shown)
+    result.caption = ("Fraction of the complete runs of each dual setting whose smoothed training constraints "
+                      "(an exponential moving average of the layer losses over about 10 steps, "
+                      "cutlab.core.feasibility_clock) are met at each step: strictly (left) and within the "
+                      "resilience slack (right), among the runs that reached the step (cells and budgets differ "
+                      "in length). One line per dual setting: constraint form · dual optimiser and its learning "
+                      "rate · detach_prev · update order · restarts · resilience (n = runs); the paper's dual "
+                      "dash-dotted, ERM (no dual, the same check) dashed. Runs recorded before this was measured "
+                      "are left out." + _not_shown(hidden, "dual settings (ranked by the mean strict fraction)"))
+
+    def style(k: int, setting: str) -> dict:
+        if setting == erm:
+            return {"color": ARM_STYLE["erm"]["color"], "linestyle": "--"}
+        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        return {"color": colour, "linestyle": "-." if setting in paper else "-"}
+
+    def draw() -> Figure:
+        columns = [c for c in MET_COLUMNS if any(c in curve for curve in curves.values())]
+        figure, axes = _panels(1, len(columns), width=4.2, height=3.4)
+        for j, column in enumerate(columns):
+            ax = axes[0, j]
+            for k, setting in enumerate(shown):
+                curve = curves[setting]
+                if column in curve:
+                    ax.plot(curve.index, curve[column].to_numpy(), linewidth=1.4, **style(k, setting),
+                            label=f"{setting} (n={counts[setting]})")
+            ax.set_ylim(-0.03, 1.05)
+            _title(ax, MET_COLUMNS[column])
+            ax.set_xlabel("training step")
+            _ylabel(axes, 0, j, "fraction of runs\nwith constraints met")
+        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=1)  # below: labels are long
+        figure.suptitle("Constraint satisfaction over training, per dual setting")
+        return figure
+
+    return _render(draw, out_dir, result)
+
+
 # ----------------------------------------------------------------------------------------------- all of them
 
 #: file stem -> the function that draws it
@@ -636,7 +726,7 @@ FIGURES: dict[str, Callable[..., FigureResult]] = {
     "fig04_accuracy_vs_gamma_test": accuracy_vs_gamma, "fig05_alpha_ablation": alpha_ablation,
     "fig15_dual_lr_ablation": dual_lr_ablation, "fig07_layerwise_loss": layerwise_loss,
     "fig09_gamma_train_effect": gamma_train_effect, "fig12_descent_ratios": descent_ratios,
-    "dual_variables": dual_variables,
+    "dual_variables": dual_variables, "constraint_satisfaction": constraint_satisfaction,
 }
 #: the file stems the figures are written under (a report folder's own files)
 STEMS = tuple(TITLES)

@@ -1,5 +1,6 @@
 """One self-contained Markdown report of a set of runs: what ran, what failed or ended infeasible,
-the partial runs, Tables 3 and 4, and every figure (or why it was skipped).
+the partial runs, every run's feasibility (verdict, time to feasibility, in-distribution descent),
+Tables 3 and 4, and every figure (or why it was skipped).
 
 Layout of the report folder::
 
@@ -21,8 +22,14 @@ import pandas as pd
 
 from analysis.collect import RunTable
 from analysis.figures import STEMS, FigureResult, make_figures
-from analysis.selection import cell_label, cell_order, reference_gamma_train, sort_cells
+from analysis.selection import (
+    ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, sort_cells,
+)
 from analysis.tables import TABLES, Table, build_tables
+from analysis.verdicts import (
+    DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
+    percent,
+)
 
 REPORT = "report.md"
 TABLES_DIR = "tables"
@@ -85,7 +92,7 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
         lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
                      "sample_losses.csv); W&B is not read.")
     lines += ["", *_what_ran(frame, runs, gamma_train)]
-    lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame)]
+    lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
     for table in report.tables:
         lines += ["", *_table_section(table)]
     lines += ["", *_figure_sections(report.figures)]
@@ -97,15 +104,14 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
 def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) -> list[str]:
     counts = frame["state"].value_counts()
     complete = frame[frame["usable"]]
-    verdicts = complete["verdict"].value_counts()
     lines = ["## What ran", "",
-             f"{len(frame)} run folders: {counts.get('complete', 0)} complete "
-             f"({verdicts.get('feasible', 0)} feasible, {verdicts.get('infeasible', 0)} infeasible, "
-             f"{verdicts.get('unconstrained', 0)} ERM), {counts.get('failed', 0)} failed, "
+             f"{len(frame)} run folders: {counts.get('complete', 0)} complete ({count_line(complete['verdict'])}), "
+             f"{counts.get('failed', 0)} failed, "
              f"{counts.get('partial', 0)} partial, {counts.get('unsupported', 0)} unreadable. "
              f"Only complete runs are counted as results.", ""]
-    lines += ["| task | model | dataset | constrained | ERM | failed | partial / unreadable | steps | wall time |",
-              "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["| task | model | dataset | " + " | ".join(ARM_LABELS[arm] for arm in ARMS)
+              + " | failed | partial / unreadable | steps | wall time |",
+              "|---|---|---|" + "---:|" * (len(ARMS) + 4)]
     keyed = frame.assign(task=frame["task"].fillna("?"), model=frame["model"].fillna("?"),
                          dataset=frame["dataset"].fillna("?"))
     keys = [row for _, row in keyed.drop_duplicates(["task", "model", "dataset"]).iterrows()]
@@ -115,8 +121,9 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
                       & (keyed["dataset"] == key["dataset"])]
         done = group[group["usable"]]
         lines.append(
-            f"| {key['task']} | {key['model']} | {key['dataset']} | {int((done['arm'] == 'constrained').sum())} | "
-            f"{int((done['arm'] == 'erm').sum())} | {int((group['state'] == 'failed').sum())} | "
+            f"| {key['task']} | {key['model']} | {key['dataset']} | "
+            + "".join(f"{int((done['arm'] == arm).sum())} | " for arm in ARMS)
+            + f"{int((group['state'] == 'failed').sum())} | "
             f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
             f"{int(pd.to_numeric(group['steps'], errors='coerce').fillna(0).sum())} | "
             f"{_duration(pd.to_numeric(group['wall_time_s'], errors='coerce').fillna(0).sum())} |")
@@ -146,10 +153,10 @@ def _failed(frame: pd.DataFrame) -> list[str]:
 
 
 def _infeasible(frame: pd.DataFrame) -> list[str]:
-    infeasible = sort_cells(frame[frame["usable"] & (frame["verdict"] == "infeasible")])
+    infeasible = sort_cells(frame[frame["usable"] & (frame["verdict"] == INFEASIBLE)])
     lines = ["## Runs that ended infeasible", ""]
     if infeasible.empty:
-        constrained = int((frame["usable"] & (frame["arm"] == "constrained")).sum())
+        constrained = int((frame["usable"] & (frame["constrained"] == True)).sum())  # noqa: E712 (either arm)
         return lines + ["None: every complete constrained run satisfies its constraints on held-out data."
                         if constrained else "None (no complete constrained runs)."]
     lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
@@ -172,6 +179,33 @@ def _partial(frame: pd.DataFrame) -> list[str]:
     lines += ["| run | setting | state | why |", "|---|---|---|---|"]
     for _, run in partial.iterrows():
         lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {run['state']} | {_cell(_short(run['problem']))} |")
+    return lines
+
+
+def _feasibility(frame: pd.DataFrame) -> list[str]:
+    """Every complete run: verdict, slack used, time to feasibility, and the largest in-distribution layer ratio."""
+    complete = sort_cells(frame[frame["usable"]])
+    lines = ["## Feasibility", ""]
+    if complete.empty:
+        return lines + ["None (no complete runs)."]
+    lines += ["Per complete run: the verdict on held-out data (validation, at γ_train; "
+              f"{MARKS[SLACK_FEASIBLE]} {SLACK_MEANING}, with the largest violation the slack covers as a fraction "
+              "of the constraint's right-hand side); the first step of the final streak in which the smoothed "
+              "training constraints were met, strictly and within the slack (never: not met when training ended); "
+              "and the largest test ratio ℓ_l / ℓ_{l−1} at γ_test = γ_train (above 1: a layer that raises the "
+              "loss in distribution). ERM runs get the same checks, for comparison. ? = not in the run's record "
+              "(written before it was measured).", "",
+              "| run | setting | arm | dual setting | verdict | slack used | steps to strict feasibility | "
+              "steps to feasibility (within slack) | steps | max ℓ_l / ℓ_{l−1} in distribution | descends |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for _, run in complete.iterrows():
+        slack = percent(run["max_relative_slack_used"]) if run["verdict"] == SLACK_FEASIBLE else "—"
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {ARM_LABELS.get(run['arm'], '?')} | "
+                     f"{_cell(dual_setting_label(run))} | {_verdict(run['verdict'])} | {slack} | "
+                     f"{_steps(run, 'steps_to_strict_feasibility')} | {_steps(run, 'steps_to_feasibility')} | "
+                     f"{_int(run['steps'])} | {_ratio(run['max_layer_ratio_id'])} | {_yes_no(run['descends_id'])} |")
+    if (complete["verdict"] == DEGENERATE).any():
+        lines += ["", f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}."]
     return lines
 
 
@@ -209,6 +243,32 @@ def _setting(run: pd.Series) -> str:
     if run.get("model") is None or pd.isna(run.get("L")) or pd.isna(run.get("gamma_train")):
         return "?"
     return cell_label(run)
+
+
+def _verdict(verdict) -> str:
+    """``slack-feasible ≈``: the verdict's words and mark; ``?`` when the record has none."""
+    if not isinstance(verdict, str):
+        return "?"
+    return (NAMES.get(verdict, verdict) + (f" {mark(verdict)}" if mark(verdict) else "")).strip()
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _steps(run: pd.Series, column: str) -> str:
+    """A step, ``never`` (measured, not reached) or ``?`` (the record predates the measurement)."""
+    if not run.get("has_time_to_feasibility"):
+        return "?"
+    return "never" if _missing(run[column]) else str(int(run[column]))
+
+
+def _ratio(value) -> str:
+    return "?" if _missing(value) else f"{float(value):.3g}"
+
+
+def _yes_no(value) -> str:
+    return "?" if _missing(value) else ("yes" if bool(value) else "no")
 
 
 def _duration(seconds: float) -> str:

@@ -1,9 +1,12 @@
 """Cells of the paper's grid and best-of-N selection by validation.
 
-A *cell* is one (task, model, dataset, L, gamma_train) setting; each cell has two *arms*,
-constrained and ERM. The paper reports, per cell and arm, the run that is best on validation among
-its seeds / search trials (SPEC section 1: "the best of each arm by validation is reported") and so
-does this module: selection never looks at test numbers. Only complete runs take part.
+A *cell* is one (task, model, dataset, L, gamma_train) setting; each cell has up to three *arms*: ERM, the
+constrained runs with the paper's dual dynamics (``constrained_paper``: Algorithm 1 as published, see
+``PAPER_DUAL``) and the constrained runs with any other dual dynamics (``constrained``: cutlab's defaults, a
+study's settings), so that a report never merges the two into one number. The paper reports, per cell and
+arm, the run that is best on validation among its seeds / search trials (SPEC section 1: "the best of each
+arm by validation is reported") and so does this module: selection never looks at test numbers. Only
+complete runs take part.
 """
 
 from __future__ import annotations
@@ -17,10 +20,57 @@ CELL = ["task", "model", "dataset", "L", "gamma_train"]
 # Runs are compared only on the same gamma_test grid: the mean over a grid (and its validation
 # counterpart, the selection metric) changes with the grid.
 ARM_CELL = CELL + ["arm", "gamma_test_grid"]
-ARMS = ("constrained", "erm")
+ARMS = ("constrained", "constrained_paper", "erm")
+ARM_LABELS = {"constrained": "constrained", "constrained_paper": "constrained (paper's dual)", "erm": "ERM"}
+#: the paper's dual dynamics (conf/train/constrained_paper.yaml); the dual learning rate is not part of it, since
+#: the paper sets it per task and ablates it (Fig 15)
+PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_update": "simultaneous",
+              "dual_restarts": False, "detach_prev": False}
+#: the run settings that make up a *dual setting* (what the feasibility study compares, one line each in the
+#: constraint-satisfaction figure)
+DUAL_SETTING_KEYS = ["constraint_form", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
+                     "dual_restarts", "resilience"]
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
+
+
+def arm_of(row: dict) -> str | None:
+    """``erm``, ``constrained_paper`` (every key of ``PAPER_DUAL`` recorded and the paper's) or ``constrained``.
+
+    A record that lacks a key (written before the key existed) is not claimed for the paper: it stays
+    ``constrained``. None when the record does not say whether the run was constrained.
+    """
+    if row.get("constrained") is None:
+        return None
+    if not row["constrained"]:
+        return "erm"
+    paper = all(row.get(key) is not None and row.get(key) == value for key, value in PAPER_DUAL.items())
+    return "constrained_paper" if paper else "constrained"
+
+
+def dual_setting_label(row: pd.Series | dict) -> str:
+    """A short name for a run's dual setting, e.g. ``ratio · sgd lr=0.01 · detach_prev · alternating``.
+
+    ``?`` stands for a setting the record does not hold (an older record); ERM runs are ``ERM (no dual)``.
+    """
+    if row.get("arm") == "erm":
+        return "ERM (no dual)"
+
+    def value(key: str) -> str:
+        known = row.get(key)
+        return "?" if known is None or (isinstance(known, float) and math.isnan(known)) else \
+            (f"{known:g}" if isinstance(known, float) else str(known))
+
+    optimizer = value("dual_optimizer")
+    parts = [value("constraint_form"), f"{optimizer} lr={value('dual_lr')}"]
+    if optimizer == "nupi":
+        parts[-1] += f" κ_p={value('kappa_p')}"
+    parts += ["detach_prev"] if row.get("detach_prev") == True else []  # noqa: E712 (numpy or Python bools)
+    parts += [value("dual_update")]
+    parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
+    parts += [f"resilience {value('resilience')}"]
+    return " · ".join(parts)
 
 
 def select_best(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:

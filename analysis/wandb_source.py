@@ -47,7 +47,9 @@ FLATTENED_MARK = f"feasibility{SUMMARY_SEPARATOR}status"
 #: history.csv's leading columns, in cutlab.records.HistoryWriter's order
 HISTORY_HEAD = ["step", "epoch", "phase"]
 HISTORY_LAYERED = ["loss", "lambda", "slack", "g"]
-HISTORY_TAIL = ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time"]
+HISTORY_TAIL = ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time", "constraints_met", "constraints_met_strictly"]
+#: history.csv's integer columns: counters and the 0/1 flags of cutlab.core.feasibility_clock
+HISTORY_INTEGERS = ("step", "epoch", "constraints_met", "constraints_met_strictly")
 READERS = 4  # W&B logs read at once
 RECORDS_DIR = "wandb_records"  # under the report folder: the rebuilt run folders, kept for inspection
 Progress = Callable[[int, int], None]
@@ -155,8 +157,8 @@ def history_frame(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
     if not records:
         return None
     frame = pd.DataFrame(records).drop_duplicates("step", keep="last").sort_values("step")
-    # JSON writes 0.0 as 0: every measured value is a float in history.csv (step and epoch are counters)
-    measured = [c for c in frame.select_dtypes("number").columns if c not in ("step", "epoch")]
+    # JSON writes 0.0 as 0: every measured value is a float in history.csv (but counters and flags)
+    measured = [c for c in frame.select_dtypes("number").columns if c not in HISTORY_INTEGERS]
     frame[measured] = frame[measured].astype(float)
     return frame[_history_order(list(frame.columns))]
 

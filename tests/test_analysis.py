@@ -29,6 +29,8 @@ from cutlab.records import (
 )
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+#: dual settings other than the paper's (analysis.selection.PAPER_DUAL), as a new-style record holds them
+NEW_DUAL = {"constraint_form": "ratio", "dual_optimizer": "sgd", "dual_update": "simultaneous", "dual_restarts": False}
 VIDEO_GRID = [0.0, 0.5, 1.0]
 TEXT_GRID = [0.0, 0.5, 1.0, 2.0]
 
@@ -39,9 +41,17 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
               test: list[float] | float, selection: float, seed: int = 0, alpha: float = 0.25, dual_lr: float = 0.01,
               verdict: str | None = None, violated: tuple[int, ...] = (), status: str = "complete",
               error: str | None = None, evaluation: bool = True, truncate_eval: bool = False,
-              record_version: int | None = RECORD_VERSION) -> Path:
+              record_version: int | None = RECORD_VERSION, train: dict | None = None,
+              met_from: tuple[int | None, int | None] | None = None, slack: dict[int, float] | None = None,
+              in_distribution: dict | None = None) -> Path:
     """One run folder in cutlab's record format. ``test``: the last layer's test metric per gamma_test
-    (text: accuracies), or for video the mean over the grid (a straight line of slope 4 around it)."""
+    (text: accuracies), or for video the mean over the grid (a straight line of slope 4 around it).
+
+    The fields of time to feasibility are written only when asked for (older records lack them): ``train``
+    adds train.* keys (the dual settings), ``met_from`` = (first step of the final strictly-met streak, of the
+    within-slack one; None: never) writes history's constraints_met columns and the summary's steps,
+    ``slack`` = {layer: relative violation covered by its slack} the verdict's slack layers, and
+    ``in_distribution`` the summary's block of that name."""
     text = dataset in ("imdb", "mnli")
     grid = TEXT_GRID if text else VIDEO_GRID
     run = root / name
@@ -49,7 +59,7 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
     config = {"model": {"name": model}, "data": {"name": dataset}, "gamma": gamma, "L": L, "seed": seed,
               "train": {"constrained": constrained, "alpha": alpha, "dual_lr": dual_lr, "epsilon": "auto", "lr": 1e-3,
                         "epochs": 2, "batch_size": 4, "resilience": "slack", "resilience_c": 1.0,
-                        "dual_cadence": "batch", "warmup_epochs": 1, "detach_prev": False},
+                        "dual_cadence": "batch", "warmup_epochs": 1, "detach_prev": False, **(train or {})},
               "eval": {"gamma_test": grid, "batch_size": 4, "feasibility_tol": 0.02},
               "paths": {"runs_dir": str(root)}, "wandb": {"mode": "disabled"}}
     (run / CONFIG).write_text(yaml.safe_dump(config))
@@ -62,6 +72,9 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
         for layer in range(L + 1):
             row.update({f"loss_{layer}": 40.0 * 0.7 ** layer / step, f"slack_{layer}": 0.0, f"g_{layer}": 0.1,
                         f"lambda_{layer}": (0.02 * (step - 3) * (layer + 1)) if dual else 0.0})
+        if met_from is not None:
+            row.update({f"constraints_met{suffix}": int(first is not None and step >= first)
+                        for suffix, first in (("_strictly", met_from[0]), ("", met_from[1]))})
         history.write(row)
     history.close()
     summary = {"record_version": record_version, "status": status, "wandb_id": None, "sigma_x": 0.2,
@@ -77,6 +90,13 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
             "feasibility": {"status": verdict or ("feasible" if constrained else "unconstrained"),
                             "violated_layers": list(violated), "tolerance": 0.02},
         })
+    if slack:
+        summary["feasibility"].update(slack_layers=sorted(slack), relative_violations=[
+            slack.get(layer, -0.1) for layer in range(L + 1)])
+    if met_from is not None:
+        summary.update(steps_to_strict_feasibility=met_from[0], steps_to_feasibility=met_from[1])
+    if in_distribution is not None:
+        summary["in_distribution"] = in_distribution
     if summary.get("record_version") is None:
         del summary["record_version"]
     (run / SUMMARY).write_text(json.dumps(summary, indent=2))
@@ -165,7 +185,8 @@ def write_golden_folder(root: Path) -> Path:
         for seed in (0, 1):
             mean = 11.0 + 5 * dual_lr + 0.3 * seed
             write_run(root, f"dust_syn_dlr{dual_lr}_s{seed}", **synthetic, constrained=True, dual_lr=dual_lr,
-                      seed=seed, test=mean, selection=mean + 0.1)
+                      seed=seed, test=mean, selection=mean + 0.1, train=NEW_DUAL,
+                      met_from=((4 if dual_lr == 0.1 else 5) - seed, (3 if dual_lr == 0.1 else 4) - seed))
     for seed in (0, 1):
         write_run(root, f"dust_syn_erm_s{seed}", **synthetic, constrained=False, seed=seed, test=13.0 + 0.2 * seed,
                   selection=13.1 + 0.2 * seed)
@@ -327,19 +348,33 @@ def test_report_end_to_end_on_the_golden_folder(golden_report):
 
 
 def test_report_on_a_real_cutlab_sweep(tmp_path):
-    """Tiny real runs through ``python -m cutlab``, then the report on their folder."""
+    """Tiny real runs through ``python -m cutlab`` (ERM, the paper's dual, another dual), then the report."""
     runs = tmp_path / "runs"
-    cutlab(["-m", "model=dust", "train=erm,constrained", "train.epochs=2", "train.max_steps_per_epoch=1",
-            "train.batch_size=2", "train.epsilon=null", "wandb.mode=disabled", "eval.gamma_test=[0,1.0]",
-            "eval.batch_size=16", "data.image_size=32", "data.frames=4", "progress=false"], runs, timeout=300)
+    tiny = ["model=dust", "train.epochs=2", "train.max_steps_per_epoch=2", "train.batch_size=2", "train.epsilon=null",
+            "wandb.mode=disabled", "eval.gamma_test=[0,1.0]", "eval.batch_size=16", "data.image_size=32",
+            "data.frames=4", "progress=false"]
+    cutlab(["-m", "train=erm,constrained_paper", *tiny], runs, timeout=300)
+    cutlab(["train=constrained", "train.dual_optimizer=sgd", "train.dual_lr=0.05", *tiny], runs, timeout=300)
     out = tmp_path / "report"
     report = analysis_cli(str(runs), "--out", str(out))
     assert report.returncode == 0, report.stderr
     text = (out / "report.md").read_text()
-    assert "2 run folders: 2 complete" in text
+    assert "3 run folders: 3 complete" in text
     table = pd.read_csv(out / "tables" / "table3_video_mean_rmse.csv")
-    assert len(table) == 1 and table["constrained_mean_rmse"].notna().all() and table["erm_mean_rmse"].notna().all()
-    for stem in ("fig02_rmse_vs_gamma_test", "fig07_layerwise_loss", "fig12_descent_ratios", "dual_variables"):
+    assert len(table) == 1  # one cell, its three arms side by side
+    for arm in ("constrained", "constrained_paper", "erm"):
+        assert table[f"{arm}_mean_rmse"].notna().all(), arm
+    # the Feasibility section repeats each record's time to feasibility and in-distribution ratio
+    section = text.split("## Feasibility")[1].split("\n## ")[0]
+    for summary_path in runs.rglob("summary.json"):
+        summary = json.loads(summary_path.read_text())
+        strict = summary["steps_to_strict_feasibility"]
+        row = next(line for line in section.splitlines() if line.startswith(f"| {summary_path.parent.name} |"))
+        cells = [cell.strip() for cell in row.strip("|").split(" | ")]
+        assert cells[6] == ("never" if strict is None else str(strict)), row
+        assert cells[9] == f"{summary['in_distribution']['max_layer_ratio']:.3g}", row
+    for stem in ("fig02_rmse_vs_gamma_test", "fig07_layerwise_loss", "fig12_descent_ratios", "dual_variables",
+                 "constraint_satisfaction"):
         assert_image(out / "figures" / f"{stem}.png")
 
 
