@@ -75,7 +75,7 @@ class Constraints:
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
             raise CutlabError(
-                f"train.constraint_form={self.form} divides by layer {layer}'s loss, which is {float(previous[layer]):g} "
+                f"train.constraint_form={self.form} divides by layer {layer}'s loss, which is {float(previous[layer].detach()):g} "
                 "(that layer already reproduces the target, e.g. UT at gamma=0); use train.constraint_form=difference "
                 "or a gamma > 0")
         if self.form == "difference":
