@@ -29,6 +29,9 @@ from cutlab.tasks import Task, build_task, pick_device
 
 log = logging.getLogger("cutlab")
 
+# An initial l_0 below this fraction of the largest initial layer loss is float round-off of an identity Phi_0
+NUMERICAL_ZERO = 1e-6
+
 # Keys that may differ between a run and its resumption without changing its result.
 VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
 
@@ -77,7 +80,15 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
     first = torch.utils.data.Subset(task.train_set, range(count))
     initial = evaluate(task.model, task.objective, first, task.prepare, [float(cfg.gamma)], task.sigma,
                        cfg.noise_mean, cfg.seed, cfg.train.batch_size, device)
-    return float(initial.mean_loss[0, 0])
+    epsilon = float(initial.mean_loss[0, 0])
+    largest = float(initial.mean_loss[0].max())
+    if cfg.train.constrained and cfg.train.constraint_form != "difference" and epsilon <= NUMERICAL_ZERO * largest:
+        raise CutlabError(
+            f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
+            f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
+            f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, a number for "
+            "train.epsilon, or train.constraint_form=difference")
+    return epsilon
 
 
 def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
