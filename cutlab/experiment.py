@@ -355,7 +355,7 @@ class _ProgressReporter:
 
     def done(self, summary: dict) -> None:
         ind = summary["in_distribution"]
-        losses = " > ".join(f"{v:.3g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \
-            ", ".join(f"{v:.3g}" for v in ind["test_layer_loss"]) + " (not decreasing)"
+        losses = " > ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \
+            ", ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) + " (not decreasing)"
         self._print(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
                     f"verdict {summary['verdict']}; test loss by layer at gamma_test={ind['gamma']:g}: {losses}")
