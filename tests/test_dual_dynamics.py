@@ -7,15 +7,14 @@ nuPI), autograd of the written formula, a hand-written update sequence, or a kno
 
 from __future__ import annotations
 
-import io
 import math
 
 import cooper
 import pytest
 import torch
 from test_primal_dual import (
-    FixedSamples, Interrupted, ScalarLayers, SquaredError, TinyUnrolled, regression_batch, scalar_loss_matrix,
-    scalar_targets,
+    FixedSamples, ScalarLayers, SquaredError, TinyUnrolled, regression_batch, scalar_loss_matrix,
+    checkpoint_at, scalar_targets,
 )
 
 from cutlab.core.evaluation import feasibility_verdict
@@ -235,19 +234,9 @@ def test_resume_is_bit_identical_with_each_dual(dual: DualSettings, form: str) -
     uninterrupted = _trainer(dual, form, model_seed=0)
     uninterrupted.run(on_step=lambda progress, result, _: reference_steps.append(result))
     assert any((r.multipliers > 0).any() for r in reference_steps)
-    interrupted, saved = _trainer(dual, form, model_seed=0), {}
-
-    def stop(progress, result, _seconds) -> None:
-        if progress.step == 8:
-            buffer = io.BytesIO()
-            torch.save(interrupted.state_dict(), buffer)
-            saved["state"] = buffer.getvalue()
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        interrupted.run(on_step=stop)
+    state = checkpoint_at(_trainer(dual, form, model_seed=0), stop_after=8)
     resumed = _trainer(dual, form, model_seed=99)
-    resumed.load_state_dict(torch.load(io.BytesIO(saved["state"]), weights_only=True))
+    resumed.load_state_dict(state)
     resumed_steps = []
     resumed.run(on_step=lambda progress, result, _: resumed_steps.append(result))
     assert len(resumed_steps) == 7

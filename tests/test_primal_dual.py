@@ -589,6 +589,22 @@ def _build_trainer(cadence: str, model_seed: int) -> Trainer:
     )
 
 
+def checkpoint_at(trainer: Trainer, stop_after: int) -> dict:
+    """Run ``trainer`` until step ``stop_after``, then stop it as a kill would; its state as a checkpoint reloads it."""
+    saved: dict = {}
+
+    def stop(progress, result, _seconds) -> None:
+        if progress.step == stop_after:
+            buffer = io.BytesIO()
+            torch.save(trainer.state_dict(), buffer)
+            saved["state"] = buffer.getvalue()
+            raise Interrupted
+
+    with pytest.raises(Interrupted):
+        trainer.run(on_step=stop)
+    return torch.load(io.BytesIO(saved["state"]), weights_only=True)
+
+
 def _final_state(trainer: Trainer) -> list[torch.Tensor]:
     return [p.detach().clone() for p in trainer.model.parameters()] + [
         trainer.primal_dual.multipliers.clone(),
@@ -612,20 +628,9 @@ def test_resume_is_exact(cadence: str, stop_after: int) -> None:
     assert all(torch.equal(r.multipliers, torch.zeros(4)) for r in reference_steps[:first_dual])
     assert (reference_steps[first_dual].multipliers > 0).any()
 
-    interrupted = _build_trainer(cadence, model_seed=0)
-    saved: dict = {}
-
-    def stop(progress, result, _seconds) -> None:
-        if progress.step == stop_after:
-            buffer = io.BytesIO()
-            torch.save(interrupted.state_dict(), buffer)
-            saved["state"] = buffer.getvalue()
-            raise Interrupted
-
-    with pytest.raises(Interrupted):
-        interrupted.run(on_step=stop)
+    state = checkpoint_at(_build_trainer(cadence, model_seed=0), stop_after)
     resumed = _build_trainer(cadence, model_seed=99)  # fresh model, optimisers, multipliers
-    resumed.load_state_dict(torch.load(io.BytesIO(saved["state"]), weights_only=False))
+    resumed.load_state_dict(state)
     resumed_steps = []
     resumed.run(on_step=lambda progress, result, _: resumed_steps.append(result))
 
