@@ -21,6 +21,7 @@ import pandas as pd
 
 from analysis.collect import RunTable
 from analysis.figures import STEMS, FigureResult, make_figures
+from analysis.markdown import inert
 from analysis.selection import cell_label, cell_order, reference_gamma_train, sort_cells
 from analysis.tables import TABLES, Table, build_tables
 
@@ -77,7 +78,7 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     lines = ["# cutlab analysis report", ""]
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(f"Generated {when}" + (f" by `{command}`" if command else "") + " from "
-                 + ", ".join(f"`{folder}`" for folder in runs.folders) + ".")
+                 + ", ".join(inert(folder) for folder in runs.folders) + ".")
     if runs.source:
         lines.append(f"The run records were rebuilt from {runs.source} (config, summary, history and the eval "
                      "table); W&B holds no sample_losses.csv, so the figures that need it are skipped.")
@@ -115,7 +116,8 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
                       & (keyed["dataset"] == key["dataset"])]
         done = group[group["usable"]]
         lines.append(
-            f"| {key['task']} | {key['model']} | {key['dataset']} | {int((done['arm'] == 'constrained').sum())} | "
+            f"| {_cell(key['task'])} | {_cell(key['model'])} | {_cell(key['dataset'])} | "
+            f"{int((done['arm'] == 'constrained').sum())} | "
             f"{int((done['arm'] == 'erm').sum())} | {int((group['state'] == 'failed').sum())} | "
             f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
             f"{int(pd.to_numeric(group['steps'], errors='coerce').fillna(0).sum())} | "
@@ -140,7 +142,7 @@ def _failed(frame: pd.DataFrame) -> list[str]:
         return lines + ["None."]
     lines += ["| run | setting | arm | steps | error |", "|---|---|---|---:|---|"]
     for _, run in failed.iterrows():
-        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {run['arm'] or '?'} | {_int(run['steps'])} | "
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {_cell(run['arm'] or '?')} | {_int(run['steps'])} | "
                      f"{_cell(_short(run['problem']))} |")
     return lines
 
@@ -194,13 +196,13 @@ def _figure_sections(figures: list[FigureResult]) -> list[str]:
             continue
         png = next(p for p in figure.paths if p.suffix == ".png")
         pdf = next(p for p in figure.paths if p.suffix == ".pdf")
-        lines += [f"### {figure.title}", "", figure.caption, "",
+        lines += [f"### {figure.title}", "", inert(figure.caption), "",
                   f"![{figure.title}]({FIGURES_DIR}/{png.name})", "", f"[PDF]({FIGURES_DIR}/{pdf.name})", ""]
     skipped = [figure for figure in figures if not figure.written]
     lines += ["## Skipped figures", ""]
     if not skipped:
         return lines + ["None: every figure had data."]
-    return lines + [f"- **{figure.title}**: {figure.skipped}." for figure in skipped]
+    return lines + [f"- **{figure.title}**: {inert(figure.skipped)}." for figure in skipped]
 
 
 # ------------------------------------------------------------------------------------------- formatting
@@ -208,7 +210,7 @@ def _figure_sections(figures: list[FigureResult]) -> list[str]:
 def _setting(run: pd.Series) -> str:
     if run.get("model") is None or pd.isna(run.get("L")) or pd.isna(run.get("gamma_train")):
         return "?"
-    return cell_label(run)
+    return _cell(cell_label(run))
 
 
 def _duration(seconds: float) -> str:
@@ -227,5 +229,5 @@ def _short(text) -> str:
 
 
 def _cell(text) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|")
+    """Record text safe inside a Markdown table cell."""
+    return inert(text)
