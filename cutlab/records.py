@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cutlab.atomic import DiskFull, is_disk_full, write_atomic
 from cutlab.errors import CutlabError
@@ -51,18 +51,28 @@ def write_json(path: Path, data: Any) -> None:
             raise DiskFull(path) from None
 
 
-def read_summary(run_dir: Path) -> dict | None:
-    """The folder's ``summary.json`` (None when there is none); a file that is not one stops in one line."""
-    path = run_dir / SUMMARY
+def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exception], ...], what: str) -> dict | None:
+    """A record file holding one mapping (None when absent): a file that is not one, cannot be read or is not
+    UTF-8 text stops in one line naming it and the fix, never in a traceback."""
     if not path.exists():
         return None
-    fix = f"move {run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    fix = f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
     try:
-        summary = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CutlabError(f"{path} is not a readable run summary ({type(error).__name__}: {error}); {fix}") from None
-    if not isinstance(summary, dict) or not isinstance(summary.get("status", ""), str):
-        raise CutlabError(f"{path} is not a run summary (a JSON object with a status); {fix}")
+        data = parse(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, *errors) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CutlabError(f"{path} is not a readable {what} ({type(error).__name__}: {reason}); {fix}") from None
+    if not isinstance(data, dict):
+        raise CutlabError(f"{path} is not a {what}: it holds a {type(data).__name__}, not a mapping; {fix}")
+    return data
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """The folder's ``summary.json`` (None when there is none)."""
+    summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary")
+    if summary is not None and not isinstance(summary.get("status", ""), str):
+        raise CutlabError(f"{run_dir / SUMMARY} is not a run summary: its status is {summary['status']!r}; move "
+                          f"{run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own")
     return summary
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from cutlab.errors import CutlabError
-from cutlab.records import CHECKPOINT, CONFIG, SUMMARY
+from cutlab.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
 
 # Keys that may differ between a run and its resumption without changing its result. ``paths`` itself is here
 # because what it changes (the data and model files) is compared through the keys resolved from it (data.root).
@@ -51,18 +51,8 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
 
 def stored_config(run_dir: Path) -> dict | None:
     """The folder's ``config.yaml`` (None when there is none); a file that is not a config stops in one line."""
-    path = run_dir / CONFIG
-    if not path.exists():
-        return None
-    fix = f"move {run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own"
-    try:
-        config = yaml.load(path.read_bytes().decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise CutlabError(f"{path} is not a readable run config ({reason}); {fix}") from None
-    if not isinstance(config, dict):
-        raise CutlabError(f"{path} holds no config mapping (it holds {type(config).__name__}); {fix}")
-    return config
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return read_mapping(run_dir / CONFIG, lambda text: yaml.load(text, Loader=loader), (yaml.YAMLError,), "run config")
 
 
 def check_same_run(run_dir: Path, resolved: dict) -> None:
