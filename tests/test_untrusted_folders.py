@@ -245,17 +245,18 @@ def test_two_identical_commands_at_once_leave_one_clean_record(tmp_path):
     """Before: both processes wrote the same temporary files (one died with a traceback) and history.csv
     interleaved (steps 1, 2, 3, 4, 8, 5, 9, ...)."""
     runs = tmp_path / "runs"
-    args = [*TINY, "train.epochs=4", "checkpoint.every_steps=1", "run_name=twice"]
+    args = [*TINY, "train.epochs=8", "checkpoint.every_steps=1", "run_name=twice"]
+    run = runs / "twice"
     first = start(args, runs, tmp_path / "first.log")
-    wait_until(lambda: (runs / "twice" / ".lock").exists(), first, "the first run took its folder")
+    # the lock file, or (before the fix, without one) the first history row
+    wait_until(lambda: (run / ".lock").exists() or (run / "history.csv").exists(), first, "the first run to start")
     second = start(args, runs, tmp_path / "second.log")
     codes = first.wait(timeout=600), second.wait(timeout=600)
     logs = [(tmp_path / f"{which}.log").read_text() for which in ("first", "second")]
     assert codes == (0, 2), logs
     assert "Traceback" not in logs[0] + logs[1]
     assert f"is being written by process {first.pid} on" in logs[1].strip().splitlines()[-1]
-    run = runs / "twice"
-    assert history_steps(run) == list(range(1, 13))
+    assert history_steps(run) == list(range(1, 25))
     assert json.loads((run / "summary.json").read_text())["status"] == "complete"
     assert not temp_files(run) and not (run / ".lock").exists()
     again = cutlab(args, runs)
