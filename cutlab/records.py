@@ -127,7 +127,11 @@ class HistoryWriter:
             raise DiskFull(self.path) if is_disk_full(error) else error
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as error:  # the row a full disk refused is lost with it: its step re-runs on resume
+            if not is_disk_full(error):
+                raise
 
 
 def _csv_text(rows: list[list[Any]]) -> str:
