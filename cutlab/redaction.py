@@ -11,6 +11,7 @@ import re
 import sys
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote, unquote
 
 HIDDEN = "***"
 # key=value pairs whose value is a credential, in a query string, a libpq DSN or an option (--db-password=...)
@@ -24,17 +25,39 @@ def redact(text: str) -> str:
     return re.sub(r"\S+", lambda word: _redact_word(word.group(0)), str(text))
 
 
+def _password_span(word: str) -> tuple[int, int] | None:
+    """Where the password of ``scheme://user:password@host...`` starts and ends; None without one."""
+    scheme = word.find("://")
+    at = word.rfind("@")  # the host follows the last '@': a password may hold '@' itself
+    colon = word.find(":", scheme + 3, at) if scheme >= 0 and at > scheme else -1
+    return (colon + 1, at) if colon >= 0 else None  # user@host keeps its user: it is not a secret
+
+
 def _redact_word(word: str) -> str:
     word = _SECRET_PAIR.sub(lambda pair: f"{pair.group(1)}={HIDDEN}", word)
-    scheme = word.find("://")
-    if scheme < 0:
-        return word
-    start = scheme + 3
-    at = word.rfind("@")  # the host follows the last '@': a password may hold '@' itself
-    colon = word.find(":", start, at)
-    if at < start or colon < 0:
-        return word  # no user:password part (user@host keeps its user: it is not a secret)
-    return f"{word[:colon + 1]}{HIDDEN}{word[at:]}"
+    span = _password_span(word)
+    return word if span is None else f"{word[:span[0]]}{HIDDEN}{word[span[1]:]}"
+
+
+def with_encoded_password(url: str) -> str:
+    """``url`` with a raw ``@`` in its password percent-encoded, as URL parsers (SQLAlchemy, libpq) need: they
+    end the password at the first ``@`` and would take the rest of it for the host name."""
+    span = _password_span(url)
+    if span is None or "@" not in url[span[0]:span[1]]:
+        return url
+    return f"{url[:span[0]]}{quote(url[span[0]:span[1]], safe='%')}{url[span[1]:]}"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message about ``url``) redacted, and without any piece of ``url``'s password."""
+    text = redact(text)
+    span = _password_span(url)
+    if span is not None:
+        password = url[span[0]:span[1]]
+        for secret in sorted({password, unquote(password), *password.split("@")}, key=len, reverse=True):
+            if len(secret) >= 3:
+                text = text.replace(secret, HIDDEN)
+    return text
 
 
 def redact_argv(argv: list[str]) -> list[str]:

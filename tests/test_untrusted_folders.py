@@ -155,6 +155,16 @@ def test_an_unknown_storage_scheme_does_not_print_the_address():
     assert "topsecret" not in str(error.value) and "foo:" in str(error.value)
 
 
+def test_a_driver_error_never_quotes_a_piece_of_the_password():
+    """Before: with ``p@ss-secret`` the driver took ``ss-secret@127.0.0.1`` for the host and the error said so."""
+    from cutlab.redaction import scrub, with_encoded_password
+
+    url = "postgresql://dbuser:p@ss-secret@127.0.0.1:5432/postgres"
+    assert with_encoded_password(url) == "postgresql://dbuser:p%40ss-secret@127.0.0.1:5432/postgres"
+    message = scrub('could not translate host name "ss-secret@127.0.0.1" to address', url)
+    assert "ss-secret" not in message and "127.0.0.1" in message
+
+
 def all_text_under(folder: Path) -> str:
     return "\n".join(path.read_bytes().decode("latin-1") for path in folder.rglob("*") if path.is_file())
 
@@ -167,7 +177,7 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
     from postgres_server import postgres_server
     from test_search import FAST_HEARTBEAT, run_search
 
-    password = "S3cretPW"
+    password = "S3cret@PW-x"  # an '@' in it too: the driver gets it percent-encoded, every record gets ***
     tiny = [*FAST_HEARTBEAT, "search=dust_video", "search.pruner=null", "L=2", "train.epochs=1",
             "train.max_steps_per_epoch=2", "data.stride=10", "eval.gamma_test=[0,0.5]", "progress=false",
             "wandb.mode=offline"]
@@ -187,7 +197,7 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
     command = json.loads((trials[0] / "provenance.json").read_text())["command"]
     assert "dbuser:***@127.0.0.1" in " ".join(command)
     for text in (all_text_under(tmp_path), first.stdout + first.stderr, env_run.stdout + env_run.stderr):
-        assert password not in text
+        assert password not in text and "S3cret" not in text and "PW-x" not in text
 
 
 # ------------------------------------------------------------------------------ 3. run identity

@@ -20,7 +20,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from cutlab.errors import CutlabError
-from cutlab.redaction import redact
+from cutlab.redaction import redact, scrub, with_encoded_password
 
 try:  # renamed in Optuna 4.9
     from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryCallback
@@ -73,7 +73,7 @@ def open_storage(url: str, heartbeat: dict):
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
     if url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")):
         engine_kwargs = {}
-        given, url = url, _with_postgres_driver(url)
+        given, url = url, _with_postgres_driver(with_encoded_password(url))
         if url.startswith("postgresql"):
             engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
         if url.startswith("sqlite:///"):
@@ -85,7 +85,7 @@ def open_storage(url: str, heartbeat: dict):
                               "pip install 'cutlab[postgres]' (psycopg2)") from None
         except Exception as error:
             reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-            raise CutlabError(f"cannot open the search storage {redact(given)}: {redact(reason)}. Start the database and check "
+            raise CutlabError(f"cannot open the search storage {redact(given)}: {scrub(reason, given)}. Start the database and check "
                               "host, port, user and database name, or drop --storage to use the default journal "
                               f"file; accepted forms: {FORMS}") from None
     scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url)
