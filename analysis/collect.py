@@ -31,6 +31,9 @@ import pandas as pd
 import yaml
 
 from analysis.selection import arm_of
+from analysis.record_values import CONFIG as CONFIG_RULES
+from analysis.record_values import MAX_DEPTH, checked
+from analysis.record_values import SUMMARY as SUMMARY_RULES
 from cutlab.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.records.RECORD_VERSION when it was written)
@@ -162,9 +165,8 @@ def find_run_dirs(root: Path) -> list[Path]:
     for current, dirs, files in os.walk(root):
         if any(name in files for name in RECORD_FILES):
             found.append(Path(current))
-            dirs[:] = []  # a run folder's subfolders (wandb/) hold no runs
-        else:
-            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        # on into a run folder's subfolders too: a run written into another's folder (run_name=.) is still found
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
     if not found:
         raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
                             "folder that python -m cutlab wrote its runs into")
@@ -182,9 +184,12 @@ def _run_ids(run_dirs: list[Path]) -> list[str]:
 def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.DataFrame | None]:
     """One run folder: its row for ``runs``, its eval.csv (or None) and its history.csv (or None)."""
     config, config_problem = _read_config(run_dir)
+    flat_config, bad_values = checked(flatten(config), CONFIG_RULES, CONFIG)
     summary, summary_problem = _read_summary(run_dir)
+    summary, bad_summary = _checked_summary(summary)
+    bad_values += bad_summary
     row: dict[str, Any] = {"path": str(run_dir)}
-    row.update(_config_columns(config))
+    row.update(_config_columns(flat_config))
     row.update(_summary_columns(summary))
     evaluation, eval_problem = _read_eval(run_dir, row)
     history = _read_history(run_dir)
@@ -196,6 +201,9 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
         if row.get("gamma_test_grid") is None:
             row["gamma_test_grid"] = tuple(sorted(set(evaluation.loc[evaluation["split"] == "test", "gamma_test"])))
     row["state"], row["problem"] = _classify(summary, summary_problem, config_problem, eval_problem)
+    if bad_values:  # a record cutlab did not write this way (edited, or another program's): never a result
+        row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
+                                                       "or move the run folder out of the analysed folders")
     row.update(_headline(row, evaluation if row["state"] == "complete" else None))
     return row, evaluation, history
 
@@ -225,6 +233,20 @@ def _read_summary(run_dir: Path) -> tuple[dict | None, str | None]:
     return summary, None
 
 
+def _checked_summary(summary: dict | None) -> tuple[dict | None, list[str]]:
+    """The summary without the values that break SUMMARY_RULES (feasibility's layers included), and why."""
+    if summary is None:
+        return None, []
+    feasibility = summary.get("feasibility")
+    view = dict(summary)
+    if isinstance(feasibility, dict):
+        view["feasibility.violated_layers"] = feasibility.get("violated_layers")
+    kept, problems = checked(view, SUMMARY_RULES, SUMMARY)
+    layers = kept.pop("feasibility.violated_layers", None)
+    kept["feasibility"] = {**(kept.get("feasibility") or {}), "violated_layers": layers}
+    return kept, problems
+
+
 def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
     """``{"train": {"alpha": 0.25}}`` -> ``{"train.alpha": 0.25}``; lists become tuples (hashable)."""
     out: dict[str, Any] = {}
@@ -237,8 +259,8 @@ def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _config_columns(config: dict) -> dict[str, Any]:
-    flat = flatten(config)
+def _config_columns(flat: dict[str, Any]) -> dict[str, Any]:
+    """The runs-frame columns of a flattened, checked config."""
     row = {column: flat.get(key) for column, key in CONFIG_COLUMNS.items()}
     row["constrained"] = bool(row["constrained"]) if row["constrained"] is not None else None
     row["arm"] = arm_of(row)
@@ -307,6 +329,10 @@ def _read_eval(run_dir: Path, row: dict) -> tuple[pd.DataFrame | None, str | Non
     frame["gamma_test"] = pd.to_numeric(frame["gamma_test"], errors="coerce")
     frame["layer"] = pd.to_numeric(frame["layer"], errors="coerce")
     frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+    stray = ~frame["layer"].between(0, MAX_DEPTH) | (frame["layer"] % 1 != 0) | np.isinf(frame["gamma_test"])
+    if (stray & frame["layer"].notna()).any():
+        return None, (f"{EVAL} holds layers outside 0..{MAX_DEPTH}, fractional layers or an infinite gamma_test: "
+                      "not a record cutlab wrote")
     broken = frame[["gamma_test", "layer", "value"]].isna().any(axis=1)
     if broken.any():
         return frame[~broken].astype({"layer": int}), f"{EVAL} is truncated ({int(broken.sum())} incomplete rows)"

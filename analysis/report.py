@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.collect import RunTable
 from analysis.figures import STEMS, FigureResult, make_figures
+from analysis.markdown import inert
 from analysis.selection import (
     ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, sort_cells,
 )
@@ -84,7 +85,7 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     lines = ["# cutlab analysis report", ""]
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(f"Generated {when}" + (f" by `{command}`" if command else "") + " from "
-                 + ", ".join(f"`{folder}`" for folder in runs.folders) + ".")
+                 + ", ".join(inert(folder) for folder in runs.folders) + ".")
     if runs.source:
         lines.append(f"The run records were rebuilt from {runs.source} (config, summary, history and the eval "
                      "table); W&B holds no sample_losses.csv, so the figures that need it are skipped.")
@@ -121,7 +122,7 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
                       & (keyed["dataset"] == key["dataset"])]
         done = group[group["usable"]]
         lines.append(
-            f"| {key['task']} | {key['model']} | {key['dataset']} | "
+            f"| {_cell(key['task'])} | {_cell(key['model'])} | {_cell(key['dataset'])} | "
             + "".join(f"{int((done['arm'] == arm).sum())} | " for arm in ARMS)
             + f"{int((group['state'] == 'failed').sum())} | "
             f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
@@ -147,7 +148,7 @@ def _failed(frame: pd.DataFrame) -> list[str]:
         return lines + ["None."]
     lines += ["| run | setting | arm | steps | error |", "|---|---|---|---:|---|"]
     for _, run in failed.iterrows():
-        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {run['arm'] or '?'} | {_int(run['steps'])} | "
+        lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {_cell(run['arm'] or '?')} | {_int(run['steps'])} | "
                      f"{_cell(_short(run['problem']))} |")
     return lines
 
@@ -228,13 +229,13 @@ def _figure_sections(figures: list[FigureResult]) -> list[str]:
             continue
         png = next(p for p in figure.paths if p.suffix == ".png")
         pdf = next(p for p in figure.paths if p.suffix == ".pdf")
-        lines += [f"### {figure.title}", "", figure.caption, "",
+        lines += [f"### {figure.title}", "", inert(figure.caption), "",
                   f"![{figure.title}]({FIGURES_DIR}/{png.name})", "", f"[PDF]({FIGURES_DIR}/{pdf.name})", ""]
     skipped = [figure for figure in figures if not figure.written]
     lines += ["## Skipped figures", ""]
     if not skipped:
         return lines + ["None: every figure had data."]
-    return lines + [f"- **{figure.title}**: {figure.skipped}." for figure in skipped]
+    return lines + [f"- **{figure.title}**: {inert(figure.skipped)}." for figure in skipped]
 
 
 # ------------------------------------------------------------------------------------------- formatting
@@ -242,7 +243,7 @@ def _figure_sections(figures: list[FigureResult]) -> list[str]:
 def _setting(run: pd.Series) -> str:
     if run.get("model") is None or pd.isna(run.get("L")) or pd.isna(run.get("gamma_train")):
         return "?"
-    return cell_label(run)
+    return _cell(cell_label(run))
 
 
 def _verdict(verdict) -> str:
@@ -287,5 +288,5 @@ def _short(text) -> str:
 
 
 def _cell(text) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("|", "\\|")
+    """Record text safe inside a Markdown table cell."""
+    return inert(text)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.collect import RunTable
+from analysis.markdown import inert
 from analysis.published import TABLE3 as PUBLISHED3
 from analysis.published import TABLE4 as PUBLISHED4
 from analysis.published import published_value
@@ -89,7 +90,7 @@ class Table:
                   + [f"Δ {ARM_LABELS[arm]}" for arm in self.arms])
         lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
         for row in self._display_rows():
-            lines.append("| " + " | ".join(row) + " |")
+            lines.append("| " + " | ".join([*map(inert, row[:2]), *row[2:]]) + " |")  # model, dataset: record text
         return "\n".join(lines) + "\n\n" + "\n".join(f"{note}  " for note in self.notes).rstrip() + "\n"
 
     def to_latex(self) -> str:

@@ -12,7 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.errors import CutlabError
 from cutlab.launch.preemption import PREEMPTED_EXIT, Preempted
-from cutlab.run_naming import run_name
+from cutlab.redaction import redact
+from cutlab.run_naming import check_run_name, run_name
 
 CONFIG_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
@@ -42,7 +43,7 @@ def app(cfg: DictConfig) -> float | None:
         raise SystemExit(PREEMPTED_EXIT) from None
     except CutlabError as error:
         _remove_if_empty(run_dir)
-        print(f"cutlab: error: {error}", file=sys.stderr)
+        print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         if not in_sweep:
             raise SystemExit(2) from None
         _record_failure(run_dir, str(error))
@@ -78,10 +79,15 @@ GROUPS = ("model", "data", "train", "launcher")
 
 
 def check_group_choices(arguments: list[str]) -> None:
-    """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones (before Hydra starts)."""
+    """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
+    not one folder name gets one line (before Hydra starts)."""
     for argument in arguments:
         group, _, value = argument.lstrip("+~").partition("=")
-        if group not in GROUPS or not value or "(" in value:
+        if group not in (*GROUPS, "run_name") or not value or "(" in value:
+            continue
+        if group == "run_name":  # before Hydra makes the folder it names
+            for name in (value, *value.split(",")):
+                check_run_name(name)
             continue
         known = sorted(path.stem for path in (Path(CONFIG_DIR) / group).glob("*.yaml"))
         for choice in value.split(","):
@@ -107,7 +113,7 @@ def main() -> None:
                 raise SystemExit(status)
             argv = ["-m", *command.hydra_argv()]
     except CutlabError as error:
-        print(f"cutlab: error: {error}", file=sys.stderr)
+        print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
     app()

@@ -12,10 +12,13 @@ from cutlab.errors import CutlabError
 from cutlab.tasks import task_kind
 
 
-def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False) -> float:
+def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
+            finite: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
         raise CutlabError(f"{key} must be a number, got {value!r}; e.g. {key}={example}")
     value = float(value)
+    if finite and math.isinf(value):
+        raise CutlabError(f"{key} must be a finite number, got {value:g}; e.g. {key}={example}")
     if minimum is not None and (value <= minimum if exclusive else value < minimum):
         relation = ">" if exclusive else ">="
         raise CutlabError(f"{key} must be {relation} {minimum:g}, got {value:g}; e.g. {key}={example}")
@@ -38,8 +41,8 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 def check_config(cfg: DictConfig) -> None:
     """Raise CutlabError on the first value that cannot make a run."""
     kind = task_kind(cfg)
-    _number("gamma", cfg.gamma, "0.09", minimum=0.0)
-    _number("noise_mean", cfg.noise_mean, "0.0")
+    _number("gamma", cfg.gamma, "0.09", minimum=0.0, finite=True)
+    _number("noise_mean", cfg.noise_mean, "0.0", finite=True)
     _integer("L", cfg.L, "5", 1)
     _integer("seed", cfg.seed, "0", 0)
     if cfg.threads is not None:
@@ -48,7 +51,7 @@ def check_config(cfg: DictConfig) -> None:
     if not gammas or isinstance(gammas, (str, int, float)):
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     for gamma in gammas:
-        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)
+        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0, finite=True)  # noise of std inf: NaN
     _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
     _number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
     _integer("checkpoint.every_steps", cfg.checkpoint.every_steps, "100", 1)
@@ -57,7 +60,7 @@ def check_config(cfg: DictConfig) -> None:
     _integer("train.batch_size", train.batch_size, "4", 1)
     if train.max_steps_per_epoch is not None:
         _integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
-    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
+    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True, finite=True)
     if train.grad_clip is not None:
         _number("train.grad_clip", train.grad_clip, "1.0", minimum=0.0, exclusive=True)
     _number("train.alpha", train.alpha, "0.25", minimum=0.0, exclusive=True)

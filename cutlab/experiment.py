@@ -21,9 +21,12 @@ from cutlab.errors import CutlabError
 from cutlab.launch.preemption import Preempted, stop_on_signals
 from cutlab.provenance import provenance
 from cutlab.records import (
-    CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
+    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, evaluation_rows, read_summary,
     write_atomic, write_evaluation, write_json, write_sample_losses,
 )
+from cutlab.run_identity import check_same_run
+from cutlab.run_lock import RunLock
+from cutlab.run_naming import check_run_folder_name
 from cutlab.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task, pick_device
 
@@ -31,9 +34,6 @@ log = logging.getLogger("cutlab")
 
 # An initial l_0 below this fraction of the largest initial layer loss is float round-off of an identity Phi_0
 NUMERICAL_ZERO = 1e-6
-
-# Keys that may differ between a run and its resumption without changing its result.
-VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
 
 # ``on_epoch_end(epoch, validate)``: called after each epoch's checkpoint; ``validate()`` returns the last
 # layer's validation metric at gamma_train (one pass over the validation set, only when called).
@@ -49,23 +49,6 @@ class StopRun(Exception):
     def __init__(self, status: str, reason: str = "") -> None:
         super().__init__(reason or status)
         self.status = status
-
-
-def _comparable(config: dict) -> dict:
-    kept = {key: value for key, value in config.items() if key not in VOLATILE_KEYS}
-    kept["eval"] = {key: value for key, value in kept.get("eval", {}).items() if key != "batch_size"}
-    return kept
-
-
-def _differences(old: dict, new: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{prefix}{key}.")
-        elif a != b:
-            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
-    return out
 
 
 def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
@@ -113,35 +96,29 @@ def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | 
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 
 
-def _check_run_folder(run_dir: Path, resolved: dict) -> None:
-    stored = run_dir / CONFIG
-    if not stored.exists():
-        return
-    differences = _differences(_comparable(OmegaConf.to_container(OmegaConf.load(stored))), _comparable(resolved))
-    if differences:
-        raise CutlabError(
-            f"{run_dir} already holds a run with another configuration ({'; '.join(differences[:5])}); "
-            "pass run_name=<new name> to start a separate run (the existing one is kept)"
-        )
-
-
 def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | None = None) -> dict:
-    """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed."""
+    """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed.
+
+    The folder is locked for this process from the first read to the last write (cutlab.run_lock)."""
     check_config(cfg)
+    pick_device(cfg.device)  # an unknown or absent device stops here, before anything is written
+    check_run_folder_name(run_dir, cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    existing = read_summary(run_dir)
-    if existing and existing.get("status") == "complete":
-        log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
-        return existing
-    _check_run_folder(run_dir, resolved)
-    checkpoint = load_checkpoint(run_dir)
-    wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits for it
-    try:
-        task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
-    except BaseException:
-        wandb_service.abandon()
-        raise
-    return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end, wandb_service)
+    with RunLock(run_dir):
+        check_same_run(run_dir, resolved)
+        existing = read_summary(run_dir)
+        if existing and existing.get("status") == "complete":
+            log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
+            return existing
+        checkpoint = load_checkpoint(run_dir)
+        wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
+        try:
+            task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
+        except BaseException:
+            wandb_service.abandon()
+            raise
+        return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end,
+                                 wandb_service)
 
 
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
@@ -159,10 +136,15 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         task.prepare, cfg.gamma, task.sigma, cfg.noise_mean, cfg.seed, device,
     )
     if checkpoint:
-        trainer.load_state_dict(checkpoint["trainer"])
+        try:
+            trainer.load_state_dict(checkpoint["trainer"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a checkpoint of another model or config
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CutlabError(f"the checkpoint {run_dir / CHECKPOINT} does not fit this run's configuration "
+                              f"({type(error).__name__}: {reason[:200]}); move it aside to restart this run from "
+                              "scratch") from None
         log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
     else:
-        run_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
     return task, trainer, epsilon
@@ -181,7 +163,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
                "epsilon": epsilon}
     write_json(run_dir / SUMMARY, summary)
     tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
-    history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else None)
+    history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else 0)
     clock = FeasibilityClock(constraints_of(cfg, epsilon), cfg.eval.feasibility_tol, layers)
     if checkpoint and "feasibility_clock" in checkpoint:
         clock.load_state_dict(checkpoint["feasibility_clock"])

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from cutlab.redaction import redact_argv
+
 
 def _git(args: list[str], cwd: Path) -> str | None:
     try:
@@ -37,7 +39,7 @@ def provenance(seed: int, device: torch.device) -> dict:
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch_threads": torch.get_num_threads(),
-        "command": sys.argv,
+        "command": redact_argv(sys.argv),  # a password in an address must not reach the record
         "versions": {
             "cutlab": cutlab.__version__,
             "python": platform.python_version(),

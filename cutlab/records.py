@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from cutlab.atomic import DiskFull, is_disk_full, write_atomic
+from cutlab.errors import CutlabError
 
 RECORD_VERSION = 1
 SUMMARY = "summary.json"
@@ -29,32 +31,49 @@ EVAL = "eval.csv"
 SAMPLE_LOSSES = "sample_losses.csv"
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write through a temporary file and rename, so a crash never leaves a half-written record file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+CHECKPOINT = "checkpoint.pt"
 
 
 def write_json(path: Path, data: Any) -> None:
-    write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    """Atomic; on a disk too full for a temporary copy, an existing file (a few hundred bytes) is rewritten in
+    place, so that a run stopped by a full disk can still record ``failed``."""
+    text = json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+    try:
+        write_atomic(path, text)
+    except DiskFull:
+        if not path.is_file():
+            raise
+        try:
+            with open(path, "r+b") as handle:
+                handle.truncate(0)
+                handle.write(text.encode())
+        except OSError:
+            raise DiskFull(path) from None
+
+
+def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exception], ...], what: str) -> dict | None:
+    """A record file holding one mapping (None when absent): a file that is not one, cannot be read or is not
+    UTF-8 text stops in one line naming it and the fix, never in a traceback."""
+    if not path.exists():
+        return None
+    fix = f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    try:
+        data = parse(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, *errors) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CutlabError(f"{path} is not a readable {what} ({type(error).__name__}: {reason}); {fix}") from None
+    if not isinstance(data, dict):
+        raise CutlabError(f"{path} is not a {what}: it holds a {type(data).__name__}, not a mapping; {fix}")
+    return data
 
 
 def read_summary(run_dir: Path) -> dict | None:
-    path = run_dir / SUMMARY
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return None
-
-
-def is_complete(run_dir: Path) -> bool:
-    summary = read_summary(run_dir)
-    return bool(summary) and summary.get("status") == "complete"
+    """The folder's ``summary.json`` (None when there is none)."""
+    summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary")
+    if summary is not None and not isinstance(summary.get("status", ""), str):
+        raise CutlabError(f"{run_dir / SUMMARY} is not a run summary: its status is {summary['status']!r}; move "
+                          f"{run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own")
+    return summary
 
 
 def layer_columns(prefix: str, layers: int) -> list[str]:
@@ -64,11 +83,12 @@ def layer_columns(prefix: str, layers: int) -> list[str]:
 class HistoryWriter:
     """Appends one CSV row per step and flushes it, so an interrupted run keeps every step it took.
 
-    On resume the rows after the checkpoint's step are dropped first: those steps are about to be re-run
-    (identically, since batches and noise are functions of the step).
+    ``start_step``: the step training starts after (the checkpoint's, or 0 for a fresh start). Rows after it
+    are dropped first: those steps are about to be re-run (identically, since batches and noise are functions
+    of the step); a fresh start therefore begins a fresh file, never appending to a killed attempt's rows.
     """
 
-    def __init__(self, path: Path, layers: int, resume_from_step: int | None) -> None:
+    def __init__(self, path: Path, layers: int, start_step: int) -> None:
         self.path = path
         self.columns = (
             ["step", "epoch", "phase"]
@@ -80,25 +100,48 @@ class HistoryWriter:
                # the smoothed training constraints met (within slack / strictly): cutlab.core.feasibility_clock
                "constraints_met", "constraints_met_strictly"]
         )
-        if resume_from_step is not None and path.exists():
-            import pandas as pd  # lazy, as every pandas use in cutlab: ~0.2 s of start-up before step 1 otherwise
-
-            kept = pd.read_csv(path)
-            kept = kept[kept["step"] <= resume_from_step]
-            kept.to_csv(path, index=False)
-        fresh = not path.exists()
+        write_atomic(path, _csv_text([self.columns, *self._rows_through(start_step)]))
         self._file = open(path, "a", newline="")
         self._writer = csv.writer(self._file)
-        if fresh:
-            self._writer.writerow(self.columns)
-            self._file.flush()
+
+    def _rows_through(self, step: int) -> list[list[str]]:
+        """The file's complete rows up to ``step`` (a row cut by a kill mid-write is not complete)."""
+        if step == 0 or not self.path.exists():
+            return []
+        fix = f"move {self.path} aside to resume without it, or pass run_name=<new name> to start again"
+        try:
+            with open(self.path, newline="", encoding="utf-8") as handle:
+                header, *rows = list(csv.reader(handle)) or [[]]
+        except (OSError, UnicodeDecodeError, csv.Error) as error:
+            raise CutlabError(f"{self.path} cannot be read ({error}); {fix}") from None
+        if header != self.columns:
+            raise CutlabError(f"{self.path} has other columns than this run writes (another run's history?); {fix}")
+        kept = [row for row in rows if len(row) == len(header) and row[0].isdigit() and int(row[0]) <= step]
+        if [int(row[0]) for row in kept] != list(range(1, len(kept) + 1)):
+            raise CutlabError(f"{self.path} does not hold steps 1..{step} once each, in order; {fix}")
+        return kept
 
     def write(self, row: dict[str, Any]) -> None:
-        self._writer.writerow([row.get(column, "") for column in self.columns])
-        self._file.flush()
+        try:
+            self._writer.writerow([row.get(column, "") for column in self.columns])
+            self._file.flush()
+        except OSError as error:
+            raise DiskFull(self.path) if is_disk_full(error) else error
 
     def close(self) -> None:
-        self._file.close()
+        try:
+            self._file.close()
+        except OSError as error:  # the row a full disk refused is lost with it: its step re-runs on resume
+            if not is_disk_full(error):
+                raise
+
+
+def _csv_text(rows: list[list[Any]]) -> str:
+    import io
+
+    out = io.StringIO()
+    csv.writer(out).writerows(rows)
+    return out.getvalue()
 
 
 def evaluation_rows(split: str, evaluation) -> list[dict[str, Any]]:

@@ -4,8 +4,33 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
+
+from cutlab.errors import CutlabError
 
 MAX_NAME = 200  # well under the 255-byte limit of common filesystems
+UNSET = (None, "", "None", "null")
+
+
+def check_run_name(explicit) -> None:
+    """``run_name`` must name one folder inside the runs folder: ``..``, ``.`` or a path would write elsewhere
+    (the parent of the runs folder, or the runs folder itself, hiding every other run from the analysis)."""
+    if explicit in UNSET:
+        return
+    name = str(explicit)
+    if name.strip() in (".", "..") or any(sep in name for sep in ("/", "\\", "\0")):
+        raise CutlabError(f"run_name={name!r} is not a single folder name (no '/', '\\', '.' or '..'); it names the "
+                          "run's folder inside paths.runs_dir: e.g. run_name=ped2_baseline")
+
+
+def check_run_folder_name(run_dir: Path, cfg) -> None:
+    """The run's folder lies strictly inside the runs folder (a search's trial folders lie deeper inside)."""
+    check_run_name(cfg.get("run_name"))
+    runs = Path(cfg.paths.runs_dir).resolve()
+    folder = Path(run_dir).resolve()
+    if folder == runs or runs not in folder.parents:
+        raise CutlabError(f"the run folder {run_dir} is not inside paths.runs_dir={cfg.paths.runs_dir}; give each run "
+                          "its own folder there (run_name=<a folder name>)")
 
 
 def run_name(explicit: str | None, override_dirname: str) -> str:
@@ -13,7 +38,8 @@ def run_name(explicit: str | None, override_dirname: str) -> str:
 
     Long override lists keep a readable prefix plus a hash of the whole, so names stay unique and short.
     """
-    if explicit not in (None, "", "None", "null"):
+    if explicit not in UNSET:
+        check_run_name(explicit)
         name = str(explicit)
     elif not override_dirname:
         name = "default"

@@ -76,7 +76,37 @@ def build_task(cfg: DictConfig) -> Task:
     return getattr(importlib.import_module(module), function)(cfg)
 
 
+TRAINING_DEVICES = ("cpu", "cuda", "mps", "xpu")
+
+
 def pick_device(name: str) -> torch.device:
+    """``auto`` (CUDA when present, else CPU) or a device this machine has; anything else stops in one line."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(str(name))
+        if device.type not in TRAINING_DEVICES:
+            raise ValueError(device.type)
+    except (RuntimeError, ValueError):
+        raise CutlabError(f"device={name!r} is not a device; use device=auto (CUDA when present, else CPU), "
+                          "device=cpu, device=cuda or device=cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CutlabError(f"device={name} but this machine has no usable CUDA GPU (torch {torch.__version__}, "
+                              "torch.cuda.is_available() is False); use device=auto or device=cpu")
+        if device.index is not None and device.index >= count:
+            raise CutlabError(f"device={name} but this machine has {count} CUDA GPU(s), cuda:0..cuda:{count - 1}; "
+                              "use device=auto or one of those")
+    elif device.type != "cpu" and not _available(device):
+        raise CutlabError(f"device={name} is not available on this machine; use device=auto or device=cpu")
+    return device
+
+
+def _available(device: torch.device) -> bool:
+    """Whether a device of another kind (mps, xpu, ...) exists here: a one-element tensor can be made on it."""
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError):
+        return False
+    return True

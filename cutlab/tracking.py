@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from cutlab.errors import CutlabError
+from cutlab.redaction import redact_values, redacted_argv
 
 MODES = ("offline", "online", "disabled")
 # A cache folder the user chose is kept; otherwise each run's W&B cache lives in that run's own folder.
@@ -96,10 +97,12 @@ class Tracker:
         (service or ServiceStart(mode, run_dir)).wait()
         import wandb
 
-        self.run = wandb.init(
-            mode=mode, dir=str(run_dir), name=name, config=config, project=project, entity=entity,
-            group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None, reinit="create_new",
-        )
+        with redacted_argv():  # W&B records the command line in the run's metadata
+            self.run = wandb.init(
+                mode=mode, dir=str(run_dir), name=name, config=redact_values(config), project=project,
+                entity=entity, group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None,
+                reinit="create_new",
+            )
 
     @property
     def run_id(self) -> str | None:

@@ -64,7 +64,7 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
               "paths": {"runs_dir": str(root)}, "wandb": {"mode": "disabled"}}
     (run / CONFIG).write_text(yaml.safe_dump(config))
     last = list(test) if isinstance(test, list) else [test + 4 * (g - 0.5) for g in grid]
-    history = HistoryWriter(run / HISTORY, L + 1, None)
+    history = HistoryWriter(run / HISTORY, L + 1, 0)
     for step in range(1, 7):
         dual = constrained and step > 3
         row = {"step": step, "epoch": (step - 1) // 3, "phase": "constrained" if dual else "primal",

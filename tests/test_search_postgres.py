@@ -1,68 +1,22 @@
 """A search on a real PostgreSQL server: two workers at once, one killed mid-trial, no trial lost.
 
-The server is started here (initdb into a temporary folder, loopback only, stopped by PID). PostgreSQL
-refuses to run as root, so as root it runs as ``nobody``. Skipped when no PostgreSQL binaries exist
-(Debian: ``apt-get install -y postgresql``; they live in /usr/lib/postgresql/<version>/bin).
+The server is started here (tests/postgres_server.py).
 """
 
 from __future__ import annotations
 
-import glob
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import unavailable
+from postgres_server import postgres_server
 from test_search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
-
-
-def postgres_bin() -> Path | None:
-    found = shutil.which("postgres")
-    if found:
-        return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
-    return Path(versions[-1]).parent if versions else None
-
-
-def as_server_user(command: list[str]) -> list[str]:
-    return ["runuser", "-u", "nobody", "--", *command] if os.geteuid() == 0 else command
 
 
 @pytest.fixture(scope="module")
 def postgres_url():
-    binaries = postgres_bin()
-    if binaries is None or not (binaries / "initdb").exists():
-        unavailable("no PostgreSQL server binaries (postgres, initdb); install them: apt-get install -y postgresql")
-    base = Path(tempfile.mkdtemp(prefix="cutlab-pg-"))  # under /tmp: reachable by the server's user
-    if os.geteuid() == 0:
-        shutil.chown(base, "nobody")
-    subprocess.run(as_server_user([str(binaries / "initdb"), "-D", str(base / "data"), "-U", "cutlab",
-                                   "--auth=trust", "-E", "UTF8"]), check=True, capture_output=True, timeout=120)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = (base / "server.log").open("w")
-    subprocess.Popen(as_server_user([str(binaries / "postgres"), "-D", str(base / "data"), "-p", str(port),
-                                     "-c", "listen_addresses=127.0.0.1", "-k", str(base)]), stdout=log, stderr=log)
-    pid_file = base / "data" / "postmaster.pid"
-    try:
-        wait_for(lambda: pid_file.exists() and len(pid_file.read_text().splitlines()) >= 8
-                 and "ready" in pid_file.read_text(), 60, "PostgreSQL to accept connections", poll=0.1)
-        yield f"postgresql://cutlab@127.0.0.1:{port}/postgres"
-    finally:
-        if pid_file.exists():
-            server = int(pid_file.read_text().split()[0])
-            os.kill(server, signal.SIGINT)  # fast shutdown
-            wait_for(lambda: not Path(f"/proc/{server}").exists(), 30, "PostgreSQL to stop", poll=0.1)
-        log.close()
-        shutil.rmtree(base, ignore_errors=True)
+    with postgres_server() as url:
+        yield url
 
 
 def current_folder(log: Path) -> Path | None:

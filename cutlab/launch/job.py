@@ -19,6 +19,7 @@ import time
 from collections import deque
 from pathlib import Path
 
+from cutlab.errors import CutlabError
 from cutlab.launch.outcome import RunFailed, RunInterrupted
 from cutlab.launch.preemption import PREEMPTED_EXIT
 from cutlab.records import read_summary
@@ -90,7 +91,10 @@ def run_result(run_id: str, run_dir: str, code: int, tail: deque) -> dict:
     """What ``python -m cutlab``'s exit status means: 0 the run's summary, 75 (PREEMPTED_EXIT) interrupted after
     checkpointing, anything else failed with its error line (``tail``: its last lines of stderr)."""
     if code == 0:
-        return read_summary(Path(run_dir)) or {"status": "unknown"}
+        try:
+            return read_summary(Path(run_dir)) or {"status": "unknown"}
+        except CutlabError as error:  # replaced since the run ended: say so rather than fail the whole sweep
+            return {"status": "unknown", "error": str(error)}
     if code == PREEMPTED_EXIT:
         raise RunInterrupted(f"{run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
     raise RunFailed(f"{run_id}: exit {code}: {error_line(tail)}")

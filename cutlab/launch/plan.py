@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cutlab.errors import CutlabError
 from cutlab.records import read_summary
+from cutlab.run_identity import check_same_run
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG_DIR = REPO / "conf"
@@ -73,7 +74,7 @@ class PlannedRun:
     overrides: list[str]       # this run's overrides, as Hydra hands them to the run
     run_id: str                # its folder name: stable, from the overrides that change the result
     run_dir: Path
-    status: str                # new | complete | running | interrupted | failed (from its summary.json)
+    status: str                # new | complete | running | interrupted | failed (its summary.json) | refused
     steps_done: int = 0
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
 
@@ -135,7 +136,7 @@ def expand(command: Command) -> Plan:
         for index, job_overrides in enumerate(jobs):
             job, run_dir = composer.compose(list(job_overrides))
             plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir,
-                                        *_state(run_dir), cost_key=_cost_key(job)))
+                                        *_state(run_dir, job), cost_key=_cost_key(job)))
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(_composition_message(error)) from None
     finally:
@@ -218,11 +219,18 @@ def _check_unique_ids(plan: Plan) -> None:
         seen[run.run_id] = run
 
 
-def _state(run_dir: Path) -> tuple[str, int]:
-    summary = read_summary(run_dir)
+def _state(run_dir: Path, job: dict) -> tuple[str, int]:
+    """The run's status from its summary.json; ``refused`` when its folder holds another configuration or files that
+    are not a run record (running it says why, in one line), so that it is never counted as complete."""
+    try:
+        check_same_run(run_dir, job)
+        summary = read_summary(run_dir)
+    except CutlabError:
+        return "refused", 0
     if summary is None:
         return "new", 0
-    return summary.get("status", "new"), int(summary.get("steps") or 0)
+    steps = summary.get("steps")
+    return str(summary.get("status", "new")), steps if isinstance(steps, int) and steps >= 0 else 0
 
 
 def _cost_key(job: dict) -> tuple:
@@ -249,9 +257,10 @@ def measured_costs(runs_dir: Path) -> dict[tuple, list[float]]:
             if summary.get("status") != "complete" or not summary.get("wall_time_s"):
                 continue
             config = yaml.load((summary_path.parent / "config.yaml").read_text(), Loader=loader)
+            key, seconds = _cost_key(config), float(summary["wall_time_s"])
         except Exception:  # a half-written or foreign folder says nothing about cost
             continue
-        costs.setdefault(_cost_key(config), []).append(float(summary["wall_time_s"]))
+        costs.setdefault(key, []).append(seconds)
     return costs
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cutlab.errors import CutlabError
 from cutlab.launch.plan import SWEEP_RECORDS, Command, Plan, expand, format_plan, sweep_name
+from cutlab.redaction import redact_argv
 
 LAUNCHERS = ("inprocess", "local", "slurm")
 
@@ -105,7 +106,7 @@ def _start_record(plan: Plan, launcher: str) -> Path:
     record.mkdir(parents=True, exist_ok=False)
     (record / "sweep.yaml").write_text(plan.config_yaml)
     (record / "plan.txt").write_text(format_plan(plan, launcher, 1) + "\n")
-    (record / "command.json").write_text(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "launcher": launcher}, indent=1))
+    (record / "command.json").write_text(json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher}, indent=1))
     return record
 
 

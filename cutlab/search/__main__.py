@@ -8,6 +8,7 @@ finished trials are kept, interrupted ones resume from their checkpoints, and it
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import subprocess
@@ -16,11 +17,15 @@ import time
 from pathlib import Path
 
 from cutlab.errors import CutlabError
+from cutlab.redaction import redact, redact_argv
+
+STORAGE_ENV = "CUTLAB_STORAGE"  # the storage address, read from the environment so no password is on a command line
 
 EXAMPLES = """examples:
   python -m cutlab.search search=dust_video --n-trials 20 --workers 2
   python -m cutlab.search search=fair_comparison model=ut L=5 train.epochs=10
   python -m cutlab.search search=dust_video --storage postgresql://me@dbhost:5432/optuna   # many machines
+  CUTLAB_STORAGE=postgresql://me:PASSWORD@dbhost:5432/optuna python -m cutlab.search search=dust_video
   python -m cutlab.search search=dust_video search.pruner=null --dry-run
 """
 
@@ -37,7 +42,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--slurm-profile", default="default",
                         help="with --launcher slurm: a profile in slurm/*.yaml or a YAML path (default: default)")
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
-    parser.add_argument("--storage", default=None, help="journal:PATH | sqlite:///PATH | postgresql://... (= search.storage)")
+    parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None,
+                        help=f"journal:PATH | sqlite:///PATH | postgresql://... (= search.storage; default ${STORAGE_ENV}, "
+                             "which keeps a password off the command line)")
     parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
     parser.add_argument("--dry-run", action="store_true", help="check everything and print the plan; run nothing")
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set for spawned workers
@@ -75,9 +82,11 @@ def build_plan(args: argparse.Namespace):
     from cutlab.tasks import task_kind
 
     name, dotlist, overrides = split_overrides(args.overrides)
-    flags = {"n_trials": args.n_trials, "storage": args.storage, "study": args.study}
+    flags = {"n_trials": args.n_trials, "study": args.study}
     dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
     preset = load_preset(name, dotlist)
+    if args.storage:  # set after parsing: a parse error must never quote the address
+        preset = dataclasses.replace(preset, storage=args.storage)
     base = compose_run_config(overrides)
     for arm in preset.arms:
         cfg = compose_run_config([*arm.overrides, *overrides])
@@ -93,8 +102,6 @@ def build_plan(args: argparse.Namespace):
 
 
 def describe(plan, workers: int) -> str:
-    from cutlab.search.storage import redact
-
     preset = plan.preset
     lines = [f"study {preset.study} ({preset.name}): {preset.n_trials} trials per arm in total, {plan.direction} "
              f"the runs' validation selection_metric, {workers} worker(s)",
@@ -116,12 +123,19 @@ def _describe_param(param) -> str:
 
 
 def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
-    """The arguments of worker ``index``: this command's, plus its index (the launcher decides its threads)."""
+    """The arguments of worker ``index``: this command's, plus its index (the launcher decides its threads).
+
+    The storage goes to the workers in their environment (``storage_env``), never on a command line:
+    a command line is visible to every user of the machine and is recorded (provenance, W&B, sbatch scripts)."""
     flags = []
-    for flag, value in (("--n-trials", args.n_trials), ("--storage", args.storage), ("--study", args.study)):
+    for flag, value in (("--n-trials", args.n_trials), ("--study", args.study)):
         if value is not None:
             flags += [flag, str(value)]
     return [*args.overrides, *flags, "--worker-index", str(index)]
+
+
+def storage_env(args: argparse.Namespace) -> dict[str, str]:
+    return {STORAGE_ENV: args.storage} if args.storage else {}
 
 
 def user_threads(args: argparse.Namespace) -> bool:
@@ -136,7 +150,7 @@ def worker_command(args: argparse.Namespace, index: int) -> list[str]:
 
 def run_workers(args: argparse.Namespace) -> None:
     """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **storage_env(args)}
     workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
     try:
         codes = [worker.wait() for worker in workers]
@@ -164,6 +178,7 @@ def run_slurm_workers(args: argparse.Namespace, study_dir: Path) -> None:
     commands = [RunCommand(worker_argv(args, index), f"worker-{index}", str(study_dir), os.getcwd(),
                            threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
+    os.environ.update(storage_env(args))  # sbatch hands the submitting environment to the jobs
     outcomes = wait(submit(commands, profile, folder, job_name=f"search-{study_dir.name}"), commands)
     failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
     if failed:
@@ -172,6 +187,7 @@ def run_slurm_workers(args: argparse.Namespace, study_dir: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    sys.argv = redact_argv(sys.argv)  # what provenance.json and W&B record of this command
     try:
         from cutlab.search.report import format_report, write_report
         from cutlab.search.storage import open_storage, trial_counts
@@ -203,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
             + format_report(report))
         return 0
     except CutlabError as error:
-        print(f"cutlab-search: error: {error}", file=sys.stderr)
+        print(f"cutlab-search: error: {redact(str(error))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, SystemExit) as stop:
         if isinstance(stop, SystemExit) and stop.code in (0, None):

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE, UNCONSTRAINED
+from cutlab.errors import CutlabError
 from cutlab.records import read_summary
 from cutlab.search.storage import trial_counts
 
@@ -31,7 +32,10 @@ def arm_report(study: optuna.Study) -> dict:
     entry["verdicts"] = verdict_tally(complete)
     best = study.best_trial
     run_dir = Path(best.user_attrs["run_dir"])
-    summary = read_summary(run_dir) or {}
+    try:
+        summary = read_summary(run_dir) or {}
+    except CutlabError:  # the folder was replaced since the trial ended: its numbers are unknown, not a crash
+        summary = {}
     entry["best"] = {
         "trial": best.number, "validation": best.value, "params": best.params, "seed": best.user_attrs.get("seed"),
         "run_dir": str(run_dir), "metric": summary.get("metric"),

@@ -20,6 +20,7 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from cutlab.errors import CutlabError
+from cutlab.redaction import redact, scrub, with_encoded_password
 
 try:  # renamed in Optuna 4.9
     from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryCallback
@@ -61,10 +62,6 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
         return self._stale_callback
 
 
-def redact(url: str) -> str:
-    return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-
-
 def open_storage(url: str, heartbeat: dict):
     """Open (creating if needed) the storage at ``url``; a storage that cannot be reached stops here, clearly."""
     interval, grace = int(heartbeat["interval_s"]), int(heartbeat["grace_s"])
@@ -76,7 +73,7 @@ def open_storage(url: str, heartbeat: dict):
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
     if url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")):
         engine_kwargs = {}
-        given, url = url, _with_postgres_driver(url)
+        given, url = url, _with_postgres_driver(with_encoded_password(url))
         if url.startswith("postgresql"):
             engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
         if url.startswith("sqlite:///"):
@@ -88,10 +85,13 @@ def open_storage(url: str, heartbeat: dict):
                               "pip install 'cutlab[postgres]' (psycopg2)") from None
         except Exception as error:
             reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-            raise CutlabError(f"cannot open the search storage {redact(given)}: {reason}. Start the database and check "
+            raise CutlabError(f"cannot open the search storage {redact(given)}: {scrub(reason, given)}. Start the database and check "
                               "host, port, user and database name, or drop --storage to use the default journal "
                               f"file; accepted forms: {FORMS}") from None
-    raise CutlabError(f"unknown search storage {url!r}; use {FORMS}")
+    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url)
+    # only the scheme is shown: the rest of an address may hold a password
+    raise CutlabError(f"unknown search storage scheme {scheme.group(0) if scheme else '(none)'} (the rest of the "
+                      f"address is not shown: it may hold a password); use {FORMS}")
 
 
 def _open_database(url: str, engine_kwargs: dict, interval: int, grace: int, retry, attempts: int = 5) -> RDBStorage:

@@ -1,0 +1,13 @@
+"""Text from a run record, made inert in Markdown: a model name holding HTML or Markdown syntax is shown as
+written, and cannot hide the rest of the report (``<!--``), break a table (``|``) or load an image (``![](...)``)."""
+
+from __future__ import annotations
+
+import html
+
+_STRUCTURE = str.maketrans({"\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]", "|": "\\|", "\n": " ", "\r": " "})
+
+
+def inert(value) -> str:
+    """``value`` as literal text in Markdown (HTML escaped; emphasis characters kept: they hide nothing)."""
+    return html.escape(str(value), quote=False).translate(_STRUCTURE)

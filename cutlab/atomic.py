@@ -1,0 +1,78 @@
+"""Files written whole or not at all: a temporary file unique to this process, then a rename over the target.
+
+A crash leaves the previous version intact; a failure (a full disk) removes the temporary file and names the
+problem in one line instead of a chained traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from cutlab.errors import CutlabError
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_UMASK = os.umask(0o022)  # read once (it can only be read by setting it) and put back at once
+os.umask(_UMASK)
+
+
+class DiskFull(CutlabError):
+    """No space (or quota) left where a run writes its record."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no space left on the device holding {path.parent} (while writing {path.name}); free space "
+                         "there (or point paths.runs_dir elsewhere) and run the same command again: the run resumes "
+                         "from its last checkpoint")
+
+
+def is_disk_full(error: BaseException) -> bool:
+    return isinstance(error, OSError) and error.errno in NO_SPACE
+
+
+class _RecordingFile:
+    """A file that remembers the OSError of a failed write: torch.save reports it only as a RuntimeError."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, data) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+@contextmanager
+def atomic_file(path: Path) -> Iterator[_RecordingFile]:
+    """A binary file to write ``path``'s new content into; renamed over ``path`` when the block ends normally."""
+    path = Path(path)
+    try:
+        descriptor, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise DiskFull(path) if is_disk_full(error) else error
+    os.fchmod(descriptor, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the record from other readers
+    handle = os.fdopen(descriptor, "wb")
+    recording = _RecordingFile(handle)
+    try:
+        with handle:
+            yield recording
+        os.replace(tmp, path)
+    except BaseException as error:
+        Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(error) or is_disk_full(recording.error):
+            raise DiskFull(path) from None
+        raise
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` through a temporary file and a rename, so a crash never leaves a half-written file."""
+    with atomic_file(path) as handle:
+        handle.write(text.encode())

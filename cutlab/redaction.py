@@ -1,0 +1,85 @@
+"""Credentials never leave the process: URLs and arguments are redacted before any record, log or message.
+
+Handles every URL form a storage or data address may take, whatever its scheme: ``user:password@host``
+(the password may itself hold ``@``: the host follows the *last* ``@``), ``?password=...`` and its
+relatives (``token=``, ``secret=``, ``api_key=``), and libpq's ``password=...`` keyword form.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import quote, unquote
+
+HIDDEN = "***"
+# key=value pairs whose value is a credential, in a query string, a libpq DSN or an option (--db-password=...)
+_SECRET_PAIR = re.compile(
+    r"(?i)(?<![A-Za-z0-9_.])((?:ssl)?password|passwd|pwd|secret|token|access_token|api[_-]?key)=[^&#\s'\",;]+"
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential replaced by ***; whitespace-separated words are redacted one by one."""
+    return re.sub(r"\S+", lambda word: _redact_word(word.group(0)), str(text))
+
+
+def _password_span(word: str) -> tuple[int, int] | None:
+    """Where the password of ``scheme://user:password@host...`` starts and ends; None without one."""
+    scheme = word.find("://")
+    at = word.rfind("@")  # the host follows the last '@': a password may hold '@' itself
+    colon = word.find(":", scheme + 3, at) if scheme >= 0 and at > scheme else -1
+    return (colon + 1, at) if colon >= 0 else None  # user@host keeps its user: it is not a secret
+
+
+def _redact_word(word: str) -> str:
+    word = _SECRET_PAIR.sub(lambda pair: f"{pair.group(1)}={HIDDEN}", word)
+    span = _password_span(word)
+    return word if span is None else f"{word[:span[0]]}{HIDDEN}{word[span[1]:]}"
+
+
+def with_encoded_password(url: str) -> str:
+    """``url`` with a raw ``@`` in its password percent-encoded, as URL parsers (SQLAlchemy, libpq) need: they
+    end the password at the first ``@`` and would take the rest of it for the host name."""
+    span = _password_span(url)
+    if span is None or "@" not in url[span[0]:span[1]]:
+        return url
+    return f"{url[:span[0]]}{quote(url[span[0]:span[1]], safe='%')}{url[span[1]:]}"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (a driver's error message about ``url``) redacted, and without any piece of ``url``'s password."""
+    text = redact(text)
+    span = _password_span(url)
+    if span is not None:
+        password = url[span[0]:span[1]]
+        for secret in sorted({password, unquote(password), *password.split("@")}, key=len, reverse=True):
+            if len(secret) >= 3:
+                text = text.replace(secret, HIDDEN)
+    return text
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with its credentials hidden; each argument is one word even if it holds spaces."""
+    return [_redact_word(argument) for argument in argv]
+
+
+def redact_values(data: Any) -> Any:
+    """A config (dicts, lists, strings) with every string value redacted."""
+    if isinstance(data, dict):
+        return {key: redact_values(value) for key, value in data.items()}
+    if isinstance(data, (list, tuple)):
+        return type(data)(redact_values(value) for value in data)
+    return _redact_word(data) if isinstance(data, str) else data
+
+
+@contextmanager
+def redacted_argv():
+    """``sys.argv`` redacted while libraries read it (W&B stores the command line in its run metadata)."""
+    original = sys.argv
+    sys.argv = redact_argv(original)
+    try:
+        yield
+    finally:
+        sys.argv = original

@@ -1,0 +1,73 @@
+"""Which run a folder holds: its stored resolved config, compared key by key with the one asked for.
+
+A folder is named by the command line (lossily: every unusual character becomes ``_``) and some keys are left
+out of the name, so the name alone cannot say that a folder holds *this* run. The stored ``config.yaml`` can:
+the decision to skip or resume a folder is taken only after it matches, and a folder holding another
+configuration is refused, naming what differs, rather than handing back someone else's results.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cutlab.errors import CutlabError
+from cutlab.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
+
+# Keys that may differ between a run and its resumption without changing its result. ``paths`` itself is here
+# because what it changes (the data and model files) is compared through the keys resolved from it (data.root).
+VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
+MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one is kept)"
+
+
+def comparable(config: dict) -> dict:
+    return {key: _normalised(value) for key, value in config.items() if key not in VOLATILE_KEYS}
+
+
+def _normalised(value: Any) -> Any:
+    """Paths spelled differently but naming the same file compare equal (``/a/main/../shared`` = ``/a/shared``)."""
+    if isinstance(value, dict):
+        return {key: _normalised(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normalised(item) for item in value]
+    if isinstance(value, str) and value.startswith("/"):
+        return os.path.normpath(value)
+    return value
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    out = []
+    for key in sorted(set(old) | set(new), key=str):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}: {a!r} -> {b!r}")
+    return out
+
+
+def stored_config(run_dir: Path) -> dict | None:
+    """The folder's ``config.yaml`` (None when there is none); a file that is not a config stops in one line."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return read_mapping(run_dir / CONFIG, lambda text: yaml.load(text, Loader=loader), (yaml.YAMLError,), "run config")
+
+
+def check_same_run(run_dir: Path, resolved: dict) -> None:
+    """Refuse ``run_dir`` unless it holds no record yet or its stored config computes the same result as ``resolved``.
+
+    Checked before a complete run is skipped, so that another configuration mapping to the same folder name never
+    gets this folder's results. A summary or checkpoint without a config beside it is not cutlab's: refused too.
+    """
+    stored = stored_config(run_dir)
+    if stored is None:
+        if (run_dir / SUMMARY).exists() or (run_dir / CHECKPOINT).exists():
+            raise CutlabError(f"{run_dir} holds a run record but no {CONFIG}, so it cannot be told apart from another "
+                              f"run; {MOVE_ASIDE}")
+        return
+    found = differences(comparable(stored), comparable(resolved))
+    if found:
+        raise CutlabError(f"{run_dir} already holds a run with another configuration ({'; '.join(found[:5])}"
+                          f"{'; ...' if len(found) > 5 else ''}); {MOVE_ASIDE}")

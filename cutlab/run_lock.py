@@ -1,0 +1,78 @@
+"""One writer per run folder: an OS advisory lock on ``<run_dir>/.lock``, released by the OS when its holder dies.
+
+A second process on the same folder refuses at once, in one line naming the holder's process id and host,
+instead of writing the same files at the same time (interleaved history, a crash on a shared temporary file).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+from cutlab.errors import CutlabError
+
+LOCK = ".lock"
+
+
+class RunLock:
+    """Hold ``run_dir``'s lock from ``acquire()`` to ``release()`` (or the end of a ``with`` block).
+
+    The folder is created if needed; ``release`` removes the lock file, and the folder too when this lock
+    created it and nothing else was written there (a run refused at the door leaves nothing behind).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.path = Path(run_dir), Path(run_dir) / LOCK
+        self._descriptor: int | None = None
+        self._created_dir = False
+
+    def acquire(self) -> RunLock:
+        if not self.run_dir.exists():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._created_dir = True
+        while True:
+            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
+                os.close(descriptor)
+                self._remove_created_dir()
+                raise CutlabError(f"{self.run_dir} is being written by {holder}; wait for it to end (or stop it), then "
+                                  "run the same command again: a run folder takes one writer at a time") from None
+            if self._still_the_lock_file(descriptor):
+                break
+            os.close(descriptor)  # its holder removed the file while we waited for it: lock the new one
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+        self._descriptor = descriptor
+        return self
+
+    def _still_the_lock_file(self, descriptor: int) -> bool:
+        try:
+            return os.stat(self.path).st_ino == os.fstat(descriptor).st_ino
+        except FileNotFoundError:
+            return False
+
+    def release(self) -> None:
+        if self._descriptor is None:
+            return
+        self.path.unlink(missing_ok=True)  # removed while still held: a waiter then sees a stale file and retries
+        os.close(self._descriptor)
+        self._descriptor = None
+        self._remove_created_dir()
+
+    def _remove_created_dir(self) -> None:
+        if self._created_dir:
+            try:
+                self.run_dir.rmdir()
+            except OSError:
+                pass  # the run wrote its record there: kept
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
