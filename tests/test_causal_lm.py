@@ -70,7 +70,10 @@ def task_config(root, tokenizer_folder, **model) -> OmegaConf:
     cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
     cfg.model = OmegaConf.load(ROOT / "conf" / "model" / "causal_lm.yaml")
     cfg.data = OmegaConf.load(ROOT / "conf" / "data" / "alpaca.yaml")
-    cfg.train = OmegaConf.load(ROOT / "conf" / "train" / "constrained.yaml")
+    # train=constrained is the paper's preset (its defaults list) with cutlab's dual dynamics merged over it
+    defaults = OmegaConf.load(ROOT / "conf" / "train" / "constrained.yaml")
+    cfg.train = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "train" / "constrained_paper.yaml"),
+                                {key: value for key, value in defaults.items() if key != "defaults"})
     cfg.merge_with({"L": 2, "progress": False, "model": {"pretrained": None, "tokenizer": str(tokenizer_folder), **model},
                     "data": {"root": str(root), "val_fraction": 0.1, "test_fraction": 0.2}})
     return cfg
