@@ -41,6 +41,7 @@ def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_pat
             assert (out / "report" / "figures" / f"{stem}.{suffix}").stat().st_size > 5_000, stem
     skipped = (out / "skipped.md").read_text()
     assert "vit" in skipped and "roberta" in skipped and "not run: model vit" in first.stderr
+    assert "constrained UT at gamma_train 0" in skipped and "train=constrained_paper" in skipped
     # the same command again: every run is complete, so nothing trains and no record changes
     records = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")}
     second = reproduce(out)
