@@ -164,7 +164,7 @@ def _train_and_record(cfg, run_dir: Path, task: Task, trainer: Trainer, checkpoi
     write_json(run_dir / SUMMARY, summary)
     tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
     history = HistoryWriter(run_dir / HISTORY, layers, trainer.progress.step if checkpoint else 0)
-    clock = FeasibilityClock(constraints_of(cfg, epsilon), cfg.eval.feasibility_tol, layers)
+    clock = FeasibilityClock(constraints_of(cfg, epsilon), cfg.eval.feasibility_tol)
     if checkpoint and "feasibility_clock" in checkpoint:
         clock.load_state_dict(checkpoint["feasibility_clock"])
     # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent

@@ -265,12 +265,12 @@ def test_verdict_is_the_same_in_every_form_and_degenerate_when_nothing_can_desce
 
 
 def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> None:
-    clock = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, layers=2, smoothing=0.0)  # no smoothing: exact
+    clock = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)  # no smoothing: exact
     sequence = [(1.0, 0.9), (1.0, 0.4), (1.0, 0.45), (1.0, 0.6), (1.0, 0.3), (1.0, 0.2)]
     met = [clock.update(step, torch.tensor(pair), torch.zeros(2))[1] for step, pair in enumerate(sequence, start=1)]
     assert met == [False, True, True, False, True, True]
     assert clock.strictly_since == 5
-    resumed = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, layers=2, smoothing=0.0)
+    resumed = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)
     resumed.load_state_dict(clock.state_dict())
     resumed.update(7, torch.tensor([1.0, 0.1]), torch.zeros(2))
     assert resumed.strictly_since == 5

@@ -130,6 +130,16 @@ class Verdict:
         return vars(self).copy()
 
 
+def misses(constraints: Constraints, layer_losses: torch.Tensor, slacks: torch.Tensor,
+           tolerance: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks [L+1] of the active constraints missed by more than ``tolerance`` of their right-hand side (strictly),
+    and of those missed even with the run's resilience slack: the one rule of the verdict and the feasibility clock."""
+    violation = constraints.relative_violations(layer_losses)
+    active = constraints.active_mask(len(layer_losses))
+    relative_slack = constraints.relative_slacks(slacks, layer_losses)
+    return active & (violation > tolerance), active & (violation > tolerance + relative_slack)
+
+
 def feasibility_verdict(
     layer_losses: torch.Tensor,
     constraints: Constraints,
@@ -147,8 +157,7 @@ def feasibility_verdict(
     relative_slack = constraints.relative_slacks(slacks, losses)
     active = constraints.active_mask(len(losses))
     degenerate_rhs = torch.cat([torch.tensor([False]), losses[:-1] <= 0]) & active
-    missed = active & (violation > tolerance)
-    violated = active & (violation > tolerance + relative_slack)
+    missed, violated = misses(constraints, losses, slacks, tolerance)
     degenerate = violated & degenerate_rhs
     if not constrained:
         status = UNCONSTRAINED

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import torch
 
+from cutlab.core.evaluation import misses
 from cutlab.core.primal_dual import Constraints
 
 
 class FeasibilityClock:
     """Feed it every step; ``since`` / ``strictly_since`` are the first steps of the current met streak (None: not met)."""
 
-    def __init__(self, constraints: Constraints, tolerance: float, layers: int, smoothing: float = 0.95) -> None:
+    def __init__(self, constraints: Constraints, tolerance: float, smoothing: float = 0.95) -> None:
         self.constraints = constraints
         self.tolerance = tolerance
         self.smoothing = smoothing
-        self.active = constraints.active_mask(layers)
         self.smoothed: torch.Tensor | None = None
         self.since: int | None = None
         self.strictly_since: int | None = None
@@ -30,10 +30,8 @@ class FeasibilityClock:
         losses = layer_losses.detach().cpu().double()
         self.smoothed = losses if self.smoothed is None else \
             self.smoothing * self.smoothed + (1.0 - self.smoothing) * losses
-        violation = self.constraints.relative_violations(self.smoothed)
-        relative_slack = self.constraints.relative_slacks(slacks, self.smoothed)
-        strictly = not bool((self.active & (violation > self.tolerance)).any())
-        within = not bool((self.active & (violation > self.tolerance + relative_slack)).any())
+        missed, violated = misses(self.constraints, self.smoothed, slacks, self.tolerance)
+        strictly, within = not bool(missed.any()), not bool(violated.any())
         self.since = (self.since if self.since is not None else step) if within else None
         self.strictly_since = (self.strictly_since if self.strictly_since is not None else step) if strictly else None
         return within, strictly
