@@ -1,4 +1,4 @@
-"""Read folders of run records (cutlab.records) into pandas frames.
+"""Read folders of run records (cutlab.run.records) into pandas frames.
 
 ``collect_runs(*folders)`` accepts one run folder, a sweep folder, or several, walks them for run
 records and returns a :class:`RunTable`:
@@ -34,9 +34,9 @@ from analysis.selection import arm_of
 from analysis.record_values import CONFIG as CONFIG_RULES
 from analysis.record_values import MAX_DEPTH, checked
 from analysis.record_values import SUMMARY as SUMMARY_RULES
-from cutlab.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
+from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
-#: record versions this module knows how to read (cutlab.records.RECORD_VERSION when it was written)
+#: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
 SUPPORTED_RECORD_VERSIONS = (1,)
 #: a directory holding any of these files is a run folder
 RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)

@@ -1,6 +1,6 @@
 """Run records rebuilt from W&B, so that every table, figure and report reads them like run folders.
 
-Every cutlab run logs to W&B (cutlab.tracking): the resolved config (``wandb.init(config=...)``), each
+Every cutlab run logs to W&B (cutlab.run.tracking): the resolved config (``wandb.init(config=...)``), each
 history.csv row as one W&B step, summary.json mirrored in the W&B summary (nested dicts flattened to
 ``feasibility/status`` keys) and eval.csv as the ``wandb.Table`` "eval". This module turns those back
 into run folders (config.yaml, summary.json, history.csv, eval.csv) and hands them to
@@ -37,14 +37,14 @@ import pandas as pd
 import yaml
 
 from analysis.collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
-from cutlab.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
-from cutlab.tracking import SUMMARY_SEPARATOR
+from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
+from cutlab.run.tracking import SUMMARY_SEPARATOR
 
-#: the W&B key cutlab logs eval.csv under (cutlab.experiment: ``tracker.log_table("eval", rows)``)
+#: the W&B key cutlab logs eval.csv under (cutlab.run.experiment: ``tracker.log_table("eval", rows)``)
 EVAL_KEY = "eval"
 #: a key every summary flattened by this cutlab's Tracker.summarize has once the run is complete
 FLATTENED_MARK = f"feasibility{SUMMARY_SEPARATOR}status"
-#: history.csv's leading columns, in cutlab.records.HistoryWriter's order
+#: history.csv's leading columns, in cutlab.run.records.HistoryWriter's order
 HISTORY_HEAD = ["step", "epoch", "phase"]
 HISTORY_LAYERED = ["loss", "lambda", "slack", "g"]
 HISTORY_TAIL = ["lagrangian", "grad_norm", "lr", "dual_lr", "step_time", "constraints_met", "constraints_met_strictly"]

@@ -1,2 +1,5 @@
-class CutlabError(Exception):
-    """A problem with the user's input or environment; the message names the problem and the fix."""
+"""``CutlabError``, defined in cutlab.core.errors (core imports nothing above it) and raised everywhere."""
+
+from cutlab.core.errors import CutlabError
+
+__all__ = ["CutlabError"]

@@ -1,6 +1,6 @@
 """The analysis package: collection, Tables 3/4 (golden files), figures, and the report command end to end.
 
-The golden folder is written here by hand with cutlab.records' own writers and file names, from
+The golden folder is written here by hand with cutlab.run.records' own writers and file names, from
 chosen numbers: several seeds of one cell (best-of-N must follow validation, not test), an infeasible
 constrained run, cells the paper has (published value and difference), text cells (trapezoid AUC,
 checked against a hand computation), a failed run and two half-written ones (flagged partial,
@@ -24,7 +24,7 @@ import yaml
 
 from conftest import GOLDEN, ROOT
 from test_cli import cutlab
-from cutlab.records import (
+from cutlab.run.records import (
     CONFIG, EVAL, HISTORY, RECORD_VERSION, SAMPLE_LOSSES, SUMMARY, HistoryWriter, layer_columns, write_evaluation,
 )
 

@@ -2,7 +2,7 @@
 report and search report; the paper's dual dynamics as an arm of their own; time to feasibility per run; the
 constraint-satisfaction figure; records written before these fields existed.
 
-Run folders are written with test_analysis' writer (cutlab.records' own writers and file names), from chosen
+Run folders are written with test_analysis' writer (cutlab.run.records' own writers and file names), from chosen
 numbers. The paper's dual settings are read from conf/train/constrained_paper.yaml, not from the analysis, so a
 drift between the two fails here. ``UPDATE_GOLDEN=1`` rewrites tests/golden/table3_dual_arms.md.
 """

@@ -25,7 +25,7 @@ from test_analysis import analysis_cli, run_main
 from test_cli import cutlab
 from analysis.collect import collect_runs
 from analysis.tables import build_tables
-from cutlab.records import CONFIG, EVAL, HISTORY, SUMMARY
+from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY
 
 TINY = ["-m", "train=erm,constrained", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2",
         "eval.gamma_test=[0,0.5]", "progress=false"]

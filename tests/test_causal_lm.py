@@ -20,8 +20,8 @@ from test_cli import cutlab
 from cutlab.core.data.alpaca import (
     IGNORE, PROMPT_NO_INPUT, PROMPT_WITH_INPUT, Example, load_examples, prompt_of, tokenize_example,
 )
-from cutlab.core.objectives_lm import TokenCrossEntropyObjective
-from cutlab.core.perturbation import perturbed_forward
+from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
+from cutlab.core.perturbation import Perturbation, perturbed_forward
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
 from contract import steps_on_a_fixed_batch
@@ -80,7 +80,7 @@ def task_config(root, tokenizer_folder, **model) -> OmegaConf:
 
 
 def build(cfg):
-    from cutlab.instruction_task import build_instruction_task
+    from cutlab.tasks.instruction import build_instruction_task
 
     torch.manual_seed(0)
     return build_instruction_task(cfg)
@@ -234,12 +234,12 @@ def test_resume_from_a_checkpoint_continues_exactly(alpaca_file, tiny_tokenizer)
     """Training 4 steps == 2 steps, state saved and loaded into a fresh task, 2 more steps."""
 
     def trainer_of(task):
-        from cutlab.experiment import build_primal_dual
+        from cutlab.run.experiment import build_primal_dual
 
         cfg = task_config(alpaca_file, tiny_tokenizer)
         return Trainer(task.model, task.objective, build_primal_dual(cfg, task.model, 6.0), task.train_set,
                        Schedule(epochs=2, batch_size=4, warmup_epochs=1, max_steps_per_epoch=2), task.prepare,
-                       gamma=0.5, sigma=task.sigma, seed=3)
+                       Perturbation(gamma=0.5, sigma=task.sigma, seed=3))
 
     cfg = task_config(alpaca_file, tiny_tokenizer)
     straight = trainer_of(build(cfg))

@@ -21,6 +21,7 @@ from cutlab.core.evaluation import feasibility_verdict
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.nupi import NuPI
 from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.perturbation import Perturbation
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
 
@@ -220,7 +221,8 @@ def _trainer(dual: DualSettings, form: str, model_seed: int) -> Trainer:
                              TinyUnrolled.layers, Constraints(alpha=0.3, epsilon=1.0, form=form), dual)
     return Trainer(model=model, objective=SquaredError(), primal_dual=primal_dual, train_set=FixedSamples(),
                    schedule=Schedule(epochs=3, batch_size=4, warmup_epochs=1),
-                   prepare=lambda batch: (batch.float(), batch.float()), gamma=0.3, sigma=0.8, seed=7)
+                   prepare=lambda batch: (batch.float(), batch.float()),
+                   noise=Perturbation(gamma=0.3, sigma=0.8, seed=7))
 
 
 @pytest.mark.parametrize("dual,form", [

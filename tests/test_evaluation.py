@@ -10,7 +10,7 @@ import torch
 from cutlab.core.evaluation import evaluate, feasibility_verdict
 from cutlab.core.models import DUST
 from cutlab.core.objectives import DenoisingObjective
-from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, noise_generator, perturb
+from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, Perturbation, noise_generator, perturb
 from cutlab.core.primal_dual import Constraints
 
 
@@ -48,7 +48,8 @@ def test_evaluate_matches_a_plain_loop_over_gammas_and_batches(ped2_tokens):
     model, objective = DUST(depth=2), DenoisingObjective()
     samples = Samples(torch.cat([ped2_tokens, ped2_tokens.flip(1)]))  # 4 samples, batches of 3 + 1
     gammas, sigma = [0.0, 0.3, 1.0], 0.2
-    result = evaluate(model, objective, samples, lambda x: (x, x), gammas, sigma, seed=5, batch_size=3)
+    result = evaluate(model, objective, samples, lambda x: (x, x), gammas, Perturbation(0.0, sigma, seed=5),
+                      batch_size=3)
     for g, gamma in enumerate(gammas):
         squared, count, losses = torch.zeros(3, dtype=torch.float64), 0, []
         for batch_index, start in enumerate((0, 3)):

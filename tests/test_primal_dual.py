@@ -17,7 +17,8 @@ import torch
 
 from cutlab.core.models import LayerwiseModel
 from cutlab.core.primal_dual import Constraints, DualSettings, NonFiniteLoss, PrimalDual
-from cutlab.core.training import Schedule, Trainer
+from cutlab.core.perturbation import Perturbation
+from cutlab.core.training import Schedule, Trainer, detach_left_out
 from cutlab.errors import CutlabError
 
 ADAM_BETAS = (0.9, 0.999)
@@ -583,9 +584,7 @@ def _build_trainer(cadence: str, model_seed: int) -> Trainer:
         train_set=FixedSamples(),
         schedule=Schedule(epochs=3, batch_size=4, warmup_epochs=1),  # 5 steps per epoch
         prepare=lambda batch: (batch.float(), batch.float()),
-        gamma=0.3,
-        sigma=0.8,
-        seed=7,
+        noise=Perturbation(gamma=0.3, sigma=0.8, seed=7),
     )
 
 
@@ -710,7 +709,7 @@ def test_detaching_zero_weight_layers_changes_no_bit(kind: str) -> None:
     for step in range(rounds):
         needed = pruned.layers_in_gradient()
         left_out, kept = left_out + needed.count(False), kept + needed[:-1].count(True)
-        outputs = [out if keep else out.detach() for out, keep in zip(model(x), needed)]
+        outputs = detach_left_out(model(x), needed)  # the Trainer's own line
         a = pruned.step(loss_matrix(outputs, y), dual_active=step >= 2)
         b = full.step(loss_matrix(twin(x), y), dual_active=step >= 2)
         assert a.lagrangian == b.lagrangian and torch.equal(a.multipliers, b.multipliers)

@@ -251,7 +251,7 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
 
 
 def test_a_plain_cutlab_run_never_imports_optuna():
-    code = "import sys, cutlab.__main__, cutlab.experiment; print('optuna' in sys.modules)"
+    code = "import sys, cutlab.cli, cutlab.run.experiment; print('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

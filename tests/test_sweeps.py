@@ -19,6 +19,8 @@ from conftest import GOLDEN, ROOT
 from contract import assert_same_records
 from test_cli import cutlab
 
+from cutlab.config.neutral import without_result_neutral_keys
+
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 
 
@@ -37,7 +39,7 @@ def result_config(run_dir: Path) -> dict:
     import yaml
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return {k: v for k, v in config.items() if k not in ("launcher", "wandb", "threads", "paths")}
+    return without_result_neutral_keys(config)
 
 
 # ------------------------------------------------------------------------------------------- the plan

@@ -13,7 +13,7 @@ from cutlab.core.data.text_readers import read_imdb, read_mnli
 from cutlab.core.models.hf_loading import load_model, load_tokenizer
 from cutlab.core.models.text_encoder import EncoderClassifier
 from cutlab.core.models.ut_text import UTTextClassifier, masked_symmetric_attention, mean_pool
-from cutlab.core.objectives_classification import ClassificationObjective
+from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.core.perturbation import perturbed_forward
 from contract import steps_on_a_fixed_batch
 

@@ -292,7 +292,7 @@ def test_a_run_killed_before_its_first_checkpoint_starts_a_fresh_history(tmp_pat
 def test_a_second_lock_on_a_run_folder_names_the_holder_and_temp_files_are_per_process(tmp_path):
     from cutlab.atomic import atomic_file
     from cutlab.errors import CutlabError
-    from cutlab.run_lock import RunLock
+    from cutlab.run.lock import RunLock
 
     run = tmp_path / "run"
     with RunLock(run):
@@ -384,7 +384,7 @@ def test_a_full_disk_fails_in_one_line_and_the_same_command_resumes_once_space_i
         summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "failed" and "no space left" in summary["error"]
         assert not temp_files(run) and not [p for p in run.iterdir() if p.name.startswith(".checkpoint")]
-        from cutlab.checkpoints import load_checkpoint
+        from cutlab.run.checkpoints import load_checkpoint
 
         assert load_checkpoint(run)["trainer"]["progress"]["step"] == 2  # the last checkpoint, intact
 

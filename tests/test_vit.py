@@ -115,7 +115,7 @@ def test_missing_folder_uncached_hub_id_and_non_vit_model_get_clear_errors(tmp_p
 
 
 def test_importing_the_video_path_does_not_import_transformers():
-    code = "import sys, cutlab.video_task, cutlab.core.models; assert 'transformers' not in sys.modules"
+    code = "import sys, cutlab.tasks.video, cutlab.core.models; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 

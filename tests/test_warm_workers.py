@@ -28,7 +28,7 @@ LONGER = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=40", "eval.gamma_t
 @pytest.fixture
 def worker(tmp_path, monkeypatch):
     """A warm worker with its runs, cache and W&B files in tmp_path, as the local launcher starts it."""
-    from cutlab.launch.worker import WarmWorker
+    from cutlab.launch.warm import WarmWorker
 
     for key, value in cutlab_env(tmp_path / "runs").items():
         monkeypatch.setenv(key, value)

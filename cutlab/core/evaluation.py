@@ -11,7 +11,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from cutlab.core.perturbation import EVAL_STREAM, noise_generator, perturbed_forward
+from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.primal_dual import Constraints
 from cutlab.core.training import SampleSource, collate, to_device
 
@@ -62,14 +62,14 @@ def evaluate(
     samples: SampleSource,
     prepare: Callable,
     gammas: list[float],
-    sigma: float,
-    noise_mean: float = 0.0,
-    seed: int = 0,
+    noise: Perturbation,
     batch_size: int = 8,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
 ) -> Evaluation:
-    """Metric and mean loss per gamma and layer over ``samples``, with the noise fixed by ``seed``."""
+    """Metric and mean loss per gamma and layer over ``samples``, with the noise fixed by ``noise.seed``.
+
+    Each gamma of ``gammas`` replaces ``noise.gamma`` (gamma_train); sigma, mean and seed are ``noise``'s."""
     model.eval()
     device = torch.device(device)
     metric_sums: torch.Tensor | None = None
@@ -79,8 +79,8 @@ def evaluate(
     for batch_index, indices in enumerate(order):
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
-            generator = noise_generator(seed, EVAL_STREAM, batch_index * 1_000 + g, device)
-            per_gamma = perturbed_forward(model, inputs, gamma, sigma, noise_mean, generator)
+            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * 1_000 + g, device)
+            per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
             losses, sums, count = objective.evaluation_terms(per_gamma, target)
             if metric_sums is None:
                 metric_sums = torch.zeros(len(gammas), sums.numel(), dtype=torch.float64)

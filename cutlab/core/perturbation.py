@@ -1,12 +1,31 @@
-"""Input perturbation x~ = x + xi, xi ~ N(mu, (gamma * sigma_x)^2 I) (SPEC section 2)."""
+"""Input perturbation x~ = x + xi, xi ~ N(mu, (gamma * sigma_x)^2 I) (the paper's Sec. 2 noise model)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, replace
 
 import torch
 
 # Distinct streams for training and evaluation noise, so neither depends on how much of the other ran.
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
+
+
+@dataclass(frozen=True)
+class Perturbation:
+    """One run's noise: std ``gamma * sigma`` around ``mean``, drawn from generators seeded by ``seed``.
+
+    The Trainer perturbs at ``gamma`` (gamma_train); evaluation perturbs at every gamma of its grid with the same
+    sigma, mean and seed (``at``).
+    """
+
+    gamma: float
+    sigma: float
+    mean: float = 0.0
+    seed: int = 0
+
+    def at(self, gamma: float) -> "Perturbation":
+        return replace(self, gamma=float(gamma))
 
 
 def noise_generator(seed: int, stream: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:

@@ -38,7 +38,7 @@ from typing import Literal
 import torch
 
 from cutlab.core.nupi import NuPI
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 Resilience = Literal["off", "slack", "weight_decay"]
 Cadence = Literal["batch", "epoch"]

@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
-from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturbed_forward
+from cutlab.core.perturbation import TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.primal_dual import PrimalDual, StepResult
 
 
@@ -71,6 +71,12 @@ def to_device(batch, device: torch.device):
     return batch
 
 
+def detach_left_out(outputs: list[torch.Tensor], needed: list[bool]) -> list[torch.Tensor]:
+    """Layers whose loss has a zero weight in the gradient are recorded, not back-propagated: for ERM every layer but
+    the last, when constrained those whose multipliers are 0 (``needed``: PrimalDual.layers_in_gradient)."""
+    return [out if keep else out.detach() for out, keep in zip(outputs, needed)]
+
+
 StepCallback = Callable[[Progress, StepResult, float], None]
 EpochCallback = Callable[[Progress], None]
 
@@ -80,7 +86,7 @@ class Trainer:
 
     ``prepare`` turns a collated clean batch, already on the device, into (model input, target): uint8
     frames into float patch tokens for both (denoising), or token ids and labels (classification).
-    Perturbation of ``model.perturbable(input)`` uses ``gamma * sigma`` with a generator of (seed, step).
+    Perturbation of ``model.perturbable(input)`` uses ``noise`` (gamma_train) with a generator of (seed, step).
     """
 
     def __init__(
@@ -91,10 +97,7 @@ class Trainer:
         train_set: SampleSource,
         schedule: Schedule,
         prepare: Callable,
-        gamma: float,
-        sigma: float,
-        noise_mean: float = 0.0,
-        seed: int = 0,
+        noise: Perturbation,
         device: torch.device | str = "cpu",
     ) -> None:
         self.model = model
@@ -103,10 +106,7 @@ class Trainer:
         self.train_set = train_set
         self.schedule = schedule
         self.prepare = prepare
-        self.gamma = gamma
-        self.sigma = sigma
-        self.noise_mean = noise_mean
-        self.seed = seed
+        self.noise = noise
         self.device = torch.device(device)
         self.progress = Progress()
 
@@ -120,17 +120,15 @@ class Trainer:
 
     def train_step(self, clean_batch) -> StepResult:
         inputs, target = self.prepare(to_device(clean_batch, self.device))
-        generator = noise_generator(self.seed, TRAIN_STREAM, self.progress.step, self.device)
+        generator = noise_generator(self.noise.seed, TRAIN_STREAM, self.progress.step, self.device)
         self.model.train()
-        outputs = perturbed_forward(self.model, inputs, self.gamma, self.sigma, self.noise_mean, generator)
-        # Layers whose loss has a zero weight in the gradient are recorded, not back-propagated: for ERM every
-        # layer but the last, when constrained those whose multipliers are 0 (PrimalDual.layers_in_gradient)
-        needed = self.primal_dual.layers_in_gradient(self.dual_active(self.progress.epoch))
-        outputs = [out if keep else out.detach() for out, keep in zip(outputs, needed)]
+        noise = self.noise
+        outputs = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
+        outputs = detach_left_out(outputs, self.primal_dual.layers_in_gradient(self.dual_active(self.progress.epoch)))
         return self.primal_dual.step(self.objective.loss_matrix(outputs, target), self.dual_active(self.progress.epoch))
 
     def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:  # of sample indices
-        indices = epoch_batches(len(self.train_set), self.schedule.batch_size, self.seed, self.progress.epoch)
+        indices = epoch_batches(len(self.train_set), self.schedule.batch_size, self.noise.seed, self.progress.epoch)
         yield from indices[self.progress.batch : self.steps_per_epoch()]
 
     def run(self, on_step: StepCallback | None = None, on_epoch_end: EpochCallback | None = None) -> Progress:

@@ -5,7 +5,7 @@ it runs the same command in warm workers, cutlab/launch/worker.py). Running the 
 keeps a sweep's run identical to the run a user starts by hand (same folder, same record, complete runs
 skipped, partial ones resumed). Under SLURM it is a submitit ``Checkpointable``: on the time-limit/preemption signal
 submitit calls :meth:`RunCommand.checkpoint`, which stops the child at a step boundary (it checkpoints,
-see cutlab/launch/preemption.py) and hands submitit the same command to requeue, which resumes it.
+see cutlab/run/preemption.py) and hands submitit the same command to requeue, which resumes it.
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ import time
 from collections import deque
 from pathlib import Path
 
+from cutlab.config.paths import REPO
 from cutlab.errors import CutlabError
 from cutlab.launch.outcome import RunFailed, RunInterrupted
-from cutlab.launch.preemption import PREEMPTED_EXIT
-from cutlab.records import read_summary
+from cutlab.run.preemption import PREEMPTED_EXIT
+from cutlab.run.records import read_summary
 
 try:  # submitit only matters under SLURM; the local launcher works without it
     from submitit.helpers import Checkpointable, DelayedSubmission
 except ImportError:  # pragma: no cover
     Checkpointable, DelayedSubmission = object, None
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 class RunCommand(Checkpointable):

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, RunInterrupted, outcome_of
-from cutlab.launch.worker import WarmWorker, WorkerDied
+from cutlab.launch.warm import WarmWorker, WorkerDied
 
 
 class ProcessPerRun:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from cutlab.core.objectives import headline_of, objective_of_metric
+
 
 class RunFailed(Exception):
     """A run ended with an error; the message holds the run's id and its last error line."""
@@ -42,7 +44,7 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
         return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
     except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
-    value = summary.get("test_auc") if summary.get("metric") == "accuracy" else summary.get("test_mean_metric")
+    value = headline_of(summary, objective_of_metric(summary["metric"])) if summary.get("metric") else None
     return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
 
 

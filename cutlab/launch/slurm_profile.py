@@ -25,9 +25,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cutlab.config.paths import SLURM_PROFILES_DIR
 from cutlab.errors import CutlabError
 
-PROFILES_DIR = Path(__file__).resolve().parents[2] / "slurm"
+PROFILES_DIR = SLURM_PROFILES_DIR
 
 
 @dataclass(frozen=True)

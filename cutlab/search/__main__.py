@@ -74,12 +74,14 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
 
 def build_plan(args: argparse.Namespace):
     """Check the preset, compose every arm's config and a sample trial's, and name the study folder."""
-    from cutlab.config_check import check_config
-    from cutlab.search.compose import check_space_keys, compose_run_config
+    from cutlab.config.checks import check_config
+    from cutlab.config.compose import compose_run_config
+    from cutlab.search.compose import check_space_keys
     from cutlab.search.preset import as_override, load_preset
     from cutlab.search.storage import default_storage_url
     from cutlab.search.worker import Plan
-    from cutlab.tasks import task_kind
+    from cutlab.config.groups import task_kind
+    from cutlab.tasks import objective_of
 
     name, dotlist, overrides = split_overrides(args.overrides)
     flags = {"n_trials": args.n_trials, "study": args.study}
@@ -95,7 +97,8 @@ def build_plan(args: argparse.Namespace):
         sample = [as_override(p.key, p.choices[0] if p.type == "categorical" else p.low) for p in arm.space]
         check_config(compose_run_config([*arm.overrides, *overrides, *sample]))
     kind = task_kind(base)
-    direction = preset.direction if preset.direction != "auto" else ("minimize" if kind == "video" else "maximize")
+    higher = objective_of(kind).higher_is_better  # the objective declares its metric's direction
+    direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")
     study_dir = Path(base.paths.runs_dir).resolve() / "search" / preset.study
     storage = preset.storage or default_storage_url(study_dir)
     return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed))

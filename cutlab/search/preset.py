@@ -14,9 +14,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from cutlab.config.paths import SEARCH_DIR
 from cutlab.errors import CutlabError
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "conf" / "search"
+PRESET_DIR = SEARCH_DIR
 TYPES = ("float", "log_float", "int", "categorical")
 DIRECTIONS = ("auto", "minimize", "maximize")
 PRESET_KEYS = {"study", "n_trials", "direction", "storage", "sampler", "pruner", "heartbeat", "overrides", "space", "arms"}

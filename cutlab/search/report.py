@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE, UNCONSTRAINED
 from cutlab.errors import CutlabError
-from cutlab.records import read_summary
+from cutlab.run.records import read_summary
 from cutlab.search.storage import trial_counts
 
 REPORT = "search_report.json"

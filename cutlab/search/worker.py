@@ -23,10 +23,12 @@ from optuna.storages import fail_stale_trials
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
+from cutlab.config.groups import task_kind
 from cutlab.errors import CutlabError
-from cutlab.search.compose import compose_run_config
+from cutlab.config.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import RetryCallback, open_storage
+from cutlab.tasks import objective_of
 
 # heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
 # with a budget shared by all workers
@@ -124,7 +126,7 @@ def run_folder(plan: Plan, arm: Arm, trial: optuna.Trial) -> Path:
 
 def pruning_hook(trial: optuna.Trial, epochs: int, metric: str):
     """Report the epoch's validation metric at gamma_train; stop hopeless trials (never at the last epoch)."""
-    from cutlab.experiment import StopRun
+    from cutlab.run.experiment import StopRun
 
     def on_epoch_end(epoch: int, validate) -> None:
         value = validate()
@@ -138,7 +140,7 @@ def pruning_hook(trial: optuna.Trial, epochs: int, metric: str):
 
 
 def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, worker_index: int) -> str:
-    from cutlab.experiment import StopRun, run_experiment
+    from cutlab.run.experiment import StopRun, run_experiment
 
     space = seed_space(plan) if arm.seeds else arm.space
     params = {param.key: param.suggest(trial) for param in space}
@@ -152,7 +154,7 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     trial.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)) + worker_index)
     shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
     say(f"{study.study_name} trial {trial.number} (worker {worker_index}): {shown} -> {run_dir}")
-    metric = "rmse" if plan.direction == "minimize" else "accuracy"
+    metric = objective_of(task_kind(cfg)).metric_name
     with get_heartbeat_thread(trial._trial_id, study._storage):
         try:
             summary = run_experiment(cfg, run_dir, on_epoch_end=pruning_hook(trial, cfg.train.epochs, metric))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 IGNORE = -100  # label of a token that does not count in the loss (PyTorch's cross_entropy ignore_index)
 
@@ -155,7 +155,7 @@ def split_examples(count: int, val_fraction: float, test_fraction: float, seed: 
 
 
 def check_data_config(data_cfg) -> None:
-    """The instruction-data keys, checked before any file is read (the generic keys are in cutlab/config_check.py)."""
+    """The instruction-data keys, checked before any file is read (the generic keys are in cutlab/config/checks.py)."""
     length = data_cfg.max_length
     if isinstance(length, bool) or not isinstance(length, int) or length < 2:
         raise CutlabError(f"data.max_length must be a whole number >= 2, got {length!r}; e.g. data.max_length=512")

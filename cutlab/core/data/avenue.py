@@ -10,7 +10,7 @@ from pathlib import Path
 
 from cutlab.core.data.clipfiles import describe, existing_folder, load_layout, video_files
 from cutlab.core.data.video import VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 _SPLITS = (("training_videos", "training"), ("testing_videos", "testing"))
 _ARCHIVE_TOPS = ("Avenue Dataset", "Avenue_Dataset", "avenue")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 # Bump whenever preprocessing changes (resize filter, naming, layout): old cache files then miss.
 CACHE_VERSION = 1

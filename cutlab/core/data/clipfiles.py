@@ -18,7 +18,7 @@ from PIL import Image
 
 from cutlab.core.data import cache
 from cutlab.core.data.video import ProgressLine, VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 VIDEO_SUFFIXES = (".avi", ".mp4", ".mov", ".mkv", ".mpg", ".mpeg", ".m4v", ".webm", ".wmv")
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")

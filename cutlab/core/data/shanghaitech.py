@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cutlab.core.data.clipfiles import describe, existing_folder, frame_files, load_layout, video_files
 from cutlab.core.data.video import VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 _TRAIN, _TEST = Path("training", "videos"), Path("testing", "frames")
 _ARCHIVE_TOPS = ("shanghaitech", "ShanghaiTech", "ShanghaiTech_Campus")

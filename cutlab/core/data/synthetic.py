@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cutlab.core.data.video import ProgressLine, VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 
 @dataclass

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Iterator, Optional
 
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 Example = tuple[str, Optional[str], int]
 

@@ -18,7 +18,7 @@ from PIL import Image
 
 from cutlab.core.data import cache
 from cutlab.core.data.video import ProgressLine, VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 _NPZ_KEY = re.compile(r"(training|testing)_(\d+)")
 _SPLIT_DIRS = (("Train", "training"), ("Test", "testing"))

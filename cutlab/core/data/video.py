@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 # data.name -> "module:function" reading that set; the function takes (root, cache_dir, image_size, progress,
 # **options) and returns VideoClips. Modules are imported on use (they import VideoClips from this one).

@@ -25,7 +25,7 @@ from cutlab.core.data.clipfiles import (
     video_files,
 )
 from cutlab.core.data.video import VideoClips
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 _SPLIT_NAMES = (("train", "test"), ("training", "testing"))
 HINT = (f"point data.root at a folder of clips (video files {', '.join(VIDEO_SUFFIXES[:4])}, ... or folders of "

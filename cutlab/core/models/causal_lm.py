@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from cutlab.core.models.base import LayerwiseModel
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 

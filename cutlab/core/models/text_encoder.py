@@ -12,6 +12,7 @@ import inspect
 import torch
 from torch import nn
 
+from cutlab.core.errors import CutlabError
 from cutlab.core.models.base import LayerwiseModel
 
 
@@ -48,6 +49,11 @@ class EncoderClassifier(LayerwiseModel):
         self.readout = nn.Linear(width, num_labels)  # psi, shared by every layer
         accepted = inspect.signature(encoder.forward).parameters
         self._forwarded = [key for key in ("token_type_ids",) if key in accepted]
+        self.pad_token_id = getattr(encoder.config, "pad_token_id", None)  # the tokenizer must pad with it
+
+    def input_embeddings(self) -> nn.Embedding:
+        """The word-embedding table the tokenizer's ids index (and sigma_x may be measured on)."""
+        return self.encoder.get_input_embeddings()
 
     def perturbable(self, inputs: dict) -> torch.Tensor:
         return self.encoder.get_input_embeddings()(inputs["input_ids"])
@@ -60,3 +66,22 @@ class EncoderClassifier(LayerwiseModel):
 
     def forward(self, inputs: dict) -> list[torch.Tensor]:
         return self.unroll(self.perturbable(inputs), inputs)
+
+
+def build_encoder_classifier(source: str, depth: int, num_labels: int, pretrained: bool = True,
+                             architecture: dict | None = None, truncate: bool = False,
+                             name: str = "hf_encoder") -> EncoderClassifier:
+    """``model=hf_encoder|distilbert|roberta``: the encoder ``source`` (its first ``depth`` blocks when
+    ``truncate``), every hidden state's first token through one shared readout."""
+    from cutlab.core.models.hf_loading import load_model
+
+    encoder = load_model(source, bool(pretrained), dict(architecture or {}))
+    full = encoder_depth(encoder.config)
+    if depth != full:
+        if not (truncate and depth < full):
+            raise CutlabError(
+                f"model={name} ({source}) has {full} layers but L={depth}: pass L={full}, "
+                f"or model.truncate=true to keep its first L < {full} layers"
+            )
+        keep_first_layers(encoder, depth)
+    return EncoderClassifier(encoder, num_labels)

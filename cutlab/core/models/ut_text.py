@@ -49,6 +49,11 @@ class UTTextClassifier(LayerwiseModel):
         self.biases = nn.ParameterList([nn.Parameter(torch.zeros(width)) for _ in range(depth)])
         self.readout = nn.Linear(width, num_labels)  # psi, shared by every layer
 
+    pad_token_id = None  # UT masks padding itself: any pad id is fine
+
+    def input_embeddings(self) -> nn.Embedding:
+        return self.embeddings
+
     def perturbable(self, inputs: dict) -> torch.Tensor:
         return self.embeddings(inputs["input_ids"])
 
@@ -66,3 +71,13 @@ class UTTextClassifier(LayerwiseModel):
 
     def forward(self, inputs: dict) -> list[torch.Tensor]:
         return self.unroll(self.perturbable(inputs), inputs)
+
+
+def build_ut_text_classifier(source: str, depth: int, num_labels: int, attention_step: float = 0.5,
+                             attention_scale: float | None = None, train_embeddings: bool = False) -> UTTextClassifier:
+    """``model=ut_text``: the word embeddings of the pretrained encoder ``source`` under ``depth`` UT layers."""
+    from cutlab.core.models.hf_loading import load_model
+
+    embeddings = load_model(source, pretrained=True).get_input_embeddings().weight.detach().float()
+    return UTTextClassifier(embeddings, depth, num_labels, attention_step=attention_step,
+                            attention_scale=attention_scale, train_embeddings=bool(train_embeddings))

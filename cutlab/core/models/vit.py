@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cutlab.core.models.base import LayerwiseModel
-from cutlab.errors import CutlabError
+from cutlab.core.errors import CutlabError
 
 # ImageNet statistics: what ViT-family checkpoints (ViT, DeiT, DINOv2) were trained on, used when
 # the checkpoint ships no preprocessor_config.json of its own.
@@ -233,6 +233,7 @@ def _as_int(value) -> int:
 
 def build_vit(pretrained: str, depth: int, mean=None, std=None, pad_mode: str = "reflect") -> ViTDenoiser:
     """Load ``pretrained`` (first ``depth`` blocks) and wrap it; mean/std default to the checkpoint's own."""
+    mean, std = (None if v is None else tuple(float(x) for x in v) for v in (mean, std))
     encoder = load_encoder(pretrained, depth)
     own_mean, own_std = _image_statistics(pretrained)
     return ViTDenoiser(encoder, depth, mean=mean or own_mean, std=std or own_std, pad_mode=pad_mode)

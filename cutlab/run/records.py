@@ -11,7 +11,7 @@ Files, all readable by pandas without cutlab:
 - ``summary.json``        status (running|complete|failed|interrupted), the headline numbers, ratio statistics, the
                           feasibility verdict, W&B run id, record_version. Written last: a run is complete
                           exactly when summary.json says ``"status": "complete"``.
-- ``checkpoint.pt``       everything needed to resume (see cutlab.checkpoints)
+- ``checkpoint.pt``       everything needed to resume (see cutlab.run.checkpoints)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import torch
 
 from cutlab.atomic import atomic_file
 from cutlab.errors import CutlabError
-from cutlab.records import CHECKPOINT
+from cutlab.run.records import CHECKPOINT
 # what every checkpoint cutlab writes holds, with its type
 REQUIRED = {"trainer": dict, "record_version": int, "epsilon": (float, int, type(None))}
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from cutlab.config.paths import REPO
 from cutlab.redaction import redact_argv
 
 
@@ -22,7 +23,7 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 
 def provenance(seed: int, device: torch.device) -> dict:
-    source = Path(__file__).resolve().parent.parent
+    source = REPO
     status = _git(["status", "--porcelain", "--untracked-files=no"], source)
     from importlib.metadata import version  # pandas' version without importing pandas (~0.2 s before step 1)
 

@@ -1,11 +1,13 @@
-"""Per-layer objectives: representations Phi_0..Phi_L -> the per-sample, per-layer loss matrix [batch, L+1]."""
+"""Video denoising: the per-layer reconstruction loss on patch tokens, and RMSE on the 0-255 scale."""
 
 from __future__ import annotations
 
 import torch
 
+from cutlab.core.objectives.base import Headline
 
-class DenoisingObjective:
+
+class DenoisingObjective(Headline):
     """f = 1/2 sum_t ||x_t - Phi_l(x~)_t||^2 (SPEC section 1), on pixels scaled to [0, 1].
 
     Tokens are [B, T, P, n] (T frames, P patch positions, n pixels per patch). The sum runs over frames and

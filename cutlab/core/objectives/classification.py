@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from cutlab.core.objectives.base import Headline
 
-class ClassificationObjective:
+
+class ClassificationObjective(Headline):
     """f = cross-entropy of the shared readout's logits at each layer (SPEC section 1); metric: accuracy.
 
     Accuracy is accumulated as per-layer counts of correct predictions, so it is exact over any number of batches.

@@ -1,8 +1,9 @@
 """Builds the text classification task from config: examples, tokenizer, model, sigma_x and objective.
 
-``model.name`` picks the model: a Hugging Face encoder (``hf_encoder``, ``distilbert``, ``roberta``: every
+``model._target_`` builds the model: a Hugging Face encoder (``hf_encoder``, ``distilbert``, ``roberta``: every
 hidden state's first token through one shared readout) or ``ut_text`` (a pretrained encoder's word embeddings
-under UT layers). ``data.name`` picks the reader (imdb, mnli). ``transformers`` is imported only here.
+under UT layers); any text model offers ``input_embeddings()`` and ``pad_token_id``. ``data.name`` picks the
+reader (imdb, mnli). ``transformers`` is imported only by text and instruction runs.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.data.text import classification_batch, shuffled, split_sizes, token_embedding_std, tokenize
 from cutlab.core.data.text_readers import read_imdb, read_mnli
-from cutlab.core.models.base import LayerwiseModel
-from cutlab.core.models.hf_loading import load_model, load_tokenizer, resolve_source
-from cutlab.core.objectives_classification import ClassificationObjective
+from cutlab.core.models.hf_loading import load_tokenizer, resolve_source
+from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
+from cutlab.tasks.models import instantiate_model
 
 READERS = {"imdb": read_imdb, "mnli": read_mnli}
-ENCODER_MODELS = ("hf_encoder", "distilbert", "roberta")
 
 
 def _log(cfg: DictConfig, message: str) -> None:
@@ -63,37 +63,6 @@ def read_splits(cfg: DictConfig):
     return pool[val_count : val_count + train_count], pool[:val_count], test[:test_count]
 
 
-def _architecture(cfg: DictConfig) -> dict:
-    return OmegaConf.to_container(cfg.model.architecture, resolve=True) if cfg.model.get("architecture") else {}
-
-
-def build_encoder_model(cfg: DictConfig, num_labels: int) -> LayerwiseModel:
-    from cutlab.core.models.text_encoder import EncoderClassifier, encoder_depth, keep_first_layers
-
-    model_cfg = cfg.model
-    encoder = load_model(model_cfg.source, bool(model_cfg.pretrained), _architecture(cfg))
-    depth = encoder_depth(encoder.config)
-    if cfg.L != depth:
-        if not (model_cfg.truncate and cfg.L < depth):
-            raise CutlabError(
-                f"model={model_cfg.name} ({model_cfg.source}) has {depth} layers but L={cfg.L}: pass L={depth}, "
-                f"or model.truncate=true to keep its first L < {depth} layers"
-            )
-        keep_first_layers(encoder, cfg.L)
-    return EncoderClassifier(encoder, num_labels)
-
-
-def build_ut_text_model(cfg: DictConfig, num_labels: int) -> LayerwiseModel:
-    from cutlab.core.models.ut_text import UTTextClassifier
-
-    model_cfg = cfg.model
-    source = load_model(model_cfg.source, pretrained=True)
-    embeddings = source.get_input_embeddings().weight.detach().float()
-    return UTTextClassifier(embeddings, cfg.L, num_labels, attention_step=model_cfg.attention_step,
-                            attention_scale=model_cfg.attention_scale,
-                            train_embeddings=bool(model_cfg.train_embeddings))
-
-
 def check_tokenizer_fits(tokenizer, embedding_rows: int, pad_id: int | None, cfg: DictConfig) -> None:
     """Stop a tokenizer whose ids do not index the model's embedding table as intended (e.g. RoBERTa's with DistilBERT)."""
     model_cfg = cfg.model
@@ -112,26 +81,19 @@ def check_tokenizer_fits(tokenizer, embedding_rows: int, pad_id: int | None, cfg
 
 def build_text_task(cfg: DictConfig) -> Task:
     model_cfg, data = cfg.model, cfg.data
-    if model_cfg.name not in (*ENCODER_MODELS, "ut_text"):
-        raise CutlabError(f"model={model_cfg.name} is not a text model; text models are {', '.join((*ENCODER_MODELS, 'ut_text'))}")
     check_text_data(data)
     tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source)
     started = time.perf_counter()
-    if model_cfg.name == "ut_text":
-        model = build_ut_text_model(cfg, data.num_labels)
-        pad_id = None  # UT masks padding itself; any pad id is fine
-    else:
-        model = build_encoder_model(cfg, data.num_labels)
-        pad_id = getattr(model.encoder.config, "pad_token_id", None)
-    table = (model.embeddings if model_cfg.name == "ut_text" else model.encoder.get_input_embeddings()).weight
-    check_tokenizer_fits(tokenizer, table.shape[0], pad_id, cfg)
+    model = instantiate_model(model_cfg, depth=cfg.L, num_labels=data.num_labels)
+    table = model.input_embeddings().weight
+    check_tokenizer_fits(tokenizer, table.shape[0], model.pad_token_id, cfg)
     _log(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready ({time.perf_counter() - started:.1f} s)")
 
     train, val, test = read_splits(cfg)
     _log(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
     sets = [tokenize(examples, tokenizer, data.max_length, name, cfg.progress)
             for examples, name in ((train, "train"), (val, "validation"), (test, "test"))]
-    # sigma_x (SPEC section 2): std of the embedded training tokens, or of the whole embedding table
+    # sigma_x (the paper's noise scale, Sec. 2): std of the embedded training tokens, or of the whole embedding table
     if model_cfg.sigma == "tokens":
         sigma = token_embedding_std(table, sets[0].encodings["input_ids"])
     elif model_cfg.sigma == "table":

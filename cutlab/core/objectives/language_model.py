@@ -6,9 +6,10 @@ import torch
 import torch.nn.functional as F
 
 from cutlab.core.data.alpaca import IGNORE
+from cutlab.core.objectives.base import Headline
 
 
-class TokenCrossEntropyObjective:
+class TokenCrossEntropyObjective(Headline):
     """f(Phi_l) = mean next-token CE of layer l's logits over the sample's response tokens (SPEC section 3).
 
     Logits at position t predict the label at t+1 (the usual causal shift); labels -100 (prompt, padding)

@@ -6,10 +6,11 @@ from omegaconf import DictConfig
 
 from cutlab.core.data.alpaca import instruction_batch, load_instruction_splits
 from cutlab.core.data.text import token_embedding_std
-from cutlab.core.models.causal_lm import build_causal_lm, load_tokenizer
-from cutlab.core.objectives_lm import TokenCrossEntropyObjective
+from cutlab.core.models.causal_lm import load_tokenizer
+from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
+from cutlab.tasks.models import instantiate_model
 
 
 def tokenizer_name(model_cfg) -> str:
@@ -24,7 +25,7 @@ def build_instruction_task(cfg: DictConfig) -> Task:
     name = tokenizer_name(cfg.model)
     tokenizer = load_tokenizer(name, "model.tokenizer" if cfg.model.tokenizer is not None else "model.pretrained")
     splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress)
-    model = build_causal_lm(cfg.model, cfg.L, len(tokenizer))
+    model = instantiate_model(cfg.model, depth=cfg.L, vocab_size=len(tokenizer))
     return Task(
         model=model,
         objective=TokenCrossEntropyObjective(),

@@ -14,17 +14,16 @@ from typing import Any
 
 import yaml
 
+from cutlab.config.neutral import without_result_neutral_keys
 from cutlab.errors import CutlabError
-from cutlab.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
+from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
 
-# Keys that may differ between a run and its resumption without changing its result. ``paths`` itself is here
-# because what it changes (the data and model files) is compared through the keys resolved from it (data.root).
-VOLATILE_KEYS = ("paths", "wandb", "launcher", "device", "threads", "progress", "run_name", "checkpoint")
 MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one is kept)"
 
 
 def comparable(config: dict) -> dict:
-    return {key: _normalised(value) for key, value in config.items() if key not in VOLATILE_KEYS}
+    """The config without the keys that may differ between a run and its resumption (cutlab.config.neutral)."""
+    return {key: _normalised(value) for key, value in without_result_neutral_keys(config).items()}
 
 
 def _normalised(value: Any) -> Any:

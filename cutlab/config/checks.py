@@ -9,7 +9,7 @@ from omegaconf import DictConfig
 
 from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES
 from cutlab.errors import CutlabError
-from cutlab.tasks import task_kind
+from cutlab.config.groups import task_kind
 
 
 def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,

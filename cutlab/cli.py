@@ -1,0 +1,118 @@
+"""The command line: ``python -m cutlab`` trains and evaluates one configuration (or a multirun with -m) as a Hydra app.
+
+``main`` plans a sweep before Hydra starts (cutlab.launch), then hands the command to Hydra; an in-process
+sweep's summary is written here when Hydra has run it. Nothing imports this module but cutlab/__main__.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from cutlab.config.compose import with_sweeps_dir
+from cutlab.config.groups import check_group_choices
+from cutlab.config.paths import CONFIG_DIR
+from cutlab.config.resolvers import register_resolvers
+from cutlab.errors import CutlabError
+from cutlab.redaction import redact
+from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
+
+SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
+
+register_resolvers()
+
+
+@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+def app(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from cutlab.run.experiment import run_experiment
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    try:
+        summary = run_experiment(cfg, run_dir)
+    except Preempted as stop:
+        print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
+        raise SystemExit(PREEMPTED_EXIT) from None
+    except CutlabError as error:
+        _remove_if_empty(run_dir)
+        print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
+        if not in_sweep:
+            raise SystemExit(2) from None
+        _record_failure(run_dir, str(error))
+        return None
+    except Exception as error:  # in a sweep, one run's failure is recorded and the others go on
+        if not in_sweep:
+            raise
+        logging.getLogger("cutlab").exception("run %s failed", run_dir.name)
+        _record_failure(run_dir, f"{type(error).__name__}: {error}")
+        return None
+    if in_sweep:
+        from cutlab.launch.outcome import outcome_of
+
+        SWEEP_OUTCOMES.append(outcome_of(run_dir.name, lambda: summary, job_id=None))
+    return summary.get("selection_metric") if summary else None
+
+
+def _record_failure(run_dir: Path, error: str) -> None:
+    from cutlab.launch.outcome import Outcome
+
+    SWEEP_OUTCOMES.append(Outcome(run_dir.name, "failed", error=error))
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Hydra makes the run folder before the run starts; a run refused at the door leaves nothing behind."""
+    try:
+        run_dir.rmdir()
+    except OSError:
+        pass
+
+
+def main() -> None:
+    from cutlab.launch.plan import parse_command
+
+    argv = sys.argv[1:]
+    command = parse_command(argv)
+    started, sweep = time.perf_counter(), None
+    try:
+        check_group_choices(argv)
+        if command is not None and (command.multirun or command.plan):
+            # a sweep: planned first (bad keys fail before any run), then run by its launcher
+            from cutlab.launch.sweep import run_sweep, with_sweep_group
+
+            command = with_sweep_group(command)
+            status, sweep = run_sweep(command)
+            if status is not None:
+                raise SystemExit(status)
+            argv = ["-m", *command.hydra_argv()]
+    except CutlabError as error:
+        print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
+        raise SystemExit(2) from None
+    sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
+    app()
+    if sweep is not None:
+        _report_inprocess_sweep(*sweep, time.perf_counter() - started)
+
+
+def _report_inprocess_sweep(plan, record: Path, seconds: float) -> None:
+    """The in-process sweep's summary (stderr and its record); exit 1 when any run failed."""
+    from cutlab.launch.outcome import summary_text
+    from cutlab.launch.sweep import finish_record
+
+    skipped = len(plan.runs) - len(plan.to_run)
+    ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run}]
+    finish_record(record, [o.as_dict() for o in ran], skipped, seconds)
+    print(summary_text(plan.name, ran, skipped, seconds), file=sys.stderr, flush=True)
+    if any(o.status != "complete" for o in SWEEP_OUTCOMES):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The config groups and their choices: a bad ``model=``/``data=``/``train=`` name stops in one line before Hydra starts.
+
+A group's choices are the yaml files in conf/<group>/ and in every folder the command adds to Hydra's search path
+(``--config-dir DIR`` or ``hydra.searchpath=[file://DIR]``), so a model of the user's own is a valid choice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cutlab.config.naming import check_run_name
+from cutlab.config.paths import CONFIG_DIR, SWEEPS_DIR
+from cutlab.errors import CutlabError
+
+GROUPS = ("model", "data", "train", "launcher")
+# data.task: the family of experiments a run belongs to (cutlab.tasks builds one Task per family)
+TASK_KINDS = ("video", "text", "instruction")
+
+
+def search_dirs(arguments: list[str]) -> list[Path]:
+    """conf/, sweeps/ and the folders the command line adds to Hydra's search path."""
+    folders = [CONFIG_DIR, SWEEPS_DIR]
+    args = iter(arguments)
+    for argument in args:
+        if argument in ("-cd", "--config-dir"):
+            folders.append(Path(next(args, ".")))
+        elif argument.startswith("--config-dir="):
+            folders.append(Path(argument.split("=", 1)[1]))
+        elif argument.lstrip("+").startswith("hydra.searchpath="):
+            entries = argument.split("=", 1)[1].strip("[]")
+            folders += [Path(entry.strip().strip("'\"").removeprefix("file://")) for entry in entries.split(",")
+                        if entry.strip() and not entry.strip().startswith("pkg://")]
+    return folders
+
+
+def choices(group: str, folders: list[Path] | None = None) -> list[str]:
+    """The names ``group=`` accepts."""
+    return sorted({path.stem for folder in (folders or [CONFIG_DIR]) for path in (folder / group).glob("*.yaml")})
+
+
+def check_group_choices(arguments: list[str]) -> None:
+    """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
+    not one folder name gets one line (before Hydra starts)."""
+    folders = search_dirs(arguments)
+    for argument in arguments:
+        group, _, value = argument.lstrip("+~").partition("=")
+        if group not in (*GROUPS, "run_name") or not value or "(" in value:
+            continue
+        if group == "run_name":  # before Hydra makes the folder it names
+            for name in (value, *value.split(",")):
+                check_run_name(name)
+            continue
+        known = choices(group, folders)
+        for choice in value.split(","):
+            if choice not in known:
+                raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}")
+
+
+def task_kind(cfg: DictConfig) -> str:
+    """The run's family of experiments (``data.task``); ``model.task`` must name the same (a text model cannot read
+    video)."""
+    data_kind, model_kind = cfg.data.get("task"), cfg.model.get("task")
+    if data_kind not in TASK_KINDS:
+        raise CutlabError(f"data.task must be one of {', '.join(TASK_KINDS)}, got {data_kind!r} (data={cfg.data.name})")
+    if model_kind != data_kind:
+        raise CutlabError(
+            f"model={cfg.model.name} is for {model_kind} data and data={cfg.data.name} is {data_kind} data; choose "
+            f"data={'|'.join(_choices_of_kind('data', model_kind)) or '?'} for this model, or "
+            f"model={'|'.join(_choices_of_kind('model', data_kind)) or '?'} for this data"
+        )
+    return data_kind
+
+
+def _choices_of_kind(group: str, kind: str) -> list[str]:
+    """The config names of ``group`` whose ``task`` is ``kind`` (for the mismatch message)."""
+    folder = CONFIG_DIR / group
+    return [path.stem for path in sorted(folder.glob("*.yaml")) if _task_of(folder, path.stem) == kind]
+
+
+def _task_of(folder: Path, name: str, depth: int = 0):
+    """A group config's ``task``, following its defaults list (distilbert.yaml extends hf_encoder.yaml)."""
+    node = OmegaConf.load(folder / f"{name}.yaml")
+    if "task" in node or depth > 4:
+        return node.get("task")
+    parents = [entry for entry in node.get("defaults", []) if isinstance(entry, str) and entry != "_self_"]
+    return _task_of(folder, parents[0], depth + 1) if parents and (folder / f"{parents[0]}.yaml").exists() else None

@@ -1,0 +1,28 @@
+"""The one list of config keys that do not change a run's result, and what reads it.
+
+Hydra leaves these keys out of a run's folder name (conf/config.yaml reads the list through the
+``cutlab_folder_neutral_keys`` resolver), and a folder's stored config is compared without them before a run is
+skipped or resumed (cutlab.run.identity), so that running the same command with another launcher, device or
+W&B mode finds the same run.
+"""
+
+from __future__ import annotations
+
+# Keys whose value never changes what a run computes: how it is launched, logged, threaded, checkpointed, and where
+# its files are (what ``paths`` changes, the data and model files, is compared through the keys resolved from it).
+RESULT_NEUTRAL_KEYS = (
+    "run_name", "launcher", "launcher.max_parallel", "launcher.profile", "launcher.threads", "launcher.warm_workers",
+    "device", "threads", "progress", "wandb.mode", "wandb.project", "wandb.entity", "wandb.group", "wandb.tags",
+    "paths.runs_dir", "paths.cache_dir", "paths.data_dir", "paths.models_dir", "checkpoint.every_steps",
+)
+# Left out of folder names as well, yet compared before a folder is reused: the evaluation batch size changes only
+# the float summation order of the metrics, so another value gets the same folder and is refused, naming the key.
+FOLDER_NEUTRAL_KEYS = (*RESULT_NEUTRAL_KEYS, "eval.batch_size")
+# Sections whose every key is result-neutral: dropped whole from a stored config before it is compared
+RESULT_NEUTRAL_SECTIONS = ("paths", "wandb", "launcher", "checkpoint")
+
+
+def without_result_neutral_keys(config: dict) -> dict:
+    """``config`` (a resolved run config) without the keys that do not change its result."""
+    top = {key for key in RESULT_NEUTRAL_KEYS if "." not in key} | set(RESULT_NEUTRAL_SECTIONS)
+    return {key: value for key, value in config.items() if key not in top}

@@ -1,0 +1,42 @@
+"""An objective's direction and headline: the numbers a run's summary leads with, computed in one place."""
+
+from __future__ import annotations
+
+import torch
+
+
+class Headline:
+    """Mixin: ``metric_name``, ``higher_is_better`` and the headline numbers of a run's test evaluation.
+
+    Every objective reports the last layer's mean metric over the gamma_test grid (Table 3's number for video);
+    one whose metric is a fraction correct (``higher_is_better``) also reports the area under metric(gamma_test)
+    (Table 4's AUC), and leads with it.
+    """
+
+    metric_name: str
+    higher_is_better: bool
+
+    @classmethod
+    def headline_key(cls) -> str:
+        """The summary key of the run's one number (Table 3: test_mean_metric; Table 4: test_auc)."""
+        return "test_auc" if cls.higher_is_better else "test_mean_metric"
+
+    @classmethod
+    def selection_mode(cls) -> str:
+        return "max" if cls.higher_is_better else "min"
+
+    @classmethod
+    def headline(cls, last_layer: torch.Tensor, grid: list[float]) -> dict:
+        """``last_layer``: the last layer's test metric at each gamma of ``grid``."""
+        numbers = {"test_mean_metric": float(last_layer.mean())}  # mean over the gamma_test grid
+        if cls.higher_is_better:  # trapezoid, not normalised; one gamma has no area
+            gammas = torch.tensor(grid, dtype=last_layer.dtype)
+            order = torch.argsort(gammas)
+            numbers["test_auc"] = (float(torch.trapezoid(last_layer[order], gammas[order])) if len(grid) > 1
+                                   else float("nan"))
+        return numbers
+
+
+def headline_of(summary: dict, objective: Headline) -> float | None:
+    """A run summary's headline number, as its objective declares it."""
+    return summary.get(objective.headline_key())

@@ -1,0 +1,129 @@
+"""What one run trains with, built from its config: device, epsilon, constraints, primal-dual step, trainer, evaluator."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+from omegaconf import DictConfig
+
+from cutlab.core.evaluation import Evaluation, evaluate
+from cutlab.core.perturbation import Perturbation
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.training import Schedule, SampleSource, Trainer
+from cutlab.errors import CutlabError
+from cutlab.tasks import Task
+
+# An initial l_0 below this fraction of the largest initial layer loss is float round-off of an identity Phi_0
+NUMERICAL_ZERO = 1e-6
+TRAINING_DEVICES = ("cpu", "cuda", "mps", "xpu")
+
+
+def pick_device(name: str) -> torch.device:
+    """``auto`` (CUDA when present, else CPU) or a device this machine has; anything else stops in one line."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(str(name))
+        if device.type not in TRAINING_DEVICES:
+            raise ValueError(device.type)
+    except (RuntimeError, ValueError):
+        raise CutlabError(f"device={name!r} is not a device; use device=auto (CUDA when present, else CPU), "
+                          "device=cpu, device=cuda or device=cuda:N") from None
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise CutlabError(f"device={name} but this machine has no usable CUDA GPU (torch {torch.__version__}, "
+                              "torch.cuda.is_available() is False); use device=auto or device=cpu")
+        if device.index is not None and device.index >= count:
+            raise CutlabError(f"device={name} but this machine has {count} CUDA GPU(s), cuda:0..cuda:{count - 1}; "
+                              "use device=auto or one of those")
+    elif device.type != "cpu" and not _available(device):
+        raise CutlabError(f"device={name} is not available on this machine; use device=auto or device=cpu")
+    return device
+
+
+def _available(device: torch.device) -> bool:
+    """Whether a device of another kind (mps, xpu, ...) exists here: a one-element tensor can be made on it."""
+    try:
+        torch.empty(1, device=device)
+    except (RuntimeError, AssertionError):
+        return False
+    return True
+
+
+def perturbation_of(cfg: DictConfig, task: Task) -> Perturbation:
+    """The run's noise: gamma_train, the task's sigma_x, mu and the seed."""
+    return Perturbation(gamma=float(cfg.gamma), sigma=task.sigma, mean=float(cfg.noise_mean), seed=int(cfg.seed))
+
+
+@dataclass(frozen=True)
+class Evaluator:
+    """``evaluate`` bound to one run's model, objective, batch preparation, noise, batch size and device."""
+
+    task: Task
+    noise: Perturbation
+    batch_size: int
+    device: torch.device
+
+    def __call__(self, samples: SampleSource, gammas: list[float],
+                 progress: Callable[[int, int], None] | None = None) -> Evaluation:
+        return evaluate(self.task.model, self.task.objective, samples, self.task.prepare, gammas, self.noise,
+                        self.batch_size, self.device, progress)
+
+    def with_batch_size(self, batch_size: int) -> "Evaluator":
+        return replace(self, batch_size=batch_size)
+
+
+def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
+    """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model on the first training windows.
+
+    ``auto`` reads the reference constraint l_0 <= epsilon as "Phi_0 may not get worse than at
+    initialisation": the paper's epsilon (6.5 for DUST) is in its own, unstated loss units.
+    """
+    if cfg.train.epsilon != "auto":
+        return cfg.train.epsilon
+    count = min(len(task.train_set), batches * cfg.train.batch_size)
+    first = torch.utils.data.Subset(task.train_set, range(count))
+    initial = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)(first, [float(cfg.gamma)])
+    epsilon = float(initial.mean_loss[0, 0])
+    largest = float(initial.mean_loss[0].max())
+    if cfg.train.constrained and cfg.train.constraint_form != "difference" and epsilon <= NUMERICAL_ZERO * largest:
+        raise CutlabError(
+            f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
+            f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
+            f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, a number for "
+            "train.epsilon, or train.constraint_form=difference")
+    return epsilon
+
+
+def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
+    """The run's constraints; ERM gets them too (its verdict and time to feasibility are recorded for comparison)."""
+    return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev,
+                       form=cfg.train.get("constraint_form", "difference"))
+
+
+def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None) -> PrimalDual:
+    train = cfg.train
+    parameters = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(parameters, lr=train.lr)
+    constraints = dual = None
+    if train.constrained:
+        constraints = constraints_of(cfg, epsilon)
+        dual = DualSettings(
+            lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
+            cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
+            optimizer=train.dual_optimizer, kappa_p=train.kappa_p, kappa_i=train.kappa_i, nu=train.nu,
+            update=train.dual_update, dual_restarts=train.dual_restarts,
+        )
+    return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
+
+
+def build_trainer(cfg: DictConfig, task: Task, epsilon: float | None, device: torch.device) -> Trainer:
+    train = cfg.train
+    return Trainer(
+        task.model, task.objective, build_primal_dual(cfg, task.model, epsilon), task.train_set,
+        Schedule(train.epochs, train.batch_size, train.warmup_epochs, train.max_steps_per_epoch),
+        task.prepare, perturbation_of(cfg, task), device,
+    )

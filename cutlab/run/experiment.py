@@ -1,0 +1,146 @@
+"""One run: build the task, train (resuming if a checkpoint exists), evaluate, and write the run record."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from cutlab.config.checks import check_config
+from cutlab.config.naming import check_run_folder_name
+from cutlab.core.feasibility_clock import FeasibilityClock
+from cutlab.core.training import Trainer
+from cutlab.errors import CutlabError
+from cutlab.run.build import Evaluator, build_trainer, constraints_of, perturbation_of, pick_device, reference_epsilon
+from cutlab.run.checkpoints import load_checkpoint
+from cutlab.run.identity import check_same_run
+from cutlab.run.lock import RunLock
+from cutlab.run.preemption import stop_on_signals
+from cutlab.run.progress import ProgressReporter
+from cutlab.run.provenance import provenance
+from cutlab.run.recorder import EpochEndHook, StepRecorder
+from cutlab.run.records import CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, \
+    read_summary, write_atomic, write_json
+from cutlab.run.results import evaluate_and_write
+from cutlab.run.tracking import ServiceStart, Tracker
+from cutlab.tasks import Task, build_task
+
+log = logging.getLogger("cutlab")
+
+
+class StopRun(Exception):
+    """Raised by an ``on_epoch_end`` hook to end a run early; the run is recorded with ``status``.
+
+    A search's pruner uses it (status "pruned"): the checkpoint of the last epoch is kept.
+    """
+
+    def __init__(self, status: str, reason: str = "") -> None:
+        super().__init__(reason or status)
+        self.status = status
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | None = None) -> dict:
+    """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed.
+
+    The folder is locked for this process from the first read to the last write (cutlab.run.lock)."""
+    check_config(cfg)
+    pick_device(cfg.device)  # an unknown or absent device stops here, before anything is written
+    check_run_folder_name(run_dir, cfg)
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    with RunLock(run_dir):
+        check_same_run(run_dir, resolved)
+        existing = read_summary(run_dir)
+        if existing and existing.get("status") == "complete":
+            log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
+            return existing
+        checkpoint = load_checkpoint(run_dir)
+        wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
+        try:
+            task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
+        except BaseException:
+            wandb_service.abandon()
+            raise
+        return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end,
+                                 wandb_service)
+
+
+def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
+    """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
+    device = pick_device(cfg.device)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    task.model.to(device)
+    epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
+    trainer = build_trainer(cfg, task, epsilon, device)
+    if checkpoint:
+        try:
+            trainer.load_state_dict(checkpoint["trainer"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a checkpoint of another model or config
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise CutlabError(f"the checkpoint {run_dir / CHECKPOINT} does not fit this run's configuration "
+                              f"({type(error).__name__}: {reason[:200]}); move it aside to restart this run from "
+                              "scratch") from None
+        log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
+    else:
+        write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
+        write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
+    return task, trainer, epsilon
+
+
+def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None,
+                      resolved: dict, epsilon: float | None, on_epoch_end: EpochEndHook | None,
+                      wandb_service: ServiceStart) -> dict:
+    tracker = Tracker(
+        cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
+        cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
+    )
+    summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
+               "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,
+               "epsilon": epsilon}
+    write_json(run_dir / SUMMARY, summary)
+    tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
+    constraints = constraints_of(cfg, epsilon)
+    clock = FeasibilityClock(constraints, cfg.eval.feasibility_tol)
+    if checkpoint and "feasibility_clock" in checkpoint:
+        clock.load_state_dict(checkpoint["feasibility_clock"])
+    # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent
+    started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
+    reporter = ProgressReporter(enabled=cfg.progress, total_steps=trainer.steps_per_epoch() * cfg.train.epochs,
+                                epochs=cfg.train.epochs)
+    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.eval.batch_size, trainer.device)
+
+    def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
+        return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
+
+    history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
+    recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
+                            started, validate, on_epoch_end)
+    try:
+        with stop_on_signals() as recorder.stop:
+            trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
+        history.close()
+        summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter, constraints))
+        # time to feasibility: the first step of the met streak that lasted to the end (None: never reached)
+        summary.update(steps_to_feasibility=clock.since, steps_to_strict_feasibility=clock.strictly_since)
+        summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
+                       wall_time_s=time.perf_counter() - started)
+        write_json(run_dir / SUMMARY, summary)
+        tracker.summarize(summary)
+        tracker.finish()
+        reporter.done(summary)
+        return summary
+    except BaseException as error:
+        history.close()
+        # an interrupted run resumes from its last checkpoint when the same command runs again
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
+        status = error.status if isinstance(error, StopRun) else "interrupted" if stopped else "failed"
+        summary.update(status=status, error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
+        write_json(run_dir / SUMMARY, summary)
+        tracker.summarize(summary)
+        tracker.finish(failed=not isinstance(error, StopRun))
+        raise

@@ -1,0 +1,30 @@
+"""Builds the video denoising task from config: clips, windows, sigma_x, model and objective."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from omegaconf import DictConfig
+
+from cutlab.core.data.video import FrameWindows, denoising_batch, load_video_clips, pixel_std, split_validation
+from cutlab.core.objectives import DenoisingObjective
+from cutlab.tasks import Task
+from cutlab.tasks.models import instantiate_model
+
+
+def build_video_task(cfg: DictConfig) -> Task:
+    data = cfg.data
+    options = {"test_clips": data.test_clips} if "test_clips" in data else {}  # video_folder's flat layout
+    clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress, **options)
+    train_clips, val_clips = split_validation(clips.train, data.val_clips)
+    return Task(
+        model=instantiate_model(cfg.model, depth=cfg.L),
+        objective=DenoisingObjective(),
+        train_set=FrameWindows(train_clips, data.frames, data.stride),
+        val_set=FrameWindows(val_clips, data.frames, data.stride),
+        test_set=FrameWindows(clips.test, data.frames, data.stride),
+        prepare=partial(denoising_batch, patch=data.patch),
+        # sigma_x of the clean training clips that are trained on (the paper's noise scale, Sec. 2)
+        sigma=pixel_std(train_clips),
+        source=clips.source,
+    )
