@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import GOLDEN, ROOT
-from test_analysis import NEW_DUAL, UPDATE, assert_image, write_run
+from helpers.analysis import NEW_DUAL, UPDATE, assert_image, write_run
 
 PAPER_YAML = yaml.safe_load((ROOT / "conf" / "train" / "constrained_paper.yaml").read_text())
 PAPER_DUAL = {key: PAPER_YAML[key] for key in ("constraint_form", "dual_optimizer", "dual_update", "dual_restarts",

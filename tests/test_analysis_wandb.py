@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from test_analysis import analysis_cli, run_main
-from test_cli import cutlab
+from helpers.analysis import analysis_cli, run_main
+from helpers.cli import cutlab
+
 from analysis.collect import collect_runs
 from analysis.tables import build_tables
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY

@@ -15,7 +15,8 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, SHARED, require_shared
-from test_cli import cutlab
+from helpers.cli import cutlab
+from helpers.contract import steps_on_a_fixed_batch
 
 from cutlab.core.data.alpaca import (
     IGNORE, PROMPT_NO_INPUT, PROMPT_WITH_INPUT, Example, load_examples, prompt_of, tokenize_example,
@@ -24,7 +25,6 @@ from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.core.perturbation import Perturbation, perturbed_forward
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
-from contract import steps_on_a_fixed_batch
 
 ROBERTA = SHARED / "models" / "roberta-base-tokenizer"
 COLOURS = ["red", "blue", "green", "yellow", "black", "white"]

@@ -12,16 +12,16 @@ import math
 import cooper
 import pytest
 import torch
-from test_primal_dual import (
-    FixedSamples, ScalarLayers, SquaredError, TinyUnrolled, regression_batch, scalar_loss_matrix,
-    checkpoint_at, scalar_targets,
+
+from helpers.tiny import (
+    FixedSamples, ScalarLayers, SquaredError, TinyUnrolled, regression_batch, scalar_loss_matrix, checkpoint_at, scalar_targets,
 )
 
 from cutlab.core.evaluation import feasibility_verdict
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.nupi import NuPI
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
 from cutlab.core.perturbation import Perturbation
+from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
 

@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
+from helpers.contract import steps_on_a_fixed_batch
+
 from cutlab.core.models import DUST, UT
 from cutlab.core.models.base import from_sequences, symmetric_attention, to_sequences
 from cutlab.core.models.dct import dct_2d_dictionary
 from cutlab.core.models.dust import soft_threshold
 from cutlab.core.objectives import DenoisingObjective
-from contract import steps_on_a_fixed_batch
 
 
 def test_dct_dictionary_is_an_overcomplete_unit_norm_dct_frame():

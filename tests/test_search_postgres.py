@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from postgres_server import postgres_server
-from test_search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
+from helpers.postgres_server import postgres_server
+from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from conftest import ROOT, unavailable
-from contract import assert_same_records, cutlab_env
-from test_sweeps import cutlab, result_config, sweep_outcome
+from helpers.cli import cutlab
+from helpers.contract import assert_same_records, cutlab_env
+from helpers.sweeps import result_config, sweep_outcome
 
 spec = importlib.util.spec_from_file_location("single_node", ROOT / "slurm" / "single_node.py")
 single_node = importlib.util.module_from_spec(spec)
@@ -135,7 +136,7 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
 
 def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_path):
     """``cutlab.search --launcher slurm``: two workers as array tasks fill the study's total between them."""
-    from test_search import TINY, run_search, study_of
+    from helpers.search import TINY, run_search, study_of
 
     result = run_search(["search=dust_video", "--n-trials", "3", "--workers", "2", "--launcher", "slurm",
                          "--slurm-profile", str(profile(tmp_path)), "search.pruner=null", *TINY], tmp_path)

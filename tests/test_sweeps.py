@@ -16,30 +16,17 @@ import pytest
 import torch
 
 from conftest import GOLDEN, ROOT
-from contract import assert_same_records
-from test_cli import cutlab
-
-from cutlab.config.neutral import without_result_neutral_keys
+from helpers.cli import cutlab
+from helpers.contract import assert_same_records
+from helpers.sweeps import plan_ids, result_config, sweep_outcome
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 
 
-def plan_ids(output: str) -> list[str]:
-    """The run ids of a --plan listing (lines '<index> <status> <id>')."""
-    return [line.split()[2] for line in output.splitlines() if line and not line.startswith("#")]
 
 
-def sweep_outcome(runs: Path) -> dict:
-    records = sorted((runs / "_sweeps").glob("*/outcome.json"))
-    return json.loads(records[-1].read_text())
 
 
-def result_config(run_dir: Path) -> dict:
-    """A run's config without the keys that do not change its result (how it was launched, logged, threaded)."""
-    import yaml
-
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return without_result_neutral_keys(config)
 
 
 # ------------------------------------------------------------------------------------------- the plan

@@ -11,8 +11,8 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import SHARED, require_shared
-from contract import assert_same_records, start_and_kill
-from test_cli import cutlab
+from helpers.cli import cutlab
+from helpers.contract import assert_same_records, start_and_kill
 
 IMDB_TINY = ["data=imdb", "data.train_file=imdb_train_tiny100.jsonl", "data.test_file=imdb_test_tiny100.jsonl",
              "data.max_length=32", "data.val_size=8", "data.test_subset=8", "train.batch_size=4",

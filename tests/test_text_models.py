@@ -8,6 +8,8 @@ import pytest
 import torch
 
 from conftest import SHARED, require_shared
+from helpers.contract import steps_on_a_fixed_batch
+
 from cutlab.core.data.text import TokenizedText, classification_batch, token_embedding_std, tokenize
 from cutlab.core.data.text_readers import read_imdb, read_mnli
 from cutlab.core.models.hf_loading import load_model, load_tokenizer
@@ -15,7 +17,6 @@ from cutlab.core.models.text_encoder import EncoderClassifier
 from cutlab.core.models.ut_text import UTTextClassifier, masked_symmetric_attention, mean_pool
 from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.core.perturbation import perturbed_forward
-from contract import steps_on_a_fixed_batch
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 DISTILBERT = SHARED / "models" / "distilbert-base-uncased"

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from conftest import PED2_TINY, ROOT, require_shared, unavailable
-from contract import cutlab_env
-from test_cli import cutlab, folder_fingerprint
+from helpers.cli import cutlab, folder_fingerprint
+from helpers.contract import cutlab_env
 
 # six steps on the embedded synthetic video, a few seconds
 TINY = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
@@ -175,7 +175,7 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
     command line (trials in this process), then the same study resumed with it in $CUTLAB_STORAGE and two worker
     processes; the server checks the password (scram-sha-256), and no file or output holds it."""
     from postgres_server import postgres_server
-    from test_search import FAST_HEARTBEAT, run_search
+    from helpers.search import FAST_HEARTBEAT, run_search
 
     password = "S3cret@PW-x"  # an '@' in it too: the driver gets it percent-encoded, every record gets ***
     tiny = [*FAST_HEARTBEAT, "search=dust_video", "search.pruner=null", "L=2", "train.epochs=1",

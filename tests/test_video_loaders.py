@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from test_cli import cutlab
+from helpers.cli import cutlab
+
 from cutlab.core.data.video import DATASETS, load_video_clips
 from cutlab.errors import CutlabError
 

@@ -15,12 +15,13 @@ import torch
 import torch.nn.functional as F
 
 from conftest import PED2_TINY, ROOT, SHARED, require_shared
+from helpers.cli import cutlab
+from helpers.contract import assert_same_records, start_and_kill, steps_on_a_fixed_batch
+
 from cutlab.core.data.video import to_patch_tokens
 from cutlab.core.models.vit import build_vit, encoder_blocks
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.errors import CutlabError
-from contract import assert_same_records, start_and_kill, steps_on_a_fixed_batch
-from test_cli import cutlab
 
 DINOV2 = SHARED / "models" / "dinov2-small"
 

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from contract import assert_same_records, cutlab_env
-from test_cli import cutlab
+from helpers.cli import cutlab
+from helpers.contract import assert_same_records, cutlab_env
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 LONGER = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=40", "eval.gamma_test=[0]", "progress=false",

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import unavailable
-from test_search import wait_for
+from helpers.search import wait_for
 
 
 def postgres_bin() -> Path | None:

@@ -1,0 +1,37 @@
+"""The command line as a test runs it: python -m cutlab from this checkout, and a folder's fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+from helpers.contract import cutlab_env
+
+
+def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True,
+           env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m cutlab ARGS`` from this checkout, with its runs, cache and W&B files under ``runs``' parent."""
+    env = cutlab_env(runs, env)
+    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
+                            text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    return result
+
+
+def wandb_history(run_dir: Path) -> list[dict]:
+    """The step records of an offline W&B run, read back without a server (``wandb leet inspect``)."""
+    wandb = Path(sys.executable).parent / "wandb"
+    out = subprocess.run([str(wandb), "leet", "inspect", "--json", str(run_dir)], capture_output=True, text=True,
+                         timeout=120, check=True)
+    records = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return [r["history"]["item"] for r in records if r.get("type") == "history"]
+
+
+def folder_fingerprint(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha1(p.read_bytes()).hexdigest() + str(p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
