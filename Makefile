@@ -1,6 +1,6 @@
 # One-command set-up: every target bootstraps .venv first (idempotent: redone only when the
 # dependency files change). constraints.txt keeps torch on the 2.13.0 wheel on every pip call
-# (on machines without a GPU pip finds the local CPU build; see ../shared/notes/stack.md).
+# (on machines without a GPU pip finds the local CPU build of that version).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

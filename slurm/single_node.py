@@ -7,7 +7,7 @@ Debian's munge + slurmctld + slurmd (apt-get install munge slurmctld slurmd slur
 systemd as root: every path (config, state, spool, logs, pids, munge key and socket) lives under the folder,
 ports are picked free, and the daemons are stopped by the PIDs recorded there. Accounting: no database;
 finished jobs are written by SLURM's job-completion plugin to <folder>/jobcomp.log and stay visible to
-``scontrol show job`` for MinJobAge (10 min). See ../shared/notes/stack.md for why each setting is there.
+``scontrol show job`` for MinJobAge (10 min). Each setting's reason is in the comment beside it.
 """
 
 from __future__ import annotations

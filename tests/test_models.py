@@ -1,4 +1,4 @@
-"""The layerwise models against their equations (SPEC section 3), and the model contract."""
+"""The layerwise models against their equations (paper Sec. 4, App. C), and the model contract."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The primal-dual core (SPEC section 1, Algorithm 1): Cooper as a bit-for-bit oracle, known KKT points,
+"""The primal-dual core (paper Sec. 3, Algorithm 1): Cooper as a bit-for-bit oracle, known KKT points,
 the resilient equilibrium, the behaviours the experiments rely on, and exact resume at the Trainer level.
 
 All problems are tiny and deterministic (fixed batches, CPU), so every assertion is either exact

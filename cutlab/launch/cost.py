@@ -39,7 +39,7 @@ def measured_costs(runs_dir: Path) -> dict[tuple, list[float]]:
     return costs
 
 
-PROCESS_STARTUP_S = 3.3  # python + torch + Hydra start-up of one run (../shared/notes/stack.md, 2 idle cores)
+PROCESS_STARTUP_S = 3.3  # python + torch + Hydra start-up of one run (benchmarks/ section 4, 2 idle cores)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """A warm worker: one long-lived process that runs many runs, one after another, each exactly as ``python -m cutlab``.
 
 A run of a tiny sweep trains for about a second, but a fresh ``python -m cutlab`` process spends 3-5 s
-importing torch and Hydra and starting W&B's service before it trains (../shared/notes/stack.md). The
+importing torch and Hydra and starting W&B's service before it trains (measured in benchmarks/, section 4). The
 local launcher therefore keeps ``max_parallel`` of these workers and hands each its runs in turn.
 
 The launcher's end is cutlab/launch/warm.py. Protocol: one JSON request per line on stdin, ``{"argv": [...]}`` (the arguments of ``python -m cutlab``);

@@ -2,7 +2,7 @@
 
 A preset either has one ``space`` (a plain search) or ``arms`` (several studies under one name, e.g. the
 fair-comparison protocol: a constrained arm searched by TPE and an ERM arm of seeds, the same number of
-trials each; SPEC section 1). Every message names the key and a valid example.
+trials each; the paper's protocol, Sec. 4 and App. B.1). Every message names the key and a valid example.
 """
 
 from __future__ import annotations

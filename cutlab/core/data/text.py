@@ -1,4 +1,4 @@
-"""Tokenized text classification sets: tokenize once, pad per batch, and the splits and sigma_x of SPEC section 2."""
+"""Tokenized text classification sets: tokenize once, pad per batch, and the splits and sigma_x (paper Sec. 5, App. B.3)."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def split_sizes(total: int, val_size: float | int, train_subset: int | None) -> 
 
 
 def token_embedding_std(embedding: torch.Tensor, token_lists: Sequence[Sequence[int]]) -> float:
-    """sigma_x of SPEC section 2 for text: the std of every entry of the embedded training tokens (padding excluded).
+    """sigma_x for text (paper Sec. 5: noise on the embeddings): the std of every entry of the embedded training tokens (padding excluded).
 
     Computed exactly from token counts (sum_v c_v e_v and sum_v c_v e_v^2) without embedding the corpus, which
     would be gigabytes for an LLM's vocabulary on Alpaca. ``token_lists``: lists or 1-D tensors of token ids.

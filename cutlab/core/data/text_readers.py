@@ -1,7 +1,7 @@
 """Readers for the text classification sets, in their real on-disk formats -> lists of labelled examples.
 
 An example is ``(text, text_pair, label)``; ``text_pair`` is None for single-text tasks (IMDb) and the hypothesis
-for MNLI, whose premise and hypothesis are encoded as one pair (SPEC section 4).
+for MNLI, whose premise and hypothesis are encoded as one pair (paper Sec. 5, App. B.3).
 
 - IMDb: a folder of JSON lines ``{"text", "label"}`` (optionally gzip), the official ``aclImdb/`` layout
   (``{train,test}/{pos,neg}/*.txt``), or ``hf:<dataset id>`` through Hugging Face ``datasets``.

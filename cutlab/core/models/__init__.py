@@ -1,4 +1,4 @@
-"""Layerwise models: each returns its L+1 representations Phi_0 ... Phi_L (SPEC section 3)."""
+"""Layerwise models: each returns its L+1 representations Phi_0 ... Phi_L (paper Sec. 2, eqs. (1)-(2))."""
 
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.models.dust import DUST

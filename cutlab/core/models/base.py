@@ -16,7 +16,7 @@ class LayerwiseModel(nn.Module):
     depth: int
 
     def perturbable(self, inputs):
-        """The tensor the perturbation x~ = x + xi acts on (SPEC section 2): the input itself for video models.
+        """The tensor the perturbation x~ = x + xi acts on (paper Sec. 2, eq. (3)): the input itself for video models.
 
         Text models override it to return the word embeddings (``inputs_embeds``) of their token ids.
         """
@@ -28,7 +28,7 @@ class LayerwiseModel(nn.Module):
 
 
 def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float, scale: float) -> torch.Tensor:
-    """One symmetric softmax-attention step over the sequence axis (SPEC section 3).
+    """One symmetric softmax-attention step over the sequence axis (paper App. C.2.1).
 
     ``Z = (1 - beta) Y + beta softmax(scale * Q Q^T) Y`` with ``Q = Y W_a^T``: queries and keys share one
     projection and there is no value matrix (Yang et al. 2022), which keeps the layer a descent step of

@@ -1,4 +1,4 @@
-"""A Hugging Face causal LM read layer by layer: Phi_l = LM head(final norm(hidden state l)) (SPEC section 3).
+"""A Hugging Face causal LM read layer by layer: Phi_l = LM head(final norm(hidden state l)) (paper Sec. 6).
 
 Every decoder layer's hidden state is passed through the model's own final norm and LM head (the
 "logit lens"), so each layer yields next-token logits and the descent constraints act on token

@@ -1,4 +1,4 @@
-"""A pretrained (or random-init) Hugging Face encoder as a layerwise classifier (SPEC section 3).
+"""A pretrained (or random-init) Hugging Face encoder as a layerwise classifier (paper Sec. 5).
 
 Phi_l is the class logits of the shared readout psi (one Linear; softmax is in the loss) applied to the first
 token ([CLS] / <s>) of hidden state l; hidden state 0 is the embedding layer's output. The perturbation acts on

@@ -7,7 +7,7 @@ embedding width d instead of a DCT code space, with padding masked out of the at
     Y_l = Z - ReLU(Z S_l + b_l) S_l                                            S_l = (W_l + W_l^T)/2
 
 Phi_l = psi(mean over real tokens of Y_l): the logits of one Linear readout shared by every layer.
-Parameters are Xavier-initialised (SPEC: "Xavier init (text)"). There are no position embeddings: the symmetric
+Parameters are Xavier-initialised (paper App. B.3). There are no position embeddings: the symmetric
 attention and the mean pooling make the model a function of the bag of tokens [default, as in Yang et al.].
 """
 

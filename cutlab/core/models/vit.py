@@ -1,4 +1,4 @@
-"""The ViT denoiser (SPEC section 3): a pretrained ViT-family encoder whose every layer is read out as a frame.
+"""The ViT denoiser (paper Sec. 4): a pretrained ViT-family encoder whose every layer is read out as a frame.
 
 Any Hugging Face ViT-family encoder works (ViT, DeiT, DINOv2: a hub id or a local folder); ``transformers``
 is imported only when this model is built, because importing it costs every other run seconds.
@@ -118,7 +118,7 @@ class ViTDenoiser(LayerwiseModel):
 
     Input and outputs are the video patch tokens every video model uses, [B, T, P, n] in [0, 1] (n = 16*16
     data patches), so the objective and the 0-255 RMSE are the same as DUST's and UT's. Per frame (frames are
-    processed one at a time, SPEC section 3):
+    processed one at a time, paper Sec. 4):
 
     1. tokens -> grayscale frame, reflect-padded to the next multiple of the encoder's patch size (160 -> 168
        for patch 14): padding keeps every original pixel in place, where a resize would put an interpolation
@@ -146,7 +146,7 @@ class ViTDenoiser(LayerwiseModel):
         pixels = self.patch * self.patch * self.channels
         width = int(config.hidden_size)
         # The encoder's own final norm before the readout, at every layer (as the LM readout applies the final
-        # norm to every hidden state, SPEC section 1). Without it one shared readout cannot serve all layers: the
+        # norm to every hidden state, paper App. B.2). Without it one shared readout cannot serve all layers: the
         # raw residual stream of DINOv2's last blocks is far larger than the embedding's (a linear readout that
         # inverts the patch embedding gave RMSE 72 at layer 0 but 7434 at layer 12 on Ped2 frames).
         norm = getattr(encoder, "layernorm", None)

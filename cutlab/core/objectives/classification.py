@@ -9,7 +9,7 @@ from cutlab.core.objectives.base import Headline
 
 
 class ClassificationObjective(Headline):
-    """f = cross-entropy of the shared readout's logits at each layer (SPEC section 1); metric: accuracy.
+    """f = cross-entropy of the shared readout's logits at each layer (paper Sec. 5: a shared readout on every layer); metric: accuracy.
 
     Accuracy is accumulated as per-layer counts of correct predictions, so it is exact over any number of batches.
     """

@@ -10,7 +10,7 @@ from cutlab.core.objectives.base import Headline
 
 
 class TokenCrossEntropyObjective(Headline):
-    """f(Phi_l) = mean next-token CE of layer l's logits over the sample's response tokens (SPEC section 3).
+    """f(Phi_l) = mean next-token CE of layer l's logits over the sample's response tokens (paper Sec. 6, App. B.7).
 
     Logits at position t predict the label at t+1 (the usual causal shift); labels -100 (prompt, padding)
     do not count. A sample's loss is the mean over its own counted tokens, so the loss matrix row of a
