@@ -1,5 +1,5 @@
-"""Running many runs: the plan (dry run), the launchers (in-process, local processes, SLURM) and preemption.
+"""Running many runs: the plan (dry run) and its cost, the launchers (in-process, local processes, SLURM).
 
-Nothing here is imported by a plain single run except ``preemption`` (signals -> checkpoint): submitit
+A plain single run uses only ``plan.parse_command`` (its preemption signals are cutlab.run.preemption): submitit
 and Hydra's sweep machinery load only when a multirun or a plan asks for them.
 """

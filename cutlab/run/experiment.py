@@ -22,8 +22,9 @@ from cutlab.run.preemption import stop_on_signals
 from cutlab.run.progress import ProgressReporter
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
-from cutlab.run.records import CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, \
-    read_summary, write_atomic, write_json
+from cutlab.run.records import (
+    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, read_summary, write_atomic, write_json,
+)
 from cutlab.run.results import evaluate_and_write
 from cutlab.run.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task

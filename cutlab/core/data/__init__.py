@@ -1,4 +1,5 @@
-"""Video data: UCSD Ped1/Ped2 readers, a synthetic set, caching, frame windows and patch tokens."""
+"""Data: video (UCSD Ped1/Ped2, Avenue, ShanghaiTech, folders, a synthetic set, caching, frame windows, patch
+tokens), text classification (IMDb, MNLI) and instruction data (Alpaca). The video names are re-exported here."""
 
 from cutlab.core.data.cache import CACHE_VERSION
 from cutlab.core.data.synthetic import make_synthetic_clips
