@@ -234,7 +234,7 @@ def test_resume_from_a_checkpoint_continues_exactly(alpaca_file, tiny_tokenizer)
     """Training 4 steps == 2 steps, state saved and loaded into a fresh task, 2 more steps."""
 
     def trainer_of(task):
-        from cutlab.run.experiment import build_primal_dual
+        from cutlab.run.build import build_primal_dual
 
         cfg = task_config(alpaca_file, tiny_tokenizer)
         return Trainer(task.model, task.objective, build_primal_dual(cfg, task.model, 6.0), task.train_set,

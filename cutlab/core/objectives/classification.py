@@ -16,6 +16,7 @@ class ClassificationObjective(Headline):
 
     metric_name = "accuracy"
     higher_is_better = True
+    area_under_gamma = True  # Table 4: the area under accuracy(gamma_test)
 
     def loss_matrix(self, outputs: list[torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         return torch.stack([F.cross_entropy(logits, labels, reduction="none") for logits in outputs], dim=1)
