@@ -147,7 +147,7 @@ def test_a_killed_and_resumed_run(tmp_path):
     steps before the kill and the run must come out partial, saying so; if W&B kept them, it must be complete
     with the run folder's history."""
     from analysis.wandb_source import collect_wandb, records_from_offline
-    from contract import start_and_kill
+    from helpers.contract import start_and_kill
 
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false",

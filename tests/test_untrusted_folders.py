@@ -174,7 +174,7 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
     provenance.json (``"command": sys.argv``) and in its offline W&B run. Now: a search with the password on the
     command line (trials in this process), then the same study resumed with it in $CUTLAB_STORAGE and two worker
     processes; the server checks the password (scram-sha-256), and no file or output holds it."""
-    from postgres_server import postgres_server
+    from helpers.postgres_server import postgres_server
     from helpers.search import FAST_HEARTBEAT, run_search
 
     password = "S3cret@PW-x"  # an '@' in it too: the driver gets it percent-encoded, every record gets ***
