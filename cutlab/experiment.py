@@ -256,7 +256,7 @@ def _evaluate_and_write(cfg, run_dir: Path, task: Task, trainer: Trainer, tracke
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
-    tracker.log_table("eval", rows)
+    tracker.log_evaluation(rows)  # the table, scalars per gamma_test and a line plot
     verdict = feasibility_verdict(
         validation.mean_loss[val_grid.index(float(cfg.gamma))], constraints_of(cfg, epsilon),
         trainer.primal_dual.effective_slacks(), cfg.eval.feasibility_tol, trainer.primal_dual.constrained,
