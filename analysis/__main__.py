@@ -1,7 +1,7 @@
 """``python -m analysis RUNS_FOLDER... --out REPORT_DIR`` (console script ``cutlab-analysis``).
 
 Reads every run record under the folders, writes REPORT_DIR/report.md with Tables 3 and 4 and the
-figures beside it. The same from W&B (analysis.wandb_source), for when the run folders are not at hand:
+figures beside it, and REPORT_DIR/report.html: the same report as one file with every figure embedded. The same from W&B (analysis.wandb_source), for when the run folders are not at hand:
 
 - ``python -m analysis --wandb-offline RUNS_FOLDER --out REPORT_DIR``: from the offline W&B files
   (``<run>/wandb/offline-run-*``) of the runs under RUNS_FOLDER, no server needed;
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"analysis: warning: {len(unusable) - WARNINGS_SHOWN} more runs not counted (see the report)",
               file=sys.stderr)
     written = sum(figure.written for figure in report.figures)
-    print(f"analysis: wrote {report.path} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "
+    print(f"analysis: wrote {report.path} and {report.html} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "
           f"{sum(not t.empty for t in report.tables)} tables, {written} figures, "
           f"{len(report.figures) - written} skipped)")
     return 0

@@ -24,7 +24,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.collect import RunTable
-from analysis import verdicts
+from analysis import figure_marks, verdicts
+from analysis.figure_marks import integer_ticks, line_style
 from analysis.selection import (
     ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, select_best, sort_cells,
     three_gammas,
@@ -54,6 +55,8 @@ MAX_SETTINGS = 8  # lines per panel of the constraint-satisfaction figure (plus 
 MET_COLUMNS = {"constraints_met_strictly": "met strictly (no slack)",
                "constraints_met": "met within the resilience slack"}
 OKABE_ITO = ("#0072B2", "#CC79A7", "#E69F00", "#56B4E9", "#009E73", "#000000", "#F0E442", "#999999")
+#: under every figure that marks verdicts: the legend's marks and the drawing's
+MARKS_CAPTION = verdicts.CAPTION + " " + figure_marks.CAPTION
 #: file stem -> title, in the report's order (the paper's figure numbers)
 TITLES = {
     "fig02_rmse_vs_gamma_test": "Fig 2 — RMSE vs γ_test per model and dataset",
@@ -106,8 +109,10 @@ def distinguishing(frame: pd.DataFrame, run: pd.Series, limit: int = 3, width: i
 
     Training settings come first; grids and other list values are left out (too long for a title).
     """
+    # cfg.model.paper.*: the paper's reference values (its α, ε), not the run's; α, ε, seed: in the title already
     ignored = ("cfg.paths.", "cfg.wandb.", "cfg.progress", "cfg.run_name", "cfg.device", "cfg.checkpoint.",
-               "cfg.eval.", "cfg.model.name", "cfg.data.name", "cfg.L", "cfg.gamma", "cfg.seed")
+               "cfg.eval.", "cfg.model.name", "cfg.data.name", "cfg.L", "cfg.gamma", "cfg.seed", "cfg.model.paper.",
+               "cfg.train.alpha", "cfg.train.epsilon", "cfg.threads")
     columns = [c for c in frame.columns if c.startswith("cfg.") and not c.startswith(ignored)
                and not isinstance(run[c], tuple) and frame[c].astype(str).nunique() > 1]
     columns.sort(key=lambda c: (not c.startswith("cfg.train."), c))
@@ -211,7 +216,7 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
     result.caption = (f"Test {METRIC_NAME.get(metric, metric)} of the last layer against the test perturbation "
                       f"γ_test, at γ_train = {gamma:g}. "
                       "Per model, dataset and arm: the run best on validation over depths L and seeds (its L in the "
-                      "legend). " + verdicts.CAPTION)
+                      "legend). " + MARKS_CAPTION)
 
     def draw() -> Figure:
         figure, axes = _panels(len(models), len(datasets))
@@ -225,7 +230,7 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
                 for _, run in chosen.iterrows():
                     curve = runs.curve(run["run"])
                     style = {**ARM_STYLE[run["arm"]], "label": f"{ARM_STYLE[run['arm']]['label']} (L={int(run['L'])})"
-                             + _mark(run)}
+                             + _mark(run), **line_style(run)}
                     ax.plot(curve.index, curve.to_numpy(), **style)
                 _title(ax, f"{model} · {dataset}")
                 ax.set_xlabel(GAMMA_TEST)
@@ -261,7 +266,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                (f"γ_test = {high:g} (most out of distribution)", high)]
     result.caption = (f"Test RMSE of the last layer against depth L at γ_train = {gamma:g}: at the lowest γ_test, "
                       "averaged over the grid, and at the highest γ_test. Per depth and arm: the run best on "
-                      "validation. " + verdicts.CAPTION + _not_shown(hidden, "model/dataset pairs"))
+                      "validation. " + MARKS_CAPTION + _not_shown(hidden, "model/dataset pairs"))
 
     def draw() -> Figure:
         figure, axes = _panels(len(pairs), len(columns))
@@ -279,6 +284,9 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                     for depth, value, (_, run) in zip(arm_runs["L"], values, arm_runs.iterrows()):
                         if _mark(run):
                             ax.annotate(_mark(run).strip(), (depth, value), textcoords="offset points", xytext=(4, 4))
+                        if figure_marks.not_feasible(run):  # a hollow marker over the arm's: not feasible
+                            ax.plot([int(depth)], [value], linestyle="none", marker=ARM_STYLE[arm]["marker"],
+                                    color=ARM_STYLE[arm]["color"], markerfacecolor="white", zorder=3)
                 ax.set_xticks(sorted(chosen["L"].astype(int).unique()))
                 _title(ax, f"{model} · {dataset}\n{heading}")
                 ax.set_xlabel("depth L (number of blocks)")
@@ -404,7 +412,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     keys = keys[:MAX_PANELS]
     result.caption = ("Mean test loss ℓ_l at every layer l (l = 0: before the first block) for the run best on "
                       "validation per arm, at the lowest γ_test (filled markers) and the highest (hollow, lighter); "
-                      "a constrained model should descend monotonically. " + verdicts.CAPTION
+                      "a constrained model should descend monotonically. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells"))
 
     def draw() -> Figure:
@@ -420,7 +428,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
                 for gamma_test, hollow in ((min(grid), False), (max(grid), True)):
                     losses = runs.layer_losses(run["run"], gamma_test)
                     spread += list(losses.to_numpy())
-                    style = {**ARM_STYLE[run["arm"]],
+                    style = {**ARM_STYLE[run["arm"]], **line_style(run),
                              "label": f"{ARM_STYLE[run['arm']]['label']}{_mark(run)}, γ_test = {gamma_test:g}"}
                     if hollow:
                         style.update(markerfacecolor="white", alpha=0.6)
@@ -461,7 +469,7 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
     result.caption = ("Test metric of the last layer against γ_test, one curve per training perturbation γ_train "
                       "(lighter = larger), one panel per arm (" + ", ".join(ARM_LABELS[arm] for arm in arms)
                       + "); per γ_train the run "
-                      "best on validation. " + verdicts.CAPTION + _not_shown(hidden, "cells"))
+                      "best on validation. " + MARKS_CAPTION + _not_shown(hidden, "cells"))
     colours = matplotlib.colormaps["viridis"]
 
     def draw() -> Figure:
@@ -476,7 +484,7 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
                     curve = runs.curve(run["run"])
                     shade = colours(0.85 * levels_here.index(float(run["gamma_train"])) / max(len(levels_here) - 1, 1))
                     ax.plot(curve.index, curve.to_numpy(), color=shade, linestyle=ARM_STYLE[arm]["linestyle"],
-                            marker=ARM_STYLE[arm]["marker"],
+                            marker=ARM_STYLE[arm]["marker"], **line_style(run),
                             label=_math(f"γ_train = {run['gamma_train']:g}") + _mark(run))
                 _title(ax, f"{model} · {dataset} · L={int(depth)} — {ARM_STYLE[arm]['label']}")
                 ax.set_xlabel(GAMMA_TEST)
@@ -522,7 +530,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     result.caption = ("Per-sample ratios ℓ_l / ℓ_{l−1} over every test sample and layer l = 1…L, at the "
                       "γ_test nearest γ_train (in distribution), for the constrained run best on validation "
                       "(filled) and its ERM counterpart (outline). A ratio below 1 is a layer that lowers the loss; "
-                      "the constraint asks for 1 − α. " + verdicts.CAPTION
+                      "the constraint asks for 1 − α. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells"))
 
     def stats(values: np.ndarray) -> str:
@@ -539,7 +547,8 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             bins = np.linspace(0.0, upper, 41)
             style = ARM_STYLE[run["arm"]]
             text = f"{style['label']}{_mark(run)}: {stats(mine)}"
-            ax.hist(np.clip(mine, 0, upper), bins=bins, color=style["color"], alpha=0.55, label=style["label"])
+            ax.hist(np.clip(mine, 0, upper), bins=bins, color=style["color"], alpha=0.55, label=style["label"],
+                    **figure_marks.bar_style(run))
             if theirs is not None:
                 ax.hist(np.clip(theirs, 0, upper), bins=bins, histtype="step", linestyle="--", linewidth=1.4,
                         color=ARM_STYLE["erm"]["color"], label="ERM")
@@ -552,8 +561,10 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # headroom for the statistics box
             ax.text(0.02, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
                     bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.8"})
-            _title(ax, f"{cell_label(run)}\nγ_test = {gamma_test:g} (ratios > {upper:.2g} in the last bin)")
+            _title(ax, f"{cell_label(run)}\n{figure_marks.settings(run)}\n"
+                       f"γ_test = {gamma_test:g} (ratios > {upper:.2g} in the last bin)")
             ax.set_xlabel(r"per-sample ratio $\ell_l / \ell_{l-1}$ (l = 1…L)")
+            integer_ticks(ax.yaxis)  # a count of samples
             _ylabel(axes, k // cols, k % cols, "count (samples × layers)")
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
         for k in range(len(panels), axes.size):
@@ -603,7 +614,8 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
     frame = frame.head(limit)
     result.caption = ("Multipliers λ_l per training step from history.csv (λ_0 belongs to the reference constraint "
                       "ℓ_0 ≤ ε, λ_l to layer l's descent constraint); shaded: the primal warm-up, λ frozen "
-                      "at 0. "
+                      "at 0. Titles give each run's own α and ε (ε=auto: the value it resolved to) and seed; runs "
+                      "not strictly feasible are drawn dotted. "
                       "Failed and partial runs are included (marked): this is where a diverging run shows first."
                       + _not_shown(hidden, "runs"))
     colours = matplotlib.colormaps["viridis"]
@@ -619,21 +631,15 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
                              key=lambda c: int(c.split("_")[1]))
             for layer, column in enumerate(columns):
                 ax.plot(history["step"], history[column], color=colours(0.9 * layer / max(len(columns) - 1, 1)),
-                        linewidth=1.3, label=rf"$\lambda_{{{column.split('_')[1]}}}$")
+                        linewidth=1.3, label=rf"$\lambda_{{{column.split('_')[1]}}}$",
+                        **{key: value for key, value in line_style(run).items() if key == "linestyle"})
             if "phase" in history:
                 warmup = history.loc[history["phase"] == "primal", "step"]
                 if len(warmup):
                     ax.axvspan(warmup.min(), warmup.max(), color="0.5", alpha=0.15, linewidth=0, label="warm-up")
-            state = run["verdict"] if run["usable"] else run["state"]
-            if run["usable"] and run["verdict"] == verdicts.INFEASIBLE and len(run["violated_layers"]):
-                state += f" (layers {', '.join(map(str, run['violated_layers']))})"
-            if run["usable"] and run["verdict"] == verdicts.SLACK_FEASIBLE:
-                state += f" (slack used up to {verdicts.percent(run['max_relative_slack_used'])})"
-            seed = f" · seed {int(run['seed'])}" if run.get("seed") is not None and not pd.isna(run["seed"]) else ""
-            extra = distinguishing(frame, run)
-            name = cell_label(run) + seed if run.get("L") is not None and not pd.isna(run["L"]) else str(run["run"])
-            _title(ax, f"{name}\n" + (f"{extra}\n" if extra else "") + state)
+            _title(ax, dual_panel_title(frame, run))
             ax.set_xlabel("training step")
+            integer_ticks(ax.xaxis)
             _ylabel(axes, k // cols, k % cols, r"multiplier $\lambda_l$ (≥ 0)")
             ax.legend(ncol=2)
         for k in range(len(frame), axes.size):
@@ -642,6 +648,19 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
         return figure
 
     return _render(draw, out_dir, result)
+
+
+def dual_panel_title(frame: pd.DataFrame, run: pd.Series) -> str:
+    """The cell; the run's own α, ε (as resolved) and seed, then what else tells it apart from the other panels
+    of ``frame``; its verdict (with the layers that miss) or its state."""
+    state = run["verdict"] if run["usable"] else run["state"]
+    if run["usable"] and run["verdict"] == verdicts.INFEASIBLE and len(run["violated_layers"]):
+        state += f" (layers {', '.join(map(str, run['violated_layers']))})"
+    if run["usable"] and run["verdict"] == verdicts.SLACK_FEASIBLE:
+        state += f" (slack used up to {verdicts.percent(run['max_relative_slack_used'])})"
+    extra = distinguishing(frame, run)
+    name = cell_label(run) if run.get("L") is not None and not pd.isna(run["L"]) else str(run["run"])
+    return f"{name}\n{figure_marks.settings(run)}" + (f" · {extra}" if extra else "") + f"\n{state}"
 
 
 # ----------------------------------------------------------------------------------------- constraint satisfaction
@@ -710,6 +729,7 @@ def constraint_satisfaction(runs: RunTable, out_dir: Path) -> FigureResult:
             ax.set_ylim(-0.03, 1.05)
             _title(ax, MET_COLUMNS[column])
             ax.set_xlabel("training step")
+            integer_ticks(ax.xaxis)
             _ylabel(axes, 0, j, "fraction of runs\nwith constraints met")
         axes[0, 0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=1)  # below: labels are long
         figure.suptitle("Constraint satisfaction over training, per dual setting")

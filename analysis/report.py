@@ -5,6 +5,7 @@ Tables 3 and 4, and every figure (or why it was skipped).
 Layout of the report folder::
 
     REPORT_DIR/report.md                      the report (relative links to everything below)
+    REPORT_DIR/report.html                    the same report as one file, every figure embedded
     REPORT_DIR/tables/<table>.{md,csv,tex}    Tables 3 and 4
     REPORT_DIR/figures/<figure>.{png,pdf}     the figures
 
@@ -22,6 +23,7 @@ import pandas as pd
 
 from analysis.collect import RunTable
 from analysis.figures import STEMS, FigureResult, make_figures
+from analysis.html_report import write_html
 from analysis.markdown import inert
 from analysis.selection import (
     ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, sort_cells,
@@ -48,10 +50,12 @@ class Report:
     tables: list[Table] = field(default_factory=list)
     table_files: list[Path] = field(default_factory=list)
     figures: list[FigureResult] = field(default_factory=list)
+    html: Path | None = None  # report.html beside report.md
 
     @property
     def files(self) -> list[Path]:
-        return [self.path, *self.table_files, *(p for f in self.figures for p in f.paths)]
+        return [self.path, *([self.html] if self.html else []), *self.table_files,
+                *(p for f in self.figures for p in f.paths)]
 
 
 def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None = None,
@@ -65,6 +69,7 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     report = Report(out_dir / REPORT, tables, table_files, figures)
     text = "\n".join(_sections(runs, report, gamma_train, command))
     report.path.write_text(text.rstrip() + "\n")
+    report.html = write_html(text, out_dir)  # the same report as one file, figures embedded
     return report
 
 

@@ -38,7 +38,7 @@ import yaml
 
 from analysis.collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
-from cutlab.run.tracking import SUMMARY_SEPARATOR
+from cutlab.run.tracking import RUN_FOLDER_KEY, SUMMARY_SEPARATOR, history_column
 
 #: the W&B key cutlab logs eval.csv under (cutlab.run.experiment: ``tracker.log_table("eval", rows)``)
 EVAL_KEY = "eval"
@@ -59,7 +59,7 @@ Progress = Callable[[int, int], None]
 class WandbRun:
     """What one W&B run holds, in the shape ``wandb.Api`` returns it (media values as nested dicts)."""
 
-    name: str  # the run folder's name (cutlab names the W&B run after its folder)
+    name: str  # the run folder's name (from the W&B config's RUN_FOLDER_KEY; the display name is for people)
     run_id: str
     config: dict[str, Any]
     summary: dict[str, Any]
@@ -147,11 +147,14 @@ def history_keys(rows: Iterable[dict[str, Any]]) -> set[str]:
 
 
 def history_frame(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
-    """history.csv from W&B steps: ``_step`` becomes ``step``; W&B's ``_*`` keys and media (the eval table,
-    logged at the last step) are dropped; a step that holds nothing else is dropped too."""
+    """history.csv from W&B steps: ``_step`` becomes ``step``; W&B's sections become history.csv's columns
+    (``loss/l0`` -> ``loss_0``, ``train/lr`` -> ``lr``: cutlab.tracking.history_column; runs logged before the
+    sections have the columns' own names); W&B's ``_*`` keys, media (the eval table, logged at the last step)
+    and the evaluation's steps (``eval/*``) are dropped; a step that holds nothing else is dropped too."""
     records = []
     for row in rows:
-        values = {k: v for k, v in row.items() if not k.startswith("_") and not isinstance(v, dict)}
+        values = {history_column(k): v for k, v in row.items()
+                  if not k.startswith("_") and not isinstance(v, dict) and history_column(k)}
         if values and "_step" in row:
             records.append({"step": int(row["_step"]), **values})
     if not records:
@@ -345,7 +348,8 @@ def records_from_api(path: str, out: str | Path, group: str | None = None, progr
     taken: set[str] = set()
     with tempfile.TemporaryDirectory() as downloads:
         for k, run in enumerate(runs, 1):
-            write_record(_api_run(run, Path(downloads)), _unique_dir(out, run.name, run.id, taken), rebuilt)
+            folder = run.config.get(RUN_FOLDER_KEY) or run.name  # W&B's display name is not the folder's
+            write_record(_api_run(run, Path(downloads)), _unique_dir(out, folder, run.id, taken), rebuilt)
             if progress:
                 progress(k, len(runs))
     return rebuilt

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real servers some tests start and stop themselves (tests/test_slurm.py: a single-node SLURM;
-# tests/test_search_postgres.py: PostgreSQL). Installs Debian's packages when they are missing and this runs as
+# tests/test_search_postgres.py: PostgreSQL), and the headless browser tests/test_analysis_html.py opens the
+# HTML report in (Debian's chromium). Installs Debian's packages when they are missing and this runs as
 # root with apt-get; otherwise says which tests will be skipped. policy-rc.d keeps the package scripts from
 # starting any daemon: the tests start their own, in temporary folders.
 set -euo pipefail
@@ -8,9 +9,10 @@ missing=()
 { command -v slurmctld && command -v slurmd && command -v sbatch && command -v munged; } >/dev/null || \
   missing+=(slurmctld slurmd slurm-client munge)
 { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null || missing+=(chromium)
 [ "${#missing[@]}" -eq 0 ] && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "tests: ${missing[*]} not installed (needs root and apt-get): the SLURM/PostgreSQL tests will be skipped" >&2
+  echo "tests: ${missing[*]} not installed (needs root and apt-get): the SLURM/PostgreSQL/browser tests will be skipped" >&2
   exit 0
 fi
 if [ ! -e /usr/sbin/policy-rc.d ]; then

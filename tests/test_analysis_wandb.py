@@ -140,6 +140,46 @@ def test_steps_missing_from_wandb_make_the_run_partial(wandb_run, tmp_path):
     assert row["state"] == "partial" and "W&B lacks training steps [1] of 2" in row["problem"]
 
 
+def test_wandb_keys_are_in_sections_with_their_own_axes(runs):
+    """The W&B layout, read back with W&B's own reader (``wandb leet inspect``): per-layer keys in sections, each
+    section on its step axis, the evaluation as one W&B step per gamma_test plus a line plot, a short display
+    name without the folder's commas, and the verdict in the summary and as a tag."""
+    from analysis.wandb_source import find_offline_runs, read_transaction_log
+
+    for run_dir, sessions in find_offline_runs(runs).items():
+        records = [r for session in sessions for r in read_transaction_log(session)]
+        steps = [r["history"]["item"] for r in records if r.get("type") == "history"]
+        summary = json.loads((run_dir / SUMMARY).read_text())
+        history = pd.read_csv(run_dir / HISTORY)
+        train = [s for s in steps if "train/step" in s]
+        assert [int(s["train/step"]) for s in train] == list(history["step"])
+        assert {"loss/l0", "loss/l2", "lambda/l2", "slack/l2", "constraint/l2", "train/lagrangian", "train/lr",
+                "train/constraints_met"} <= set(train[0])
+        assert not any(k.startswith(("loss_", "lambda_", "slack_", "g_")) for s in steps for k in s)  # no flat keys
+        assert [s["loss/l2"] for s in train] == pytest.approx(list(history["loss_2"]))
+        axes = {r["metric"].get("glob_name") or r["metric"]["name"]: r["metric"].get("step_metric")
+                for r in records if r.get("type") == "metric"}
+        assert {axes[f"{section}/*"] for section in ("loss", "lambda", "slack", "constraint", "train")} == {"train/step"}
+        assert axes["eval/*"] == "eval/gamma_test"
+        # the evaluation: the last layer's test RMSE per gamma_test, as eval.csv has it
+        evaluation = pd.read_csv(run_dir / EVAL)
+        last = evaluation[(evaluation.split == "test") & (evaluation.metric == "rmse")
+                          & (evaluation.layer == evaluation.layer.max())]
+        logged = {s["eval/gamma_test"]: s["eval/test/rmse"] for s in steps if "eval/test/rmse" in s}
+        assert logged == pytest.approx(dict(zip(last.gamma_test, last.value)))
+        assert min(s["_step"] for s in steps if "eval/gamma_test" in s) > max(s["_step"] for s in train)
+        assert any(k.startswith("eval_plot/rmse") for s in steps for k in s)  # the line plot's table
+        plots = [r["config"]["update"] for r in records if r.get("type") == "config"]
+        assert any("_wandb.visualize.eval_plot/rmse" in update for update in plots)
+        run = [r["run"] for r in records if r.get("type") == "run"][-1]
+        assert "," in run_dir.name and "," not in run["display_name"] and len(run["display_name"]) <= 96
+        arm = "constrained" if "train=constrained" in run_dir.name else "erm"
+        assert run["display_name"].startswith(f"dust {arm} L2 γ0.09 ") and "seed0" in run["display_name"]
+        assert run["tags"] == [summary["verdict"]]
+        final = {k: v for r in records if r.get("type") == "summary" for k, v in r["summary"]["update"].items()}
+        assert final["verdict"] == summary["verdict"] and final["feasibility/status"] == summary["verdict"]
+
+
 @pytest.mark.slow
 def test_a_killed_and_resumed_run(tmp_path):
     """SIGKILL after the first epoch, then the same command resumes it under the same W&B id: the sessions are

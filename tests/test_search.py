@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, start_search, study_of, wait_for
+from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, best_value, start_search, study_of, wait_for
 
 
 
@@ -144,8 +144,7 @@ def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_sto
     again = search_in_process(args, tmp_path, monkeypatch, capsys)  # a finished study runs nothing more
     assert len(study_of(tmp_path, "dust_video").trials) == 4 and "trial 4" not in again
     report = json.loads((trial_1.parent / "search_report.json").read_text())["search"]
-    assert report["trials"]["complete"] == 3 and report["best"]["validation"] == min(
-        t.value for t in study.trials if t.value is not None)
+    assert report["trials"]["complete"] == 3 and report["best"]["validation"] == best_value(study)
 
 
 def test_sqlite_storage_total_is_per_study_not_per_invocation(tmp_path, monkeypatch, capsys):
@@ -202,11 +201,104 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
     report = json.loads((study_dir / "search_report.json").read_text())
     for arm, study in (("constrained", constrained), ("erm", erm)):
         best = report[arm]["best"]
-        assert best["validation"] == min(t.value for t in study.trials) and best["metric"] == "rmse"
+        assert best["validation"] == best_value(study) and best["metric"] == "rmse"
         summary = json.loads((Path(best["run_dir"]) / "summary.json").read_text())
         assert best["test_mean_metric"] == summary["test_mean_metric"]
     assert "| constrained | fair_comparison-constrained | 2/0/0 |" in stderr
     assert "| erm | fair_comparison-erm | 2/0/0 |" in stderr
+
+
+# ---------------------------------------------------------------- feasibility: the verdict steers the search
+
+
+def test_best_trial_is_the_feasible_one_when_an_infeasible_trial_scores_better(tmp_path, monkeypatch, capsys):
+    """Two real trials: a trained one that misses its descent constraints (tolerance 0) with the better validation
+    RMSE, and an untrained one (lr 1e-5) that meets them (tolerance 100). The study's best is the feasible one."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    from cutlab.search.__main__ import build_plan, parse_args
+    from cutlab.search.report import format_report, write_report
+    from cutlab.search.storage import open_storage
+    from cutlab.search.worker import open_study, work
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("CUTLAB_CACHE_DIR", str(tmp_path / "cache"))
+    journal = tmp_path / "plain" / "study.journal"  # Optuna's own form: a journal file's path, no prefix
+    preset = write_preset(tmp_path, {"train.lr": {"type": "categorical", "choices": [1e-2, 1e-5]},
+                                     "eval.feasibility_tol": {"type": "categorical", "choices": [0.0, 100.0]}},
+                          study="verdicts", pruner=None, overrides=["train=constrained"])
+    plan = build_plan(parse_args([f"search={preset}", "--storage", str(journal), *TINY]))
+    study = open_study(plan, plan.preset.arms[0], open_storage(plan.storage_url, plan.preset.heartbeat))
+    study.enqueue_trial({"train.lr": 1e-2, "eval.feasibility_tol": 0.0})
+    study.enqueue_trial({"train.lr": 1e-5, "eval.feasibility_tol": 100.0})
+    assert work(plan) == {"complete": 2}
+
+    # read back with plain Optuna from the journal file, as optuna-dashboard opens it
+    stored = optuna.load_study(study_name="verdicts", storage=JournalStorage(JournalFileBackend(str(journal))))
+    trained, untrained = stored.trials
+    assert trained.value < untrained.value  # the better score ...
+    assert trained.user_attrs["verdict"] == "infeasible" and untrained.user_attrs["verdict"] == "feasible"
+    assert max(trained.constraints.values()) > 0 and max(untrained.constraints.values()) <= 0  # ... is infeasible
+    assert set(trained.constraints) == {"eps_l0", "descent_l1", "descent_l2"}
+    for trial in (trained, untrained):
+        summary = json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+        assert trial.user_attrs["verdict"] == summary["verdict"] and trial.user_attrs["metric"] == "rmse"
+        assert trial.user_attrs["test_mean_metric"] == summary["test_mean_metric"]
+        assert trial.user_attrs["validation"] == summary["selection_metric"] == trial.value
+    assert stored.best_trial.number == untrained.number  # Optuna's own best: feasible first
+
+    report = write_report({None: study}, plan.study_dir)["search"]
+    assert report["best"]["trial"] == untrained.number and report["best_is_feasible"]
+    assert report["best"]["verdict"] == "feasible" and report["verdicts"]["infeasible"] == 1
+    assert report["best_by_metric"]["trial"] == trained.number and report["best_by_metric"]["verdict"] == "infeasible"
+    assert f"trial {trained.number} scored better ({trained.value:.4g}) but is infeasible" in format_report({"search": report})
+
+
+def test_slack_feasible_and_degenerate_trials_are_infeasible_to_optuna():
+    """How each verdict reaches Optuna: a slack-feasible trial is infeasible by what its slack covered, so it is
+    never the best while a strictly feasible trial exists; ERM has no constraints (every trial feasible)."""
+    import optuna
+
+    from cutlab.search.verdict import DEGENERATE_VIOLATION, constraint_values, verdict_words
+
+    def summary(verdict, violations, epsilon=1.0):
+        return {"verdict": verdict, "epsilon": epsilon,
+                "feasibility": {"tolerance": 0.02, "relative_violations": violations}}
+
+    slack = constraint_values(summary("slack_feasible", [-0.5, 0.05, -0.1]))
+    assert slack == pytest.approx({"eps_l0": -0.52, "descent_l1": 0.03, "descent_l2": -0.12})
+    degenerate = constraint_values(summary("degenerate", [0.0, float("inf")], epsilon=None))
+    assert degenerate == {"descent_l1": DEGENERATE_VIOLATION - 0.02}  # no ε: no constraint on layer 0
+    assert constraint_values({"verdict": "unconstrained"}) == {}
+    assert "not strictly feasible: layers 1 only within their slack" in verdict_words("slack_feasible", [1])
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize")
+    for value, constraints in ((10.0, slack), (11.0, degenerate), (12.0, constraint_values(summary("feasible", [-0.1, 0.01])))):
+        trial = study.ask()
+        for name, violation in constraints.items():
+            trial.set_constraint(name, violation)
+        study.tell(trial, value)
+    assert study.best_trial.value == 12.0  # the strictly feasible one, though the slack-feasible one scored 10
+
+
+@pytest.mark.parametrize("storage, fix", [
+    ("sqlite://study.db", "sqlite:///PATH (three slashes"),
+    ("postgres://cutlab:secret@dbhost/optuna", "use postgresql://USER@HOST:PORT/DB"),
+    ("file:///tmp/study.journal", "the journal file's path itself, without file://"),
+    ("postgresql:cutlab@dbhost/optuna", "needs '//' after it: postgresql://USER@HOST:PORT/DB"),
+])
+def test_storage_in_a_wrong_form_stops_with_one_line_naming_the_fix(tmp_path, capsys, monkeypatch, storage, fix):
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    assert main(["search=dust_video", "--storage", storage, "--dry-run", *TINY]) == 2
+    error = capsys.readouterr().err
+    lines = [line for line in error.splitlines() if line.startswith("cutlab-search: error:")]
+    assert len(lines) == 1 and fix in lines[0], error
+    assert "secret" not in error and not (tmp_path / "runs").exists()
 
 
 def test_a_plain_cutlab_run_never_imports_optuna():

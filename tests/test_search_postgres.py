@@ -5,12 +5,14 @@ The server is started here (tests/postgres_server.py).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from helpers.postgres_server import postgres_server
-from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, run_search, start_search, study_of, wait_for
+from helpers.search import (FAST_HEARTBEAT, TINY, assert_run_complete, best_value, run_search, start_search,
+                            study_of, wait_for)
 
 
 @pytest.fixture(scope="module")
@@ -56,5 +58,11 @@ def test_two_workers_on_postgresql_one_killed_mid_trial_lose_no_trial(tmp_path, 
     assert retried.params == failed.params and retried.number > failed.number
     for folder in folders:
         assert_run_complete(folder, steps=8)  # every step once: the killed run resumed from its checkpoint
+    for trial in complete:  # every trial's verdict is in the database, where optuna-dashboard reads it
+        summary = json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())
+        assert trial.user_attrs["verdict"] == summary["verdict"] and trial.user_attrs["run_dir"] in map(str, folders)
+        assert trial.user_attrs["test_mean_metric"] == summary["test_mean_metric"]
+        assert (max(trial.constraints.values()) <= 0) == (summary["verdict"] == "feasible")
+    assert study.best_trial.value == best_value(study)  # feasible first, read from PostgreSQL
     log_b = (tmp_path / "worker-b.log").read_text()
     assert f"-> {victim}" in log_b  # worker B picked the dead worker's trial up

@@ -32,7 +32,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
-    tracker.log_table("eval", rows)
+    tracker.log_evaluation(rows)  # the table, scalars per gamma_test and a line plot
     verdict = feasibility_verdict(validation.mean_loss[val_grid.index(gamma)], constraints,
                                   primal_dual.effective_slacks(), cfg.eval.feasibility_tol, primal_dual.constrained)
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}

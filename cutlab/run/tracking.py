@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -92,6 +93,7 @@ class Tracker:
         _check_mode(mode)
         self.run = None
         self.mode = mode
+        self._last_step = 0
         if mode == "disabled":
             return
         (service or ServiceStart(mode, run_dir)).wait()
@@ -99,18 +101,28 @@ class Tracker:
 
         with redacted_argv():  # W&B records the command line in the run's metadata
             self.run = wandb.init(
-                mode=mode, dir=str(run_dir), name=name, config=redact_values(config), project=project,
+                mode=mode, dir=str(run_dir), name=display_name(name, config),
+                config={**redact_values(config), RUN_FOLDER_KEY: name}, project=project,
                 entity=entity, group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None,
                 reinit="create_new",
             )
+        # each section plotted against its own axis in W&B's UI: training curves against the step, the
+        # evaluation against gamma_test (the noise level of Fig. 3/4, not a time)
+        self.run.define_metric(STEP_KEY)
+        for section in (*LAYER_SECTIONS.values(), TRAIN_SECTION):
+            self.run.define_metric(f"{section}/*", step_metric=STEP_KEY)
+        self.run.define_metric(GAMMA_KEY)
+        self.run.define_metric(f"{EVAL_SECTION}/*", step_metric=GAMMA_KEY)
 
     @property
     def run_id(self) -> str | None:
         return self.run.id if self.run else None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
+        """One history.csv row at training step ``step``, its keys in W&B sections (``wandb_key``)."""
         if self.run:
-            self.run.log(metrics, step=step)
+            self.run.log({STEP_KEY: step, **{wandb_key(k): v for k, v in metrics.items()}}, step=step)
+            self._last_step = step
 
     def log_table(self, key: str, rows: list[dict[str, Any]]) -> None:
         if self.run and rows:
@@ -119,12 +131,42 @@ class Tracker:
             columns = list(rows[0])
             self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])})
 
+    def log_evaluation(self, rows: list[dict[str, Any]]) -> None:
+        """eval.csv's rows (cutlab.records.evaluation_rows) three ways: the table ``eval`` (analysis reads it back),
+        one W&B step per gamma_test with the last layer's metric and loss per split as scalars
+        (``eval/test/rmse`` against ``eval/gamma_test``), and a line plot of the metric against gamma_test."""
+        if not self.run or not rows:
+            return
+        import wandb
+
+        self.log_table(EVAL_TABLE, rows)
+        last = max(row["layer"] for row in rows)
+        points: dict[float, dict[str, float]] = {}
+        for row in rows:
+            if row["layer"] == last:
+                points.setdefault(row["gamma_test"], {})[f"{EVAL_SECTION}/{row['split']}/{row['metric']}"] = row["value"]
+        step = max(self.run.step, self._last_step + 1)  # after the last training step: a W&B step only grows
+        for gamma in sorted(points):
+            self.run.log({GAMMA_KEY: gamma, **points[gamma]}, step=step)
+            step += 1
+        metric = next(row["metric"] for row in rows if row["metric"] != "loss")
+        keys = {split: f"{EVAL_SECTION}/{split}/{metric}" for split in dict.fromkeys(row["split"] for row in rows)}
+        grid = [g for g in sorted(points) if all(key in points[g] for key in keys.values())]  # not val's gamma_train
+        plot = wandb.plot.line_series(xs=grid, ys=[[points[g][key] for g in grid] for key in keys.values()],
+                                      keys=list(keys), title=f"last layer's {metric} against gamma_test",
+                                      xname="gamma_test")
+        self.run.log({f"{EVAL_PLOT}/{metric}": plot}, step=step)
+
     def summarize(self, summary: dict[str, Any]) -> None:
         """Mirror summary.json in the W&B summary, nested dicts flattened to ``feasibility/status`` keys, so that
-        analysis can rebuild summary.json from W&B alone (analysis.wandb_source)."""
+        analysis can rebuild summary.json from W&B alone (analysis.wandb_source). The verdict also becomes a tag,
+        so W&B's run table can filter on it."""
         if self.run:
             for key, value in flat_summary(summary).items():
                 self.run.summary[key] = value
+            verdict = summary.get("verdict")
+            if verdict and verdict not in self.run.tags:
+                self.run.tags = (*self.run.tags, verdict)
 
     def finish(self, failed: bool = False) -> None:
         if self.run:
@@ -133,6 +175,62 @@ class Tracker:
 
 
 SUMMARY_SEPARATOR = "/"  # W&B's own grouping separator in its UI
+#: history.csv's per-layer columns (loss_0, lambda_0, slack_0, g_0, ...) -> W&B sections (loss/l0, ...)
+LAYER_SECTIONS = {"loss": "loss", "lambda": "lambda", "slack": "slack", "g": "constraint"}
+TRAIN_SECTION = "train"  # every other history.csv column: train/lagrangian, train/lr, ...
+STEP_KEY = f"{TRAIN_SECTION}/step"  # the x-axis of every training section
+EVAL_SECTION = "eval"  # eval/<split>/<metric> per gamma_test
+GAMMA_KEY = f"{EVAL_SECTION}/gamma_test"  # the x-axis of the evaluation section
+EVAL_TABLE = "eval"  # eval.csv as a wandb.Table (analysis.wandb_source reads it back)
+EVAL_PLOT = "eval_plot"  # the line plot (a chart, outside the eval section: W&B charts have no step axis)
+RUN_FOLDER_KEY = "_run_folder"  # the run folder's name, in the W&B config (the display name is for people)
+SHOWN_KEYS = ("model", "data", "train", "L", "gamma", "seed", "train.alpha")  # in display_name's label already
+MAX_DISPLAY = 96  # characters of a display name: W&B's run list shows about this many
+HIDDEN_KEYS = ("wandb", "paths", "threads", "progress", "device", "launcher", "run_name", "checkpoint", "eval")
+
+
+def wandb_key(column: str) -> str:
+    """``loss_0`` -> ``loss/l0``, ``g_2`` -> ``constraint/l2``, ``lagrangian`` -> ``train/lagrangian``."""
+    name, _, layer = column.rpartition("_")
+    if name in LAYER_SECTIONS and layer.isdigit():
+        return f"{LAYER_SECTIONS[name]}/l{layer}"
+    return f"{TRAIN_SECTION}/{column}"
+
+
+def history_column(key: str) -> str | None:
+    """The inverse of ``wandb_key`` (``loss/l0`` -> ``loss_0``); a key of cutlab's flat layout (before W&B
+    sections) is returned as it is; None for keys that are no history.csv column (the evaluation, the step)."""
+    section, _, leaf = key.partition("/")
+    if not leaf:
+        return key
+    if section == TRAIN_SECTION and key != STEP_KEY:
+        return leaf
+    names = {v: k for k, v in LAYER_SECTIONS.items()}
+    if section in names and leaf[:1] == "l" and leaf[1:].isdigit():
+        return f"{names[section]}_{leaf[1:]}"
+    return None
+
+
+def display_name(folder: str, config: dict) -> str:
+    """A short name for W&B's run list: ``dust constrained L3 γ0.09 α0.25 seed0 (synthetic)``, plus the folder when
+    it was named by hand or by a search (``trial-0003: ...``), plus any other override the folder name holds.
+    Run folders keep their own names (commas and all): they must be unique and stable, this need only be read."""
+    train, model, data = (config.get(k) or {} for k in ("train", "model", "data"))
+    arm = "constrained" if train.get("constrained") else "erm"
+    label = f"{model.get('name', '?')} {arm} L{config.get('L')} γ{config.get('gamma')}"
+    if train.get("constrained"):
+        label += f" α{train.get('alpha')}"
+    label += f" seed{config.get('seed')} ({data.get('name', '?')})"
+    if "=" not in folder:
+        return label if folder == "default" else f"{folder}: {label}"
+    # a folder named from its overrides (a grid): keep those the label does not show, by their last key part
+    extra = []
+    for override in re.split(r",(?=[A-Za-z_+~][\w.]*=)", folder):
+        key = override.lstrip("+~").partition("=")[0]
+        if key not in SHOWN_KEYS and not key.startswith(HIDDEN_KEYS):
+            extra.append(f"{key.rsplit('.', 1)[-1]}={_shown(config, key)}")
+    name = " ".join([label, *extra])
+    return name if len(name) <= MAX_DISPLAY else name[: MAX_DISPLAY - 1] + "…"
 
 
 def flat_summary(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -148,3 +246,13 @@ def flat_summary(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str, bool)) for v in value):
             flat[name] = list(value)
     return flat
+
+
+def _shown(config: dict, key: str) -> str:
+    """The config's value of a dotted key as a display name shows it (a list without commas: ``[0 0.5]``)."""
+    value = config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(map(str, value)) + "]"
+    return str(value)

@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   python -m cutlab.search search=dust_video --storage postgresql://me@dbhost:5432/optuna   # many machines
   CUTLAB_STORAGE=postgresql://me:PASSWORD@dbhost:5432/optuna python -m cutlab.search search=dust_video
   python -m cutlab.search search=dust_video search.pruner=null --dry-run
+  optuna-dashboard runs/search/dust_video/optuna.journal      # the study in a browser (pip install optuna-dashboard)
 """
 
 
@@ -43,7 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="with --launcher slurm: a profile in slurm/*.yaml or a YAML path (default: default)")
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
     parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None,
-                        help=f"journal:PATH | sqlite:///PATH | postgresql://... (= search.storage; default ${STORAGE_ENV}, "
+                        help=f"JOURNAL_FILE | sqlite:///PATH | postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, "
                              "which keeps a password off the command line)")
     parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
     parser.add_argument("--dry-run", action="store_true", help="check everything and print the plan; run nothing")
@@ -78,7 +79,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys
     from cutlab.search.preset import as_override, load_preset
-    from cutlab.search.storage import default_storage_url
+    from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
@@ -101,6 +102,7 @@ def build_plan(args: argparse.Namespace):
     direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")
     study_dir = Path(base.paths.runs_dir).resolve() / "search" / preset.study
     storage = preset.storage or default_storage_url(study_dir)
+    check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
     return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed))
 
 

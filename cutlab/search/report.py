@@ -1,8 +1,10 @@
-"""The search's result: per arm, the best trial by validation and its test numbers (read from its run record).
+"""The search's result: per arm, the best trial and its test numbers (read from its run record).
 
-The best trial is chosen by validation alone, whatever its feasibility verdict; the report says which verdict it
-has and tallies the verdicts of every complete trial, so that a trial feasible only within its resilience slack
-(``slack_feasible``) is never taken for a feasible one.
+The best trial is Optuna's ``Study.best_trial``: the best by validation among the strictly feasible trials
+whenever one exists (the trials carry their verdict as constraint values, see verdict.py). Without any, the best
+by validation is reported with ``best_is_feasible: false``; when a better-scoring trial was passed over for being
+infeasible, it is reported too (``best_by_metric``). The report tallies the verdicts of every complete trial, and
+a trial feasible only within its resilience slack (``slack_feasible``) is never taken for a feasible one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRIC
 from cutlab.errors import CutlabError
 from cutlab.run.records import read_summary
 from cutlab.search.storage import trial_counts
+from cutlab.search.verdict import is_feasible, verdict_words
 
 REPORT = "search_report.json"
 #: the verdicts of cutlab.core.evaluation.Verdict, in the order the tally lists them
@@ -30,20 +33,31 @@ def arm_report(study: optuna.Study) -> dict:
     if not complete:
         return entry
     entry["verdicts"] = verdict_tally(complete)
-    best = study.best_trial
-    run_dir = Path(best.user_attrs["run_dir"])
+    by_metric = (min if entry["direction"] == "minimize" else max)(complete, key=lambda t: t.value)
+    try:
+        best = study.best_trial  # Optuna's rule: the best feasible trial whenever one is feasible
+    except ValueError:  # no complete trial is feasible
+        best = by_metric
+    entry["best_is_feasible"] = is_feasible(best)
+    entry["best"] = trial_entry(best)
+    if by_metric.number != best.number:
+        entry["best_by_metric"] = trial_entry(by_metric)
+    return entry
+
+
+def trial_entry(trial) -> dict:
+    run_dir = Path(trial.user_attrs["run_dir"])
     try:
         summary = read_summary(run_dir) or {}
     except CutlabError:  # the folder was replaced since the trial ended: its numbers are unknown, not a crash
         summary = {}
-    entry["best"] = {
-        "trial": best.number, "validation": best.value, "params": best.params, "seed": best.user_attrs.get("seed"),
+    return {
+        "trial": trial.number, "validation": trial.value, "params": trial.params, "seed": trial.user_attrs.get("seed"),
         "run_dir": str(run_dir), "metric": summary.get("metric"),
         "test_mean_metric": summary.get("test_mean_metric"), "test_auc": summary.get("test_auc"),
-        "verdict": summary.get("verdict"),
+        "verdict": summary.get("verdict"), "constraints": dict(trial.constraints),
         "slack_layers": (summary.get("feasibility") or {}).get("slack_layers") or [],
     }
-    return entry
 
 
 def verdict_tally(trials: list) -> dict[str, int]:
@@ -67,24 +81,22 @@ def write_report(studies: dict[str | None, optuna.Study], study_dir: Path) -> di
 def format_report(report: dict) -> str:
     lines = ["| arm | study | trials (complete/pruned/failed) | verdicts of complete trials | best trial | "
              "validation | test mean | test AUC | verdict of the best |", "|---|---|---|---|---|---|---|---|---|"]
+    notes = []
     for arm, entry in report.items():
         counts = entry["trials"]
         best = entry.get("best") or {}
         tally = f"{counts.get('complete', 0)}/{counts.get('pruned', 0)}/{counts.get('fail', 0)}"
         verdicts = ", ".join(f"{n} {v}" for v, n in (entry.get("verdicts") or {}).items() if n) or "-"
         cells = [verdicts, best.get("trial", "-"), _num(best.get("validation")), _num(best.get("test_mean_metric")),
-                 _num(best.get("test_auc")), _verdict(best)]
+                 _num(best.get("test_auc")), verdict_words(best.get("verdict"), best.get("slack_layers"))]
         lines.append(f"| {arm} | {entry['study']} | {tally} | " + " | ".join(map(str, cells)) + " |")
-    return "\n".join(lines)
-
-
-def _verdict(best: dict) -> str:
-    """The best trial's verdict, saying so when it is feasible only through its resilience slack."""
-    verdict = best.get("verdict") or "-"
-    if verdict == SLACK_FEASIBLE:
-        layers = ", ".join(map(str, best.get("slack_layers") or [])) or "?"
-        verdict += f" (not strictly feasible: layers {layers} only within their slack)"
-    return verdict
+        if best and not entry.get("best_is_feasible", True):
+            notes.append(f"{arm}: no complete trial is strictly feasible; the best by validation is shown")
+        if "best_by_metric" in entry:
+            other = entry["best_by_metric"]
+            notes.append(f"{arm}: trial {other['trial']} scored better ({_num(other['validation'])}) but is "
+                         f"{verdict_words(other.get('verdict'), other.get('slack_layers'))}, so it is not the best")
+    return "\n".join(lines + notes)
 
 
 def _num(value) -> str:

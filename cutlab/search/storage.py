@@ -1,5 +1,9 @@
 """The study's storage: a journal file (default), sqlite, or PostgreSQL (many machines), all with heartbeats.
 
+Addresses take Optuna's own forms, so the same string opens the study in optuna-dashboard: a journal file's
+path, ``sqlite:///PATH`` or ``postgresql://USER@HOST:PORT/DB``. (``journal:PATH``, cutlab's earlier form, is still
+read.) An address in none of these forms stops with one line naming the form it was likely meant to be.
+
 Heartbeats let a surviving or later worker notice a trial whose worker died (its heartbeat stops), mark it
 failed and re-queue its parameters (Optuna's RetryFailedTrialCallback); the retry trains in the same run
 folder, so it resumes from the dead trial's checkpoint. Optuna implements heartbeats for its database
@@ -31,7 +35,9 @@ except ImportError:  # pragma: no cover - Optuna < 4.9
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 HEARTBEAT_ATTR = "cutlab:heartbeat"  # wall-clock time of the last heartbeat of a running trial
-FORMS = "journal:PATH (default: a journal file in the study folder), sqlite:///PATH, or postgresql://USER@HOST:PORT/DB"
+FORMS = ("a journal file's path (default: optuna.journal in the study folder), sqlite:///PATH, or "
+         "postgresql://USER@HOST:PORT/DB")
+DATABASES = ("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
@@ -67,31 +73,48 @@ def open_storage(url: str, heartbeat: dict):
     interval, grace = int(heartbeat["interval_s"]), int(heartbeat["grace_s"])
     # a dead worker's trial is re-queued with the same parameters, at most max_retry times
     retry = RetryCallback(max_retry=heartbeat.get("max_retry", 3))
-    if url.startswith("journal:"):
-        path = Path(url[len("journal:"):])
+    check_form(url)
+    if not url.startswith(DATABASES):
+        path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
         path.parent.mkdir(parents=True, exist_ok=True)
         return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
-    if url.startswith(("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")):
-        engine_kwargs = {}
-        given, url = url, _with_postgres_driver(with_encoded_password(url))
-        if url.startswith("postgresql"):
-            engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
-        if url.startswith("sqlite:///"):
-            Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        try:
-            return _open_database(url, engine_kwargs, interval, grace, retry)
-        except ImportError:
-            raise CutlabError(f"the storage {redact(given)} needs its database driver: for PostgreSQL "
-                              "pip install 'cutlab[postgres]' (psycopg2)") from None
-        except Exception as error:
-            reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
-            raise CutlabError(f"cannot open the search storage {redact(given)}: {scrub(reason, given)}. Start the database and check "
-                              "host, port, user and database name, or drop --storage to use the default journal "
-                              f"file; accepted forms: {FORMS}") from None
-    scheme = re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", url)
-    # only the scheme is shown: the rest of an address may hold a password
-    raise CutlabError(f"unknown search storage scheme {scheme.group(0) if scheme else '(none)'} (the rest of the "
-                      f"address is not shown: it may hold a password); use {FORMS}")
+    engine_kwargs = {}
+    given, url = url, _with_postgres_driver(with_encoded_password(url))
+    if url.startswith("postgresql"):
+        engine_kwargs = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
+    if url.startswith("sqlite:///"):
+        Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return _open_database(url, engine_kwargs, interval, grace, retry)
+    except ImportError:
+        raise CutlabError(f"the storage {redact(given)} needs its database driver: for PostgreSQL "
+                          "pip install 'cutlab[postgres]' (psycopg2)") from None
+    except Exception as error:
+        reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+        raise CutlabError(f"cannot open the search storage {redact(given)}: {scrub(reason, given)}. Start the database and check "
+                          "host, port, user and database name, or drop --storage to use the default journal "
+                          f"file; accepted forms: {FORMS}") from None
+
+
+def check_form(url: str) -> None:
+    """A storage address in one of Optuna's forms, else one line naming the fix. Only the scheme of a wrong
+    address is quoted: the rest may hold a password."""
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
+    if scheme is None or url.startswith("journal:") or len(scheme.group(1)) == 1 and "://" not in url:
+        return  # a journal file's path (C:\\... is a drive letter, not a scheme)
+    name = scheme.group(1).lower()
+    if url.startswith(DATABASES):
+        if name == "sqlite" and not url.startswith("sqlite:///"):
+            raise CutlabError(f"the search storage {url} has too few slashes: a SQLite file is sqlite:///PATH "
+                              "(three slashes, then a relative path; four for an absolute one, sqlite:////abs/file.db)")
+        if name != "sqlite" and not url.startswith(f"{scheme.group(0)}//"):
+            raise CutlabError(f"the search storage scheme {scheme.group(0)} needs '//' after it: "
+                              f"{scheme.group(0)}//USER@HOST:PORT/DB")
+        return
+    fix = {"postgres": "postgresql://USER@HOST:PORT/DB (SQLAlchemy spells PostgreSQL postgresql://)",
+           "file": "the journal file's path itself, without file://"}.get(name, FORMS)
+    raise CutlabError(f"unknown search storage scheme {scheme.group(0)} (the rest of the address is not shown: it "
+                      f"may hold a password); use {fix}")
 
 
 def _open_database(url: str, engine_kwargs: dict, interval: int, grace: int, retry, attempts: int = 5) -> RDBStorage:
@@ -120,7 +143,7 @@ def _with_postgres_driver(url: str) -> str:
 
 
 def default_storage_url(study_dir: Path) -> str:
-    return f"journal:{study_dir / 'optuna.journal'}"
+    return str(study_dir / "optuna.journal")  # a plain path: optuna-dashboard opens it as it is
 
 
 def trial_counts(study: optuna.Study) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""One worker's loop: ask the study for a trial, train it as a cutlab run, tell the study its validation score.
+"""One worker's loop: ask the study for a trial, train it as a cutlab run, tell the study its validation score
+and its feasibility verdict (as constraint values, see verdict.py).
 
 Any number of workers (processes here, jobs on a cluster) share one study through its storage. The budget
 ``n_trials`` is the study's total: trials that finished (complete or pruned), run or wait count, failed
@@ -28,6 +29,7 @@ from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import RetryCallback, open_storage
+from cutlab.search.verdict import constraint_values, trial_attrs
 from cutlab.tasks import objective_of
 
 # heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
@@ -179,8 +181,14 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
         raise CutlabError(f"the runs' selection metric {summary['metric']} is to {mode}, but the study was created "
                           f"to {plan.direction}; set search.direction={mode} (or auto) and a new study name")
     value = float(summary["selection_metric"])
+    # the verdict goes to the study before tell: TPE and Study.best_trial rank feasible trials first (verdict.py)
+    for name, violation in constraint_values(summary).items():
+        trial.set_constraint(name, violation)
+    for name, attr in trial_attrs(summary, run_dir).items():
+        trial.set_user_attr(name, attr)
     study.tell(trial, value)
-    say(f"{study.study_name} trial {trial.number} complete: validation {summary['metric']} {value:.4g}")
+    say(f"{study.study_name} trial {trial.number} complete: validation {summary['metric']} {value:.4g}, "
+        f"verdict {summary.get('verdict')}")
     return "complete"
 
 

@@ -71,3 +71,12 @@ def study_of(tmp: Path, study: str, storage: str | None = None):
 
     url = storage or default_storage_url(tmp / "runs" / "search" / study)
     return optuna.load_study(study_name=study, storage=open_storage(url, {"interval_s": 1, "grace_s": 3}))
+
+
+def best_value(study) -> float:
+    """The least validation RMSE among the strictly feasible complete trials, or among all when none is feasible
+    (the search ranks feasible trials first: cutlab/search/verdict.py)."""
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    assert all("verdict" in t.user_attrs for t in complete)
+    feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
+    return min(t.value for t in feasible or complete)
