@@ -41,7 +41,7 @@ def data_label(request: dict) -> str:
 
 
 def evaluation_dir(run_dir: Path, request: dict) -> Path:
-    name = re.sub(r"[^\w.=+-]+", "_", data_label(request))
+    name = re.sub(r"[^\w.=+-]+", "_", data_label(request)).strip("_")
     return run_dir / EVALUATIONS / f"{name}-{request_key(request)}"
 
 
