@@ -55,7 +55,14 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
                 continue
             rows.append(row)
             metrics.append(frame.assign(run=run["run"], label=row["label"], grid=[grid] * len(frame)))
-    return (pd.DataFrame(rows), pd.concat(metrics, ignore_index=True) if metrics else pd.DataFrame(), problems)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:  # two evaluations on one data name and grid (e.g. another data.stride) keep their own columns
+        frame["key"] = [Path(folder).name.rsplit("-", 1)[-1] for folder in frame["folder"]]
+        shared = frame.groupby(["label", "grid"])["key"].transform("nunique") > 1
+        frame.loc[shared, "label"] = frame.loc[shared, "label"] + " [" + frame.loc[shared, "key"] + "]"
+        for metric_frame, (_, row) in zip(metrics, frame.iterrows()):
+            metric_frame["label"] = row["label"]
+    return (frame, pd.concat(metrics, ignore_index=True) if metrics else pd.DataFrame(), problems)
 
 
 def _column(label: str, grid: tuple[float, ...]) -> str:
@@ -107,7 +114,7 @@ def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataF
         ax.set_ylabel(_metric_label(chosen["metric"].iloc[0]))
         ax.set_title(f"evaluated on {label}")
         ax.legend()
-        return _save(figure, out_dir, f"{STEM}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}")
+        return _save(figure, out_dir, f"{STEM}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label).strip('_')}")
 
 
 def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables", figures_dir: str = "figures") -> list[str]:

@@ -94,7 +94,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     label = data_label(request)
     existing = done(folder, request)
     if existing:
-        return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {folder}"
+        return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
     try:
         with RunLock(folder):
             numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name)
@@ -105,7 +105,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
             write_record(folder, record, table, split)
     finally:
         _remove_if_empty(run_dir / EVALUATIONS)
-    return f"{run_dir.name}: {label}: {_headline(record)}; {folder}"
+    return f"{run_dir.name}: {label}: {_headline(record)}; {_shown(folder)}"
 
 
 def _request(request: dict):
@@ -120,6 +120,14 @@ def _headline(record: dict) -> str:
     descent = "descends" if ind["strictly_decreasing"] else "does not descend"
     return (f"mean {record['metric']} over gamma_test [{grid}] {record['mean_metric']:.3f}, verdict {record['verdict']}, "
             f"{descent} at gamma_test=gamma_train={ind['gamma']:g} (max l_l/l_l-1 {ind['max_layer_ratio']:.3g})")
+
+
+def _shown(folder: Path) -> str:
+    """The record's folder, relative to the working directory when it lies below it."""
+    try:
+        return str(folder.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
 
 
 def _remove_if_empty(folder: Path) -> None:

@@ -50,6 +50,9 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
     with open_dict(cfg):
         if any(key == "data" or key.startswith("data.") for key in keys):
             cfg.data = settings.data
+            root = cfg.data.get("root")
+            if isinstance(root, str) and Path(root).expanduser().exists():  # the record names the data wherever run
+                cfg.data.root = str(Path(root).expanduser().resolve())
         for key in ("eval.gamma_test", "eval.batch_size", "device", "threads", "progress"):
             if key in keys:
                 OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
