@@ -48,8 +48,12 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
     keys = {OVERRIDE.match(override)["key"] for override in overrides}
     cfg = run_cfg.copy()
     with open_dict(cfg):
-        if any(key == "data" or key.startswith("data.") for key in keys):
+        if "data" in keys:
             cfg.data = settings.data
+        else:  # data.KEY=... alone changes the run's own data config (not the composed default's)
+            for key in sorted(k for k in keys if k.startswith("data.")):
+                OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
+        if any(key == "data" or key.startswith("data.") for key in keys):
             root = cfg.data.get("root")
             if isinstance(root, str) and Path(root).expanduser().exists():  # the record names the data wherever run
                 cfg.data.root = str(Path(root).expanduser().resolve())
