@@ -67,7 +67,10 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
     report = Report(out_dir / REPORT, tables, table_files, figures)
-    text = "\n".join(_sections(runs, report, gamma_train, command))
+    from analysis.transfer import transfer_sections  # cutlab-eval's records of these runs, when there are any
+
+    text = "\n".join([*_sections(runs, report, gamma_train, command), "",
+                      *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR)])
     report.path.write_text(text.rstrip() + "\n")
     report.html = write_html(text, out_dir)  # the same report as one file, figures embedded
     return report

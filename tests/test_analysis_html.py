@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from conftest import unavailable
-from test_analysis import analysis_cli
-from test_cli import cutlab
+from helpers.analysis import analysis_cli
+from helpers.cli import cutlab
 
 TINY = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.5,1]", "wandb.mode=disabled",
         "progress=false", "threads=1"]

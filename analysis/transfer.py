@@ -1,0 +1,158 @@
+"""The report's section on evaluations of finished runs on other data (``cutlab-eval``'s records).
+
+Each run folder may hold ``evaluations/<data>-<key>/`` (cutlab.transfer.record): the run's final weights evaluated on
+other data or on another gamma_test grid. This module reads them for the runs of a report and adds
+
+- a train-data x test-data table: per run, its mean last-layer metric over each evaluation's grid (and over its own
+  test split's grid), with the verdict on that data marked as in the paper's tables;
+- per evaluation dataset, a figure of the last layer's metric against gamma_test, one line per run.
+
+Nothing is written when no run has an evaluation record, so reports of plain runs are unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.collect import RunTable
+from analysis.figures import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
+from analysis.markdown import inert
+from analysis.selection import ARM_LABELS
+from analysis.verdicts import CAPTION, mark
+from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD
+
+STEM = "transfer"  # tables/transfer.{md,csv}, figures/transfer_<data>.{png,pdf}
+OWN = "own test split"
+
+
+def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(one row per evaluation record, their metrics.csv in long format, the records that could not be read)."""
+    rows, metrics, problems = [], [], []
+    complete = runs.runs[runs.runs["usable"]] if "usable" in runs.runs else runs.runs.iloc[0:0]
+    for _, run in complete.iterrows():
+        for path in sorted(Path(run["path"]).glob(f"{EVALUATIONS}/*/{RECORD}")):
+            try:
+                record = json.loads(path.read_text())
+                frame = pd.read_csv(path.parent / METRICS)
+                request = record["request"]
+                grid = tuple(float(g) for g in request["gamma_test"])
+                row = {"run": run["run"], "arm": run.get("arm"), "model": run.get("model"), "L": run.get("L"),
+                       "gamma_train": run.get("gamma_train"), "trained_on": run.get("dataset"),
+                       "label": str(record["label"]), "grid": grid, "metric": record["metric"],
+                       "mean_metric": float(record["mean_metric"]), "verdict": record.get("verdict"),
+                       "status": record.get("status"), "folder": str(path.parent)}
+            except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as error:
+                problems.append(f"{path}: {type(error).__name__}: {error}")
+                continue
+            if row["status"] != "complete":
+                problems.append(f"{path}: status {row['status']!r} (not complete)")
+                continue
+            rows.append(row)
+            metrics.append(frame.assign(run=run["run"], label=row["label"], grid=[grid] * len(frame)))
+    frame = pd.DataFrame(rows)
+    if not frame.empty:  # two evaluations on one data name and grid (e.g. another data.stride) keep their own columns
+        frame["key"] = [Path(folder).name.rsplit("-", 1)[-1] for folder in frame["folder"]]
+        shared = frame.groupby(["label", "grid"])["key"].transform("nunique") > 1
+        frame.loc[shared, "label"] = frame.loc[shared, "label"] + " [" + frame.loc[shared, "key"] + "]"
+        for metric_frame, (_, row) in zip(metrics, frame.iterrows()):
+            metric_frame["label"] = row["label"]
+    return (frame, pd.concat(metrics, ignore_index=True) if metrics else pd.DataFrame(), problems)
+
+
+def _column(label: str, grid: tuple[float, ...]) -> str:
+    return f"{label} γ_test {grid[0]:g}…{grid[-1]:g} ({len(grid)})"
+
+
+def transfer_table(runs: RunTable, evaluations: pd.DataFrame) -> pd.DataFrame:
+    """Rows: runs (model, arm, L, γ_train, trained on); columns: the run's own test split and each evaluation data."""
+    table = {}
+    for _, evaluation in evaluations.iterrows():
+        run = runs.run(evaluation["run"])
+        key = (run["run"], run["model"], ARM_LABELS.get(run["arm"], "?"), int(run["L"]), float(run["gamma_train"]),
+               run["dataset"])
+        own_grid = tuple(sorted(set(runs.metrics.loc[(runs.metrics["run"] == run["run"])
+                                                     & (runs.metrics["split"] == "test"), "gamma_test"])))
+        row = table.setdefault(key, {})
+        if own_grid:
+            row[_column(f"{OWN} ({run['dataset']})", own_grid)] = _cell(run["test_mean_metric"], run["verdict"])
+        row[_column(evaluation["label"], evaluation["grid"])] = _cell(evaluation["mean_metric"], evaluation["verdict"])
+    index = pd.MultiIndex.from_tuples(list(table), names=["run", "model", "arm", "L", "γ_train", "trained on"])
+    frame = pd.DataFrame(list(table.values()), index=index)
+    own = [c for c in frame.columns if c.startswith(OWN)]
+    return frame[own + sorted(c for c in frame.columns if c not in own)].fillna("—")
+
+
+def _cell(value: float, verdict) -> str:
+    return f"{float(value):.2f}" + (f" {mark(verdict)}" if mark(verdict) else "")
+
+
+def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataFrame, label: str,
+                    out_dir: Path) -> list[Path]:
+    """The last layer's metric against γ_test on one evaluation dataset, one line per run (arm styles of Fig 2)."""
+    chosen = evaluations[evaluations["label"] == label]
+    with matplotlib.rc_context(RC):
+        figure = Figure(figsize=(5.5, 3.6), layout="constrained")
+        ax = figure.subplots()
+        for _, evaluation in chosen.iterrows():
+            run = runs.run(evaluation["run"])
+            rows = metrics[(metrics["run"] == evaluation["run"]) & (metrics["label"] == label)
+                           & (metrics["grid"] == evaluation["grid"]) & (metrics["metric"] == evaluation["metric"])]
+            rows = rows[rows["layer"] == rows["layer"].max()].sort_values("gamma_test")
+            style = dict(ARM_STYLE.get(run["arm"], {}))
+            style["label"] = (f"{style.get('label', run['arm'])} · {run['model']} L={int(run['L'])} "
+                              f"γ_train={run['gamma_train']:g} · trained on {run['dataset']}"
+                              + (f" {mark(evaluation['verdict'])}" if mark(evaluation["verdict"]) else ""))
+            ax.plot(rows["gamma_test"], rows["value"], **{**style, "label": _math(style["label"])})
+            ax.axvline(run["gamma_train"], color=style.get("color", "grey"), linewidth=0.6, alpha=0.4)
+        ax.set_xlabel(GAMMA_TEST)
+        ax.set_ylabel(_metric_label(chosen["metric"].iloc[0]))
+        ax.set_title(f"evaluated on {label}")
+        ax.legend()
+        return _save(figure, out_dir, f"{STEM}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label).strip('_')}")
+
+
+def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables", figures_dir: str = "figures") -> list[str]:
+    """The report lines (and files) for the evaluation records of ``runs``; none when there are none."""
+    for stale in [*(out_dir / figures_dir).glob(f"{STEM}_*"), *(out_dir / tables_dir).glob(f"{STEM}.*")]:
+        stale.unlink()
+    evaluations, metrics, problems = read_evaluations(runs)
+    if evaluations.empty and not problems:
+        return []
+    lines = ["## Evaluations on other data (cutlab-eval)", ""]
+    if evaluations.empty:
+        return lines + ["No readable evaluation record:", "", *(f"- {inert(p)}" for p in problems)]
+    table = transfer_table(runs, evaluations)
+    (out_dir / tables_dir).mkdir(parents=True, exist_ok=True)
+    table.to_csv(out_dir / tables_dir / f"{STEM}.csv")
+    markdown = markdown_table(table.reset_index())
+    (out_dir / tables_dir / f"{STEM}.md").write_text(markdown + "\n")
+    metric = evaluations["metric"].iloc[0]
+    lines += [f"Finished runs' final weights evaluated on data they were not trained on. Each entry: the last "
+              f"layer's test {metric} averaged over that column's γ_test grid (first…last, number of points), "
+              "marked with the verdict on that data (the run's constraints checked on the evaluated split at "
+              f"γ_test = γ_train). {CAPTION} Columns with different grids are not comparable with each other.", "",
+              markdown, "", f"Files: [Markdown]({tables_dir}/{STEM}.md) · [CSV]({tables_dir}/{STEM}.csv)"]
+    for label in dict.fromkeys(evaluations["label"]):
+        paths = transfer_figure(runs, evaluations, metrics, label, out_dir / figures_dir)
+        png = next(p for p in paths if p.suffix == ".png")
+        lines += ["", f"### {inert(metric.upper() if metric == 'rmse' else metric)} vs γ_test on {inert(label)}", "",
+                  f"![{inert(label)}]({figures_dir}/{png.name})", "", f"[PDF]({figures_dir}/{png.stem}.pdf)"]
+    if problems:
+        lines += ["", "Evaluation records not counted:", "", *(f"- {inert(p)}" for p in problems)]
+    return lines
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A Markdown table of ``frame``; cells are record text, made inert (a run name cannot break the report)."""
+    def row(values) -> str:
+        return "| " + " | ".join(inert(value) for value in values) + " |"
+
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) for c in frame.columns]
+    return "\n".join([row(frame.columns), "|" + "".join("---:|" if n else "---|" for n in numeric),
+                      *(row(values) for values in frame.itertuples(index=False))])

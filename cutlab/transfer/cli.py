@@ -1,0 +1,142 @@
+"""``cutlab-eval RUN... [data=NAME data.KEY=VALUE ...] [eval.gamma_test=[...]]``: finished runs on other data.
+
+    cutlab-eval runs/my_run data=video_folder data.root=~/footage 'eval.gamma_test=[0,0.5,1,1.5,2]'
+    cutlab-eval 'runs/*model=dust*' data=ucsd_ped2            # a glob, on Ped2's test split
+    cutlab-eval runs/ 'eval.gamma_test=[0,0.2,0.4,0.6,0.8,1,1.5,2]'  # every run under runs/, its own data, wider grid
+
+RUN: a run folder, a folder of runs (a sweep's), or a quoted glob. Without ``data=`` each run is evaluated on its own
+data. Each evaluation is written to ``<run>/evaluations/<data>-<key>/`` (cutlab.transfer.record), never over the
+run's own files; an evaluation already done is skipped, so the same command run again only does what is missing.
+Exit status: 0 when every run was evaluated (or already was), 2 when any was refused (one line each, naming the fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from cutlab.errors import CutlabError
+from cutlab.redaction import redact, redact_argv
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    from cutlab.transfer.evaluate import SIGMAS, SPLITS
+
+    parser = argparse.ArgumentParser(prog="cutlab-eval", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("items", nargs="+", metavar="RUN_OR_SETTING",
+                        help="run folders, folders of runs, quoted globs; and data=..., data.KEY=..., "
+                             "eval.gamma_test=[...], eval.batch_size=N, device=..., threads=N settings")
+    parser.add_argument("--split", default="test", choices=SPLITS,
+                        help="which split of the data to evaluate (all: every clip; default test)")
+    parser.add_argument("--sigma", default="data", choices=SIGMAS,
+                        help="sigma_x the noise gamma_test * sigma_x is scaled by: data = the evaluated data's own "
+                             "(gamma keeps its meaning, noise relative to the signal; default), run = the run's "
+                             "training data's (the same absolute noise as in training)")
+    return parser.parse_intermixed_args(argv)  # runs and settings in any order, around the options
+
+
+def main(argv: list[str] | None = None) -> int:
+    from cutlab.transfer.config import is_override
+
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    logging.getLogger("cutlab").setLevel(logging.WARNING)
+    overrides = [item for item in args.items if is_override(item)]
+    patterns = [item for item in args.items if not is_override(item)]
+    try:
+        if not patterns:
+            raise CutlabError("no run given; pass a run folder, a folder of runs or a glob before the settings, "
+                              "e.g. cutlab-eval runs/my_run data=ucsd_ped2")
+        from cutlab.transfer.config import compose_settings
+        from cutlab.transfer.runs import find_runs
+
+        settings = compose_settings(overrides)
+        runs = find_runs(patterns)
+    except CutlabError as error:
+        print(f"cutlab-eval: error: {redact(str(error))}", file=sys.stderr)
+        return 2
+    command = shlex.join(redact_argv(["cutlab-eval", *argv]))
+    refused = 0
+    for run_dir in runs:
+        try:
+            print(evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command), flush=True)
+        except CutlabError as error:
+            refused += 1
+            message = redact(str(error))
+            print(f"cutlab-eval: error: {message if message.startswith(run_dir.name) else f'{run_dir.name}: {message}'}",
+                  file=sys.stderr, flush=True)
+    if len(runs) > 1:
+        print(f"cutlab-eval: {len(runs) - refused} of {len(runs)} runs evaluated or already done, {refused} refused",
+              file=sys.stderr)
+    return 2 if refused else 0
+
+
+def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigma: str, command: str) -> str:
+    """Evaluate one run (or find it done); the line that says what happened."""
+    from cutlab.run.provenance import provenance
+    from cutlab.run.lock import RunLock
+    from cutlab.run.build import pick_device
+    from cutlab.transfer.config import check_fits, evaluation_config
+    from cutlab.transfer.evaluate import Request, evaluate_run
+    from cutlab.transfer.record import EVALUATIONS, data_label, done, evaluation_dir, write_record
+    from cutlab.transfer.runs import finished_run
+
+    run_cfg, summary, checkpoint = finished_run(run_dir)
+    cfg = evaluation_config(run_cfg, settings, overrides)
+    check_fits(run_cfg, cfg, run_dir.name)
+    request = Request.of(cfg, split, sigma).as_dict()
+    folder = evaluation_dir(run_dir, request)
+    label = data_label(request)
+    existing = done(folder, request)
+    if existing:
+        return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
+    try:
+        with RunLock(folder):
+            numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name)
+            record = {"request": request, "label": label, "run": run_dir.name,
+                      "trained_on": run_cfg.data.name, "model": run_cfg.model.name, "L": run_cfg.L,
+                      "constrained": bool(run_cfg.train.constrained), "command": command, **numbers,
+                      "provenance": provenance(int(cfg.seed), pick_device(cfg.device))}
+            write_record(folder, record, table, split)
+    finally:
+        _remove_if_empty(run_dir / EVALUATIONS)
+    return f"{run_dir.name}: {label}: {_headline(record)}; {_shown(folder)}"
+
+
+def _request(request: dict):
+    from cutlab.transfer.evaluate import Request
+
+    return Request(**request)
+
+
+def _headline(record: dict) -> str:
+    grid = ",".join(f"{float(g):g}" for g in record["request"]["gamma_test"])
+    ind = record["at_gamma_train"]
+    descent = "descends" if ind["strictly_decreasing"] else "does not descend"
+    return (f"mean {record['metric']} over gamma_test [{grid}] {record['mean_metric']:.3f}, verdict {record['verdict']}, "
+            f"{descent} at gamma_test=gamma_train={ind['gamma']:g} (max l_l/l_l-1 {ind['max_layer_ratio']:.3g})")
+
+
+def _shown(folder: Path) -> str:
+    """The record's folder, relative to the working directory when it lies below it."""
+    try:
+        return str(folder.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(folder)
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """An evaluation refused or stopped before writing leaves no empty ``evaluations/`` in the run's folder."""
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

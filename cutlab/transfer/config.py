@@ -1,0 +1,84 @@
+"""The evaluation's config: the run's own config with only the data and the evaluation settings replaced.
+
+The model, its depth, the training and the seed stay the run's: the weights fix them. What cannot work with
+them is refused here, in one line, before any data or weights are loaded.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from cutlab.config.checks import check_config
+from cutlab.errors import CutlabError
+
+#: the keys a cutlab-eval override may set (``data=NAME`` and ``data.KEY=...`` included)
+SETTABLE = ("data", "eval.gamma_test", "eval.batch_size", "device", "threads", "progress", "paths.data_dir",
+            "paths.cache_dir")
+OVERRIDE = re.compile(r"^[+~]?(?P<key>[A-Za-z_][\w.]*)=")
+USAGE = ("data=NAME, data.KEY=VALUE, eval.gamma_test=[...], eval.batch_size=N, device=..., threads=N, progress=false, "
+         "paths.data_dir=..., paths.cache_dir=...")
+
+
+def is_override(argument: str) -> bool:
+    """A ``key=value`` argument that is not an existing path (run folder names hold ``=`` too)."""
+    return bool(OVERRIDE.match(argument)) and not Path(argument).exists()
+
+
+def check_overrides(overrides: list[str]) -> None:
+    for override in overrides:
+        key = OVERRIDE.match(override)["key"]
+        if not any(key == allowed or key.startswith(allowed + ".") for allowed in SETTABLE):
+            raise CutlabError(f"{override!r} is neither a run folder nor a setting cutlab-eval takes ({USAGE}); the "
+                              "model, its training and L are the run's own")
+
+
+def compose_settings(overrides: list[str]) -> DictConfig:
+    """The overrides composed as ``python -m cutlab`` would: data configs, their interpolations, Hydra's syntax."""
+    from cutlab.config.compose import compose_run_config
+
+    check_overrides(overrides)
+    return compose_run_config(overrides)
+
+
+def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list[str]) -> DictConfig:
+    """The run's config with the data (when ``data=``/``data.*`` is given) and the given evaluation settings."""
+    keys = {OVERRIDE.match(override)["key"] for override in overrides}
+    cfg = run_cfg.copy()
+    with open_dict(cfg):
+        if "data" in keys:
+            cfg.data = settings.data
+        else:  # data.KEY=... alone changes the run's own data config (not the composed default's)
+            for key in sorted(k for k in keys if k.startswith("data.")):
+                OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
+        if any(key == "data" or key.startswith("data.") for key in keys):
+            root = cfg.data.get("root")
+            if isinstance(root, str) and Path(root).expanduser().exists():  # the record names the data wherever run
+                cfg.data.root = str(Path(root).expanduser().resolve())
+        for key in ("eval.gamma_test", "eval.batch_size", "device", "threads", "progress"):
+            if key in keys:
+                OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
+        cfg.paths.cache_dir = settings.paths.cache_dir  # this machine's cache, not the one the run trained on
+    return cfg
+
+
+def check_fits(run_cfg: DictConfig, cfg: DictConfig, run_name: str) -> None:
+    """Refuse data the run's model cannot read: another family, another patch size, another label count."""
+    from cutlab.config.groups import _choices_of_kind
+
+    model, data = run_cfg.model, cfg.data
+    model_kind, data_kind = model.get("task"), data.get("task")
+    if model_kind != data_kind:
+        choices = "|".join(_choices_of_kind("data", model_kind)) or "?"
+        raise CutlabError(f"{run_name}: its model={model.name} reads {model_kind} data but data={data.name} is "
+                          f"{data_kind} data; evaluate it on {model_kind} data (data={choices})")
+    if model_kind == "video" and "patch" in model and data.get("patch") != model.patch:
+        raise CutlabError(f"{run_name}: its model={model.name} reads {model.patch}x{model.patch} patches but "
+                          f"data.patch={data.get('patch')}; pass data.patch={model.patch}")
+    if "num_labels" in run_cfg.data and data.get("num_labels") != run_cfg.data.num_labels:
+        raise CutlabError(f"{run_name}: its readout has {run_cfg.data.num_labels} classes (trained on "
+                          f"data={run_cfg.data.name}) but data={data.name} has {data.get('num_labels')} labels; "
+                          f"evaluate it on data with {run_cfg.data.num_labels} labels")
+    check_config(cfg)

@@ -1,0 +1,130 @@
+"""A finished run's final weights on new data: every layer at every gamma_test, and the feasibility verdict there.
+
+The same machinery as the run's own evaluation (cutlab.run): the task is built from the run's config with the
+new data, the noise of each gamma_test is fixed by the run's seed, and the verdict classifies the layer losses at
+gamma_test = gamma_train against the run's constraints (paper eq. 5: l_l <= (1 - alpha) l_{l-1}, l_0 <= epsilon),
+with the run's own epsilon and resilience slack.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import ConcatDataset
+
+from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
+from cutlab.errors import CutlabError
+from cutlab.core.perturbation import Perturbation
+from cutlab.run.build import build_primal_dual, constraints_of, pick_device
+from cutlab.run.progress import ProgressReporter
+from cutlab.run.results import _in_distribution
+from cutlab.tasks import Task, build_task
+
+SPLITS = ("test", "val", "train", "all")
+SIGMAS = ("data", "run")
+
+
+@dataclass
+class Request:
+    """What one evaluation computes; its ``key`` names the record, so the same request is done once."""
+
+    data: dict
+    gamma_test: list[float]
+    split: str
+    sigma: str  # data: sigma_x of the evaluated data's training clips; run: the run's own sigma_x
+    seed: int
+    noise_mean: float
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+    @classmethod
+    def of(cls, cfg: DictConfig, split: str, sigma: str) -> "Request":
+        if split not in SPLITS:
+            raise CutlabError(f"--split {split!r} is not one of {', '.join(SPLITS)}; e.g. --split test")
+        if sigma not in SIGMAS:
+            raise CutlabError(f"--sigma {sigma!r} is not one of {', '.join(SIGMAS)}; e.g. --sigma data")
+        return cls(OmegaConf.to_container(cfg.data, resolve=True), [float(g) for g in cfg.eval.gamma_test], split,
+                   sigma, int(cfg.seed), float(cfg.noise_mean))
+
+
+def split_of(task: Task, split: str):
+    if split == "all":  # every clip of the new data: none of it was trained on
+        joined = ConcatDataset([task.train_set, task.val_set, task.test_set])
+        own = getattr(task.train_set, "collate", None)
+        if own is not None:
+            joined.collate = own
+        return joined
+    return {"test": task.test_set, "val": task.val_set, "train": task.train_set}[split]
+
+
+def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
+    """The final model weights into ``task.model`` and the run's primal-dual state (multipliers: the slack)."""
+    trainer = checkpoint["trainer"]
+    try:
+        task.model.load_state_dict(trainer["model"])
+        primal_dual = build_primal_dual(cfg, task.model, checkpoint["epsilon"])
+        primal_dual.load_state_dict(trainer["primal_dual"])
+        # DUST's LISTA step size c = margin * ||D||_2^2 (paper App. C.3-C.4) is tracked by a power iteration refined at
+        # every forward, so the checkpoint's estimate depends on how many forwards came before it; converged here, the
+        # evaluation of the final weights does not depend on that history (nor on the order of the evaluations)
+        converge = getattr(task.model, "converge_step_sizes", None)
+        if converge is not None:
+            converge()
+    except (KeyError, TypeError, ValueError, RuntimeError) as error:  # e.g. an embedding table of another vocabulary
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise CutlabError(f"{run_name}: its weights do not fit the model its config builds with this data "
+                          f"({type(error).__name__}: {reason[:200]}); the model's source, tokenizer or vocabulary "
+                          "differs from the one it was trained with") from None
+    return primal_dual
+
+
+def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Request,
+                 run_name: str) -> tuple[dict, Evaluation]:
+    """The evaluation record's numbers and the Evaluation over the request's grid."""
+    started = time.perf_counter()
+    device = pick_device(cfg.device)
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    task = build_task(cfg)
+    task.model.to(device)
+    primal_dual = load_weights(task, cfg, checkpoint, run_name)
+    sigma = task.sigma if request.sigma == "data" else float(summary["sigma_x"])
+    grid = list(request.gamma_test)
+    gamma_train = float(cfg.gamma)
+    full = grid + ([gamma_train] if gamma_train not in grid else [])  # the verdict's point, kept out of the table
+    reporter = ProgressReporter(enabled=bool(cfg.progress), total_steps=0, epochs=0)
+    noise = Perturbation(gamma=gamma_train, sigma=sigma, mean=float(cfg.noise_mean), seed=int(cfg.seed))
+    evaluation = evaluate(task.model, task.objective, split_of(task, request.split), task.prepare, full, noise,
+                          cfg.eval.batch_size, device,
+                          progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"))
+    constraints = constraints_of(cfg, checkpoint["epsilon"])
+    index = full.index(gamma_train)
+    verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, primal_dual.effective_slacks(),
+                                  cfg.eval.feasibility_tol, primal_dual.constrained)
+    at_gamma_train = _in_distribution(evaluation, index, constraints)
+    table = evaluation.restricted(len(grid))
+    last = table.metric.shape[1] - 1
+    numbers = {
+        "metric": table.metric_name,
+        "mean_metric": float(table.metric[:, last].mean()),  # last layer, mean over the grid (Table 3's number)
+        "metric_by_gamma": {str(g): float(table.metric[i, last]) for i, g in enumerate(grid)},
+        "layer_loss_by_gamma": {str(g): [float(v) for v in table.mean_loss[i]] for i, g in enumerate(grid)},
+        "at_gamma_train": at_gamma_train,
+        "verdict": verdict.status,
+        "feasibility": verdict.as_dict(),
+        "samples": len(split_of(task, request.split)),
+        "data_source": task.source,
+        "sigma_x": sigma,
+        "sigma_x_data": task.sigma,
+        "sigma_x_run": summary.get("sigma_x"),
+        "epsilon": checkpoint["epsilon"],
+        "gamma_train": gamma_train,
+        "device": str(device),
+        "wall_time_s": time.perf_counter() - started,
+    }
+    return numbers, table

@@ -1,0 +1,71 @@
+"""The evaluation record: one folder per (run, data, gamma_test grid, split, sigma), inside the run's folder.
+
+    <run>/evaluations/<data>-<key>/evaluation.json   the request, the headline numbers, the verdict on the new data,
+                                                     provenance; written last: the evaluation is done exactly when
+                                                     it says ``"status": "complete"``
+    <run>/evaluations/<data>-<key>/metrics.csv       long format as the run's eval.csv: split, gamma_test, layer,
+                                                     metric, value (split: the evaluated split of the new data)
+    <run>/evaluations/<data>-<key>/sample_losses.csv per-sample, per-layer losses at every gamma_test
+
+The run's own files are never written. The names differ from the run record's (summary.json, config.yaml, eval.csv,
+history.csv), so that nothing reading run folders takes an evaluation for a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+from cutlab.errors import CutlabError
+from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
+
+EVALUATIONS = "evaluations"
+RECORD = "evaluation.json"
+METRICS = "metrics.csv"
+RECORD_VERSION = 1
+
+
+def request_key(request: dict) -> str:
+    return hashlib.sha1(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def data_label(request: dict) -> str:
+    """A short name of the evaluated data: ``ucsd_ped2``, ``video_folder:my_clips`` (the folder's name)."""
+    data = request["data"]
+    label = str(data.get("name"))
+    if label == "video_folder" and data.get("root"):
+        label += f":{Path(str(data['root'])).name}"
+    return label + ("" if request["split"] == "test" else f" ({request['split']})")
+
+
+def evaluation_dir(run_dir: Path, request: dict) -> Path:
+    name = re.sub(r"[^\w.=+-]+", "_", data_label(request)).strip("_")
+    return run_dir / EVALUATIONS / f"{name}-{request_key(request)}"
+
+
+def read_record(folder: Path) -> dict | None:
+    return read_mapping(folder / RECORD, json.loads, (json.JSONDecodeError,), "evaluation record")
+
+
+def done(folder: Path, request: dict) -> dict | None:
+    """The complete record of ``request`` in ``folder``, or None when it still has to be computed."""
+    record = read_record(folder)
+    if record is None or record.get("status") != "complete":
+        return None
+    if record.get("request") != json.loads(json.dumps(request, default=str)):
+        raise CutlabError(f"{folder / RECORD} holds another evaluation than this one (same key, other request); "
+                          "move that folder aside")
+    return record
+
+
+def write_record(folder: Path, record: dict, evaluation, split: str) -> None:
+    """metrics.csv and sample_losses.csv first, evaluation.json last (the record is complete when it exists)."""
+    import pandas as pd
+
+    rows = evaluation_rows(split, evaluation)
+    frame = pd.DataFrame(rows, columns=["split", "gamma_test", "layer", "metric", "value"])
+    write_atomic(folder / METRICS, frame.to_csv(index=False))
+    write_sample_losses(folder, evaluation)
+    write_json(folder / RECORD, {"record_version": RECORD_VERSION, "status": "complete", **record})

@@ -1,0 +1,96 @@
+"""The finished runs a ``cutlab-eval`` command names, and their final weights."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from cutlab.run.checkpoints import load_checkpoint
+from cutlab.errors import CutlabError
+from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_summary
+
+#: subfolders that never hold runs: evaluation records, W&B's files, sweep records, caches
+NOT_RUNS = {"evaluations", "wandb", "_sweeps", "__pycache__"}
+GLOB_CHARACTERS = "*?["
+
+
+def find_runs(patterns: list[str]) -> list[Path]:
+    """Every run folder named by ``patterns``: a run folder, a folder of runs (searched recursively), or a glob."""
+    found: list[Path] = []
+    for pattern in patterns:
+        path = Path(pattern)
+        if path.exists() or not any(character in pattern for character in GLOB_CHARACTERS):
+            matches = [path]
+        else:
+            matches = sorted(Path(match) for match in _glob(pattern))
+            if not matches:
+                raise CutlabError(f"no folder matches {pattern!r}; pass a run folder, a folder of runs, or a glob "
+                                  "that matches run folders (quote it so the shell leaves it to cutlab-eval)")
+        for match in matches:
+            found += runs_under(match)
+    return list(dict.fromkeys(path.resolve() for path in found))
+
+
+def _glob(pattern: str) -> list[str]:
+    import glob
+
+    return glob.glob(os.path.expanduser(pattern))
+
+
+def runs_under(path: Path) -> list[Path]:
+    """``path`` if it is a run folder, else the run folders below it; a clear error when there are none."""
+    if not path.exists():
+        raise CutlabError(f"no run folder at {path}; pass the folder python -m cutlab wrote a run into (under runs/ or "
+                          "$CUTLAB_RUNS_DIR), a folder of runs, or a glob of them")
+    if not path.is_dir():
+        raise CutlabError(f"{path} is a file, not a run folder; pass the folder that holds {CONFIG} and {SUMMARY}")
+    if _is_run(path):
+        return [path]
+    found = []
+    for current, dirs, _files in os.walk(path):
+        if _is_run(Path(current)):
+            found.append(Path(current))
+            dirs[:] = []  # a run's subfolders are its own (W&B files, evaluation records)
+            continue
+        dirs[:] = sorted(d for d in dirs if d not in NOT_RUNS and not d.startswith("."))
+    if not found:
+        raise CutlabError(f"{path} holds no run (no folder with {CONFIG} or {SUMMARY}); pass the folder python -m "
+                          "cutlab wrote its runs into")
+    return found
+
+
+def _is_run(path: Path) -> bool:
+    return (path / CONFIG).is_file() or (path / SUMMARY).is_file()
+
+
+def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
+    """The run's config, summary and final checkpoint; a run that is not finished is refused in one line.
+
+    The checkpoint is read with ``weights_only=True`` (cutlab.checkpoints): a folder from elsewhere cannot run code.
+    """
+    summary = read_summary(run_dir)
+    if summary is None:
+        raise CutlabError(f"{run_dir.name} has no {SUMMARY}: the run never started training; train it with "
+                          "python -m cutlab first, then evaluate it")
+    status = summary.get("status")
+    if status != "complete":
+        raise CutlabError(f"{run_dir.name} is not finished (status {status!r}): its weights are not final; run its "
+                          "python -m cutlab command again to finish it, then evaluate it")
+    if not (run_dir / CONFIG).is_file():
+        raise CutlabError(f"{run_dir.name} has no {CONFIG}, so its model cannot be rebuilt; copy the whole run folder")
+    try:
+        config = OmegaConf.load(run_dir / CONFIG)
+    except Exception as error:  # yaml's and omegaconf's own errors
+        raise CutlabError(f"{run_dir / CONFIG} is not a readable config ({type(error).__name__}); copy the run "
+                          "folder again from where it was trained") from None
+    checkpoint = load_checkpoint(run_dir)
+    if checkpoint is None:
+        raise CutlabError(f"{run_dir.name} has no {CHECKPOINT}: its final weights were not kept (or not copied); "
+                          "copy the whole run folder, or train it again")
+    steps = checkpoint["trainer"].get("progress", {}).get("step") if isinstance(checkpoint["trainer"], dict) else None
+    if summary.get("steps") is not None and steps != summary["steps"]:
+        raise CutlabError(f"{run_dir / CHECKPOINT} holds step {steps} but the run ended at step {summary['steps']}: "
+                          "these are not its final weights; copy the run folder again from where it was trained")
+    return config, summary, checkpoint
