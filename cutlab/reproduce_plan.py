@@ -67,7 +67,9 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
             tally.add(item.plan, launcher)
         lines.append(f"# {entry.label}: {tally.text()}")
         totals.merge(tally)
-    lines.append(f"# total: {totals.text()}")
+    folders = [run.run_dir for item in planned for run in item.plan.runs]
+    shared = len(folders) - len(set(folders))  # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder each
+    lines.append(f"# total: {totals.text()}" + (f"; {shared} of these runs belong to two grids and run once" if shared else ""))
     return "\n".join(lines)
 
 

@@ -143,15 +143,17 @@ def test_the_paper_plan_with_every_input_given_matches_its_golden_file(inputs, t
     monkeypatch.setenv("CUTLAB_DATA_DIR", str(tmp_path / "no-data"))  # nothing comes from a default location
     text, runs = paper_plan(capsys, tmp_path / "out", "--data", *flags["data"], "--weights", *flags["weights"])
     assert {sweep: len(items) for sweep, items in runs.items()} == PAPER_RUNS
-    assert {state for items in runs.values() for state, _ in items} == {"new"} and "skipped" not in text
+    assert {state for items in runs.values() for state, _ in items} == {"new"} and "# skipped:" not in text
     ids = [run_id for items in runs.values() for _, run_id in items]
-    assert len(ids) == len(set(ids)) == 989
+    assert len(ids) == 989 and len(set(ids)) == 977  # Fig 3's L in {3, 5, 7} at gamma_train 0.09 are Table 3's runs
+    assert {i for _, i in runs["depth"]} - {i for _, i in runs["table3"]} == {i for _, i in runs["depth"] if "L=3" not in i
+                                                                          and "L=5" not in i and "L=7" not in i}
     assert sum("train=constrained_paper" in i for _, i in runs["table3"]) == 9  # UT at gamma_train 0, 3 L x 3 data
     table4 = [i for _, i in runs["table4_pretrained"]]
     assert sum("model=roberta" in i and "data=imdb" in i and "train=constrained_text" in i for i in table4) == 30  # Fig 12
     assert all(any(f"seed={s}," in i for s in range(5)) for i in table4 + [i for _, i in runs["table4_ut"]])
     assert all("L=6" in i for i in table4 if "distilbert" in i) and all("L=12" in i for i in table4 if "roberta" in i)
-    assert "# total: 989 runs: 989 to run, 0 complete, 0 skipped" in text
+    assert "# total: 989 runs: 989 to run, 0 complete, 0 skipped" in text and "12 of these runs belong to two grids" in text
     assert golden_text(runs, root) == (GOLDEN / "plan_paper.txt").read_text()
 
 
