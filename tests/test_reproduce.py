@@ -1,15 +1,18 @@
-"""``cutlab-reproduce --scale smoke``: the paper's pipeline end to end, from training to the report."""
+"""``cutlab-reproduce``: the smoke scale end to end (training to report), and the paper scale's plan (golden)."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
-from conftest import ROOT
+from conftest import GOLDEN, ROOT
 
 FIGURES = ["fig02_rmse_vs_gamma_test", "fig03_rmse_vs_depth", "fig04_accuracy_vs_gamma_test", "fig07_layerwise_loss",
            "fig09_gamma_train_effect", "fig12_descent_ratios", "dual_variables"]
@@ -47,3 +50,158 @@ def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_pat
     second = reproduce(out)
     assert (second.stdout + second.stderr).count("complete; skipped") == 20
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")} == records
+
+
+# ------------------------------------------------------------------------------ the paper scale's plan
+PAPER_RUNS = {"table3": 180, "table3_vit": 30, "table4_ut": 480, "table4_pretrained": 240, "ablation_alpha": 18,
+              "ablation_dual_lr": 15, "depth": 24, "fig6_llm": 2}  # 989: Tables 3, 4 (5 seeds per arm), Figs 3, 5, 6
+
+
+def write_inputs(root: Path) -> dict[str, list[str]]:
+    """Every dataset and checkpoint of the paper as a tiny fixture in its real layout: the --data and --weights items."""
+    import shutil
+
+    from PIL import Image
+    from transformers import (DistilBertConfig, DistilBertModel, LlamaConfig, LlamaForCausalLM, RobertaConfig,
+                              RobertaModel, ViTConfig, ViTModel)
+
+    from conftest import SHARED
+    from test_causal_lm import alpaca_rows
+    from test_text_data import GLUE_HEADER, write_acl_imdb
+    from test_video_loaders import make_frames, write_jpgs, write_video
+
+    frames = make_frames(3, 64, 36, seed=0)
+    for split in ("training_videos", "testing_videos"):
+        write_video(root / "avenue" / "Avenue Dataset" / split / "01.avi", frames)
+    write_video(root / "shanghaitech" / "training" / "videos" / "01_001.avi", frames)
+    write_jpgs(root / "shanghaitech" / "testing" / "frames" / "01_0014", frames)
+    for split in ("Train", "Test"):
+        clip = root / "ucsd" / "UCSDped2" / split / f"{split}001"
+        clip.mkdir(parents=True)
+        for i, frame in enumerate(frames):
+            Image.fromarray(frame[..., 0]).save(clip / f"{i + 1:03d}.tif")
+    write_acl_imdb(root / "imdb")
+    (root / "mnli").mkdir()
+    row = ["0", "1", "0e", "fiction", "(", "(", "(", "(", "A premise.", "A hypothesis.", *["neutral"] * 6]
+    for name in ("train.tsv", "dev_matched.tsv"):
+        (root / "mnli" / name).write_text("\t".join(GLUE_HEADER) + "\n" + "\t".join(row) + "\n")
+    (root / "alpaca_data.json").write_text(json.dumps(alpaca_rows(4)))
+    tiny = dict(hidden_size=16, num_attention_heads=2, intermediate_size=32)
+    ViTModel(ViTConfig(num_hidden_layers=12, image_size=32, patch_size=16, **tiny)).save_pretrained(root / "vit")
+    DistilBertModel(DistilBertConfig(n_layers=6, dim=16, n_heads=2, hidden_dim=32)).save_pretrained(root / "distilbert")
+    RobertaModel(RobertaConfig(num_hidden_layers=12, **tiny)).save_pretrained(root / "roberta")
+    LlamaForCausalLM(LlamaConfig(num_hidden_layers=32, num_key_value_heads=2, vocab_size=300, **tiny)).save_pretrained(root / "llama")
+    for name, tokenizer in (("distilbert", "distilbert-base-uncased"), ("roberta", "roberta-base-tokenizer"),
+                            ("llama", "roberta-base-tokenizer")):
+        for file in (SHARED / "models" / tokenizer).glob("*.json"):
+            shutil.copy(file, root / name / file.name)
+    return {"data": [f"avenue={root / 'avenue'}", f"shanghaitech={root / 'shanghaitech'}", f"ucsd_ped2={root / 'ucsd'}",
+                     f"imdb={root / 'imdb'}", f"mnli={root / 'mnli'}", f"alpaca={root / 'alpaca_data.json'}"],
+            "weights": [f"{name}={root / name}" for name in ("vit", "distilbert", "roberta", "llama")]}
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    """A short folder (run ids hold the locations given, and a name over 200 characters would be hashed)."""
+    import shutil
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="r", dir="/tmp"))
+    try:
+        yield root, write_inputs(root)
+    finally:
+        shutil.rmtree(root)
+
+
+def paper_plan(capsys, out: Path, *args: str) -> tuple[str, dict[str, list[tuple[str, str]]]]:
+    """The printed plan, and its runs per sweep as (state, id)."""
+    from cutlab.reproduce import main
+
+    assert main(["--scale", "paper", "--plan", "--out", str(out), *args]) == 0
+    text = capsys.readouterr().out
+    runs, sweep = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            sweep = line.rsplit("(sweeps/", 1)[1].split(".yaml")[0]
+            runs[sweep] = []
+        elif line and not line.startswith("#"):
+            _, state, run_id = line.split()
+            runs[sweep].append((state, run_id))
+    assert not out.exists(), "a plan starts nothing and writes nothing"
+    return text, runs
+
+
+def golden_text(runs: dict[str, list[tuple[str, str]]], root: Path) -> str:
+    fixtures = re.sub(r"[^A-Za-z0-9._=,+-]", "_", str(root))  # as a run folder spells the location
+    return "".join(f"## {sweep} {len(items)}\n" + "".join(f"{state} {run_id.replace(fixtures, 'FIXTURES')}\n"
+                                                          for state, run_id in items) for sweep, items in runs.items())
+
+
+def test_the_paper_plan_with_every_input_given_matches_its_golden_file(inputs, tmp_path, monkeypatch, capsys):
+    root, flags = inputs
+    (tmp_path / "no-data").mkdir()
+    monkeypatch.setenv("CUTLAB_DATA_DIR", str(tmp_path / "no-data"))  # nothing comes from a default location
+    text, runs = paper_plan(capsys, tmp_path / "out", "--data", *flags["data"], "--weights", *flags["weights"])
+    assert {sweep: len(items) for sweep, items in runs.items()} == PAPER_RUNS
+    assert {state for items in runs.values() for state, _ in items} == {"new"} and "# skipped:" not in text
+    ids = [run_id for items in runs.values() for _, run_id in items]
+    assert len(ids) == 989 and len(set(ids)) == 977  # Fig 3's L in {3, 5, 7} at gamma_train 0.09 are Table 3's runs
+    assert {i for _, i in runs["depth"]} - {i for _, i in runs["table3"]} == {i for _, i in runs["depth"] if "L=3" not in i
+                                                                          and "L=5" not in i and "L=7" not in i}
+    assert sum("train=constrained_paper" in i for _, i in runs["table3"]) == 9  # UT at gamma_train 0, 3 L x 3 data
+    table4 = [i for _, i in runs["table4_pretrained"]]
+    assert sum("model=roberta" in i and "data=imdb" in i and "train=constrained_text" in i for i in table4) == 30  # Fig 12
+    assert all(any(f"seed={s}," in i for s in range(5)) for i in table4 + [i for _, i in runs["table4_ut"]])
+    assert all("L=6" in i for i in table4 if "distilbert" in i) and all("L=12" in i for i in table4 if "roberta" in i)
+    assert "# total: 989 runs: 989 to run, 0 complete, 0 skipped" in text and "12 of these runs belong to two grids" in text
+    assert golden_text(runs, root) == (GOLDEN / "plan_paper.txt").read_text()
+
+
+def test_the_paper_plan_skips_each_missing_input_visibly_and_plans_the_rest(inputs, tmp_path, capsys):
+    """Here: the shipped UCSD Ped2 and IMDb, RoBERTa and Alpaca given; no Avenue, ShanghaiTech, full MNLI, ViT,
+    DistilBERT or Llama."""
+    from conftest import SHARED, require_shared
+
+    require_shared(SHARED / "data" / "ucsd_ped2" / "ped2_gray160_uint8.npz")
+    require_shared(SHARED / "data" / "imdb" / "imdb_train.jsonl.gz")
+    root, _ = inputs
+    text, runs = paper_plan(capsys, tmp_path / "out", "--weights", f"roberta={root / 'roberta'}",
+                            "--data", f"alpaca={root / 'alpaca_data.json'}")
+    assert {sweep: len(items) for sweep, items in runs.items()} == PAPER_RUNS
+    for flag in ("--data avenue=PATH", "--data shanghaitech=PATH", "--data mnli=PATH", "--weights vit=HUB_ID|PATH",
+                 "--weights distilbert=HUB_ID|PATH", "--weights llama=HUB_ID|PATH"):
+        assert f"{flag}" in text, flag
+    skipped = {sweep: sum(state == "skipped" for state, _ in items) for sweep, items in runs.items()}
+    assert skipped == {"table3": 120, "table3_vit": 30, "table4_ut": 240, "table4_pretrained": 180, "ablation_alpha": 0,
+                       "ablation_dual_lr": 0, "depth": 0, "fig6_llm": 2}
+    assert "# total: 989 runs: 417 to run, 0 complete, 572 skipped" in text
+    # one source: Table 3 is sweeps/table3*.yaml as python -m cutlab plans it, but for UT at gamma_train 0
+    by_hand = (GOLDEN / "plan_table3.txt").read_text().split()
+    expected = [i.replace("train=constrained", "train=constrained_paper")
+                if "gamma=0," in i and "model=ut" in i and i.endswith("train=constrained") else i for i in by_hand]
+    assert sorted(i for _, i in runs["table3"] + runs["table3_vit"]) == sorted(expected)
+    assert golden_text(runs, root) == (GOLDEN / "plan_paper_missing.txt").read_text()
+
+
+def test_a_slurm_plan_of_a_scale_shows_each_grids_sbatch_script(tmp_path, capsys):
+    from cutlab.reproduce import main
+
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "launcher=slurm", "launcher.profile=gpu"]) == 0
+    text = capsys.readouterr().out
+    assert text.count("# the sbatch script (profile gpu)") == 5  # DUST; UT's ERM, constrained, gamma 0; the text grid
+    assert "#SBATCH --array=0-7%8" in text and "#SBATCH --partition=gpu" in text and not (tmp_path / "out").exists()
+
+
+def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
+    from cutlab.reproduce import main
+    from cutlab.reproduce_inputs import Inputs
+
+    assert main(["--scale", "smoke", "--plan", "--data", "nosuch=/x"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "--data nosuch=/x: expected NAME=PATH with NAME one of" in error
+    (tmp_path / "empty").mkdir()
+    _, reason = Inputs(data={"avenue": str(tmp_path / "empty")}).for_data("avenue")
+    assert reason.startswith(f"--data avenue={tmp_path / 'empty'}: ") and "not the Avenue layout" in reason
+    _, reason = Inputs(weights={"vit": str(tmp_path / "empty")}).for_model("vit")
+    assert reason.startswith("--weights vit=") and "lacks config.json, weights" in reason
+    assert Inputs(weights={"roberta": "roberta-base"}).for_model("roberta") == (["model.source=roberta-base"], None)

@@ -1,0 +1,122 @@
+"""``cutlab-reproduce --plan``: every run of a scale, its state and cost, grid by grid, launching nothing.
+
+Each grid is planned by the sweep layer itself (``cutlab.launch.plan.expand``, what ``python -m cutlab --plan``
+prints), so the ids, states and estimates are the ones the runs will have. Grids whose dataset or checkpoint is
+missing are planned too and listed as ``skipped``, with the flag that supplies the input.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cutlab.launch.plan import PROCESS_STARTUP_S, SWEEP_RECORDS, Plan, _duration, estimate, expand, format_plan, parse_command
+from cutlab.reproduce_grids import SCALES, Grid, grids
+from cutlab.reproduce_inputs import Inputs
+
+
+@dataclass
+class ScaleGrid:
+    grid: Grid
+    argv: list[str]           # python -m cutlab <argv>
+    skipped: str | None       # why it does not run here, naming the flag that supplies the input
+    plan: Plan | None = None  # filled by expand_all
+
+
+def resolve(scale: str, inputs: Inputs, runs_dir: Path, extra: list[str]) -> list[ScaleGrid]:
+    """The scale's grids with the locations of their inputs, or the reason each missing one is skipped."""
+    result, data_cache, model_cache = [], {}, {}
+    for entry in SCALES[scale]:
+        for grid in grids(entry):
+            data = data_cache.setdefault(grid.data, inputs.for_data(grid.data))
+            model = model_cache.setdefault(grid.model, inputs.for_model(grid.model))
+            reasons = [reason for _, reason in (data, model) if reason]
+            argv = [*grid.argv(), *data[0], *model[0], f"paths.runs_dir={runs_dir}", *extra]
+            result.append(ScaleGrid(grid, argv, "; ".join(reasons) or None))
+    return result
+
+
+def expand_all(planned: list[ScaleGrid]) -> None:
+    for item in planned:
+        item.plan = expand(parse_command(item.argv))
+
+
+def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
+    """The whole plan: per table or figure its grids (runs, states, estimates, sbatch scripts) and totals."""
+    launcher = next((item.plan.launcher.get("name", "inprocess") for item in planned), "inprocess")
+    lines = [f"# cutlab-reproduce --scale {scale} --plan (launcher: {launcher}); nothing is started"]
+    totals = _Tally()
+    for entry in SCALES[scale]:
+        items = [item for item in planned if item.grid.entry == entry]
+        tally = _Tally()
+        lines.append(f"## {entry.label} (sweeps/{entry.sweep}.yaml)")
+        for item in items:
+            lines.append("# command: python -m cutlab " + " ".join(item.argv))
+            if item.skipped:
+                lines.append(f"# skipped: {len(item.plan.runs)} runs of data={item.grid.data} model={item.grid.model}: "
+                             f"{item.skipped}")
+                width = len(str(len(item.plan.runs)))
+                lines += [f"{run.index:>{width}} {'skipped':<11} {run.run_id}" for run in item.plan.runs]
+                tally.skipped += len(item.plan.runs)
+                continue
+            parallel, profile = _parallel(item.plan, launcher)
+            lines.append(format_plan(item.plan, launcher, parallel))
+            if profile is not None:
+                lines.append(_sbatch(item.plan, profile))
+            tally.add(item.plan, launcher)
+        lines.append(f"# {entry.label}: {tally.text()}")
+        totals.merge(tally)
+    folders = [run.run_dir for item in planned for run in item.plan.runs]
+    shared = len(folders) - len(set(folders))  # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder each
+    lines.append(f"# total: {totals.text()}" + (f"; {shared} of these runs belong to two grids and run once" if shared else ""))
+    return "\n".join(lines)
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.runs = self.complete = self.skipped = self.measured = 0
+        self.seconds, self.kinds, self.unmeasured = 0.0, set(), 0
+
+    def add(self, plan: Plan, launcher: str) -> None:
+        cost = estimate(plan)
+        self.runs += len(plan.runs)
+        self.complete += len(plan.runs) - len(plan.to_run)
+        self.measured += cost.measured
+        # as format_plan: a process per run (SLURM, local without warm workers) pays the start-up per run
+        startup = launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True))
+        self.seconds += cost.seconds + (PROCESS_STARTUP_S * cost.measured if startup else 0)
+        self.unmeasured += len(cost.unmeasured)
+        self.kinds |= {run.cost_key for run in cost.unmeasured}
+
+    def merge(self, other: "_Tally") -> None:
+        for key in ("runs", "complete", "skipped", "measured", "seconds", "unmeasured"):
+            setattr(self, key, getattr(self, key) + getattr(other, key))
+        self.kinds |= other.kinds
+
+    def text(self) -> str:
+        text = (f"{self.runs + self.skipped} runs: {self.runs - self.complete} to run, {self.complete} complete, "
+                f"{self.skipped} skipped; estimated {_duration(self.seconds)} of run time for the {self.measured} "
+                "measured runs")
+        if self.unmeasured:
+            text += f", {self.unmeasured} runs of {len(self.kinds)} kinds not measured yet (run one of each to calibrate)"
+        return text
+
+
+def _parallel(plan: Plan, launcher: str):
+    if launcher == "slurm":
+        from cutlab.launch.slurm_profile import load_profile
+
+        profile = load_profile(str(plan.launcher.get("profile") or "default"))
+        return profile.array_parallelism, profile
+    return (int(plan.launcher.get("max_parallel") or 1) if launcher == "local" else 1), None
+
+
+def _sbatch(plan: Plan, profile) -> str:
+    """The script the sweep would submit (as ``python -m cutlab --plan`` prints it)."""
+    from cutlab.launch.slurm_profile import sbatch_script
+
+    folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
+    return (f"# the sbatch script (profile {profile.name}):\n"
+            + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable))
+
