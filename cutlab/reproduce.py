@@ -16,12 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+from cutlab.config.paths import REPO
 from cutlab.errors import CutlabError
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, data_dir, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
 
-REPO = Path(__file__).resolve().parent.parent
 LEFT_OUT = {  # the paper's cells the smoke and cpu scales leave out: --scale paper runs them
     "model vit": "the ViT denoiser (Table 3, L = 12)",
     "data avenue": "CUHK Avenue (Table 3)",

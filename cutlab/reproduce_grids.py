@@ -15,10 +15,9 @@ from pathlib import Path
 
 import yaml
 
+from cutlab.config.paths import SEARCH_DIR, SWEEPS_DIR
 from cutlab.errors import CutlabError
 
-SWEEPS_DIR = Path(__file__).resolve().parent.parent / "sweeps"
-SEARCH_DIR = Path(__file__).resolve().parent.parent / "conf" / "search"
 # L must equal a pretrained encoder's depth (cutlab/text_task.py). DistilBERT has 6 blocks although the paper's
 # Table 2 lists L = 12; RoBERTa-base has 12.
 ENCODER_DEPTH = {"distilbert": 6, "roberta": 12}

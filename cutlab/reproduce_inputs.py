@@ -16,10 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from cutlab.config.paths import CONFIG_DIR, REPO
 from cutlab.errors import CutlabError
 
-REPO = Path(__file__).resolve().parent.parent
-CONF_DATA = REPO / "conf" / "data"
+CONF_DATA = CONFIG_DIR / "data"
 
 
 @dataclass(frozen=True)
