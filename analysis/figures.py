@@ -483,9 +483,10 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
                 for _, run in chosen[chosen["arm"] == arm].sort_values("gamma_train").iterrows():
                     curve = runs.curve(run["run"])
                     shade = colours(0.85 * levels_here.index(float(run["gamma_train"])) / max(len(levels_here) - 1, 1))
-                    ax.plot(curve.index, curve.to_numpy(), color=shade, linestyle=ARM_STYLE[arm]["linestyle"],
-                            marker=ARM_STYLE[arm]["marker"], **line_style(run),
-                            label=_math(f"γ_train = {run['gamma_train']:g}") + _mark(run))
+                    style = {"linestyle": ARM_STYLE[arm]["linestyle"], "marker": ARM_STYLE[arm]["marker"],
+                             **line_style(run)}  # a run that is not feasible: dotted, hollow markers
+                    ax.plot(curve.index, curve.to_numpy(), color=shade,
+                            label=_math(f"γ_train = {run['gamma_train']:g}") + _mark(run), **style)
                 _title(ax, f"{model} · {dataset} · L={int(depth)} — {ARM_STYLE[arm]['label']}")
                 ax.set_xlabel(GAMMA_TEST)
                 _ylabel(axes, i, j, _metric_label(chosen["metric"].iloc[0]))

@@ -36,6 +36,8 @@ def report(tmp_path_factory) -> Path:
     cutlab(["-m", "train=erm", *TINY], runs, timeout=300)
     cutlab(["train=constrained", "train.lr=0.01", "eval.feasibility_tol=0", "run_name=strict", *TINY], runs,
            timeout=300)
+    cutlab(["train=constrained", "gamma=0.15", "train.lr=0.01", "eval.feasibility_tol=0", "run_name=strict_g0.15",
+            *TINY], runs, timeout=300)  # a second gamma_train: Fig 9 is drawn too
     out = runs.parent / "report"
     result = analysis_cli(str(runs), "--out", str(out))
     assert result.returncode == 0, result.stderr
@@ -53,6 +55,8 @@ def test_the_html_report_is_one_file_with_every_figure_embedded(report):
     assert "eval.gamma_test=_0,0.5,1_,seed=0" in page  # a run name's underscores stay text, not emphasis
     markdown = (report / "report.md").read_text()  # the Markdown report is kept, with its relative links
     assert all(f"figures/{name}" in markdown for name in figures)
+    assert "could not be drawn" not in markdown  # no figure failed on the not-feasible styles
+    assert "fig09_gamma_train_effect.png" in figures and "dual_variables.png" in figures
 
 
 def test_titles_show_each_runs_own_alpha_and_epsilon_and_its_seed(report):
@@ -72,7 +76,7 @@ def test_titles_show_each_runs_own_alpha_and_epsilon_and_its_seed(report):
         titles[run["run"]] = title
         dotted = line_style(run).get("linestyle") not in (None, "-")
         assert dotted == (summary["verdict"] != "feasible"), (run["run"], summary["verdict"])
-    assert len(set(titles.values())) == len(titles) == 3  # two runs of one config, told apart by seed
+    assert len(set(titles.values())) == len(titles) == 4  # two runs of one config, told apart by seed
     assert "infeasible" in titles["strict"]  # held to tolerance 0, it misses: drawn dotted (checked above)
 
 

@@ -81,11 +81,13 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
     (offline,) = run.glob("wandb/offline-run-*")
     assert (offline / f"run-{summary['wandb_id']}.wandb").exists()
-    logged = wandb_history(offline)
-    assert [item["_step"] for item in logged] == [1, 2, 3, 4]
+    # W&B sections (cutlab.tracking.wandb_key): loss_0 -> loss/l0, g_2 -> constraint/l2; then one step per gamma_test
+    logged = [item for item in wandb_history(offline) if "train/step" in item]
+    assert [item["_step"] for item in logged] == [item["train/step"] for item in logged] == [1, 2, 3, 4]
     for item, (_, row) in zip(logged, history.iterrows()):
-        for column in ("loss_0", "loss_2", "lambda_1", "g_2", "slack_1"):
-            assert item[column] == pytest.approx(row[column], rel=1e-6, abs=1e-12)
+        for column, key in (("loss_0", "loss/l0"), ("loss_2", "loss/l2"), ("lambda_1", "lambda/l1"),
+                            ("g_2", "constraint/l2"), ("slack_1", "slack/l1")):
+            assert item[key] == pytest.approx(row[column], rel=1e-6, abs=1e-12)
     samples = pd.read_csv(run / "sample_losses.csv")
     assert len(samples) == 2 * 12  # 12 test clips, one 10-frame window each at stride 200
 
