@@ -11,7 +11,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cutlab.launch.plan import PROCESS_STARTUP_S, SWEEP_RECORDS, Plan, _duration, estimate, expand, format_plan, parse_command
+from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
+from cutlab.launch.plan import SWEEP_RECORDS, Plan, _duration, expand, format_plan, parse_command
 from cutlab.reproduce_grids import SCALES, Grid, grids
 from cutlab.reproduce_inputs import Inputs
 
@@ -79,7 +80,7 @@ class _Tally:
         self.seconds, self.kinds, self.unmeasured = 0.0, set(), 0
 
     def add(self, plan: Plan, launcher: str) -> None:
-        cost = estimate(plan)
+        cost = estimate(plan.runs_dir, plan.to_run)
         self.runs += len(plan.runs)
         self.complete += len(plan.runs) - len(plan.to_run)
         self.measured += cost.measured

@@ -86,10 +86,14 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
         return cfg.train.epsilon
     count = min(len(task.train_set), batches * cfg.train.batch_size)
     first = torch.utils.data.Subset(task.train_set, range(count))
-    initial = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)(first, [float(cfg.gamma)])
+    ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
+    # the ratio forms divide by l_0, so they also measure it under unit noise (gamma 1): the loss scale of the data,
+    # against which an l_0 of float round-off is zero even when the untrained layers are near the identity too
+    gammas = [float(cfg.gamma)] + ([1.0] if ratio_form else [])
+    initial = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)(first, gammas)
     epsilon = float(initial.mean_loss[0, 0])
-    largest = float(initial.mean_loss[0].max())
-    if cfg.train.constrained and cfg.train.constraint_form != "difference" and epsilon <= NUMERICAL_ZERO * largest:
+    largest = float(initial.mean_loss.max())
+    if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
         raise CutlabError(
             f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
             f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
