@@ -17,6 +17,7 @@ from cutlab.tasks import Task
 
 # An initial l_0 below this fraction of the largest initial layer loss is float round-off of an identity Phi_0
 NUMERICAL_ZERO = 1e-6
+SUSPICIOUSLY_SMALL = 1e-3  # l_0 / the largest untrained layer loss below which l_0 is checked against unit noise
 TRAINING_DEVICES = ("cpu", "cuda", "mps", "xpu")
 
 
@@ -86,13 +87,16 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
         return cfg.train.epsilon
     count = min(len(task.train_set), batches * cfg.train.batch_size)
     first = torch.utils.data.Subset(task.train_set, range(count))
-    ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
-    # the ratio forms divide by l_0, so they also measure it under unit noise (gamma 1): the loss scale of the data,
-    # against which an l_0 of float round-off is zero even when the untrained layers are near the identity too
-    gammas = [float(cfg.gamma)] + ([1.0] if ratio_form else [])
-    initial = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)(first, gammas)
+    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)
+    initial = evaluator(first, [float(cfg.gamma)])
     epsilon = float(initial.mean_loss[0, 0])
-    largest = float(initial.mean_loss.max())
+    largest = float(initial.mean_loss[0].max())
+    ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
+    if ratio_form and epsilon <= SUSPICIOUSLY_SMALL * largest:
+        # the ratio forms divide by l_0: judge it against the data's loss scale, l under unit noise (gamma 1), since
+        # untrained layers near the identity can be nearly as small as l_0's round-off (another evaluation pass, and
+        # DUST's power iteration moves at every forward, so only runs whose l_0 looks this small pay for it)
+        largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
     if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
         raise CutlabError(
             f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
