@@ -20,7 +20,6 @@ W&B gets; analysis.wandb_source rebuilds run folders from W&B (a server or offli
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from analysis.selection import arm_of
 from analysis.record_values import CONFIG as CONFIG_RULES
 from analysis.record_values import MAX_DEPTH, checked
 from analysis.record_values import SUMMARY as SUMMARY_RULES
+from analysis.run_numbers import headline, summary_columns
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
@@ -42,13 +42,6 @@ SUPPORTED_RECORD_VERSIONS = (1,)
 RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
 #: directories never searched for runs (W&B's offline folders, caches)
 SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
-#: which task a headline metric belongs to, and its direction when the summary does not say
-TASK_OF_METRIC = {"rmse": "video", "accuracy": "text", "token_accuracy": "instruction"}
-DEFAULT_MODE = {"rmse": "min", "accuracy": "max", "token_accuracy": "max"}
-# the task of a run without a headline metric (a failed one), from its dataset
-TASK_OF_DATASET = {"synthetic": "video", "ucsd_ped1": "video", "ucsd_ped2": "video", "avenue": "video",
-                   "shanghaitech": "video", "video_folder": "video", "imdb": "text", "mnli": "text",
-                   "alpaca": "instruction"}
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
 STATES = ("complete", "failed", "pruned", "partial", "unsupported")
 
@@ -190,7 +183,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     bad_values += bad_summary
     row: dict[str, Any] = {"path": str(run_dir)}
     row.update(_config_columns(flat_config))
-    row.update(_summary_columns(summary))
+    row.update(summary_columns(summary))
     evaluation, eval_problem = _read_eval(run_dir, row)
     history = _read_history(run_dir)
     row["has_history"] = history is not None
@@ -204,7 +197,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     if bad_values:  # a record cutlab did not write this way (edited, or another program's): never a result
         row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
                                                        "or move the run folder out of the analysed folders")
-    row.update(_headline(row, evaluation if row["state"] == "complete" else None))
+    row.update(headline(row, evaluation if row["state"] == "complete" else None))
     return row, evaluation, history
 
 
@@ -269,48 +262,6 @@ def _config_columns(flat: dict[str, Any]) -> dict[str, Any]:
     row["gamma_test_grid"] = tuple(float(g) for g in grid) if grid else None
     row.update({f"cfg.{key}": value for key, value in flat.items()})
     return row
-
-
-def _max_slack_used(feasibility: dict) -> float | None:
-    """The largest relative violation among the layers that needed their slack (None: none did)."""
-    layers = feasibility.get("slack_layers") or ()
-    violations = feasibility.get("relative_violations") or ()
-    used = [violations[layer] for layer in layers if isinstance(layer, int) and layer < len(violations)]
-    return max(used) if used else None
-
-
-def _summary_columns(summary: dict | None) -> dict[str, Any]:
-    summary = summary or {}
-    feasibility = summary.get("feasibility") or {}
-    violated = feasibility.get("violated_layers")
-    return {
-        "status": summary.get("status", "missing") if summary else "missing",
-        "record_version": summary.get("record_version"),
-        "verdict": summary.get("verdict"),
-        "violated_layers": tuple(violated) if violated else (),
-        # a slack-feasible run meets its constraints only through its resilience slack: how much, relative to
-        # each right-hand side (cutlab.core.evaluation.Verdict)
-        "slack_layers": tuple(feasibility.get("slack_layers") or ()),
-        "max_relative_slack_used": _max_slack_used(feasibility),
-        # records written before time to feasibility was measured lack the keys: unknown, not "never"
-        "has_time_to_feasibility": "steps_to_feasibility" in summary,
-        "steps_to_feasibility": summary.get("steps_to_feasibility"),
-        "steps_to_strict_feasibility": summary.get("steps_to_strict_feasibility"),
-        "max_layer_ratio_id": (summary.get("in_distribution") or {}).get("max_layer_ratio"),
-        "descends_id": (summary.get("in_distribution") or {}).get("strictly_decreasing"),
-        "fraction_decreasing_id": (summary.get("in_distribution") or {}).get("fraction_decreasing"),
-        "error": summary.get("error"),
-        "metric": summary.get("metric"),
-        "selection_mode": summary.get("selection_mode"),
-        "selection_metric_summary": summary.get("selection_metric"),
-        "test_mean_metric_summary": summary.get("test_mean_metric"),
-        "epsilon": summary.get("epsilon"),
-        "sigma_x": summary.get("sigma_x"),
-        "steps": summary.get("steps"),
-        "wall_time_s": summary.get("wall_time_s"),
-        "wandb_id": summary.get("wandb_id"),
-        "data_source": summary.get("data_source"),
-    }
 
 
 def _read_eval(run_dir: Path, row: dict) -> tuple[pd.DataFrame | None, str | None]:
@@ -396,48 +347,6 @@ def _classify(summary: dict | None, summary_problem: str | None, config_problem:
     if eval_problem:
         return "partial", eval_problem
     return "complete", ""
-
-
-def _headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
-    """Task, selection direction, and the table numbers, computed from eval.csv (the full record)."""
-    metric = row.get("metric")
-    if metric is None and evaluation is not None:
-        metric = next((m for m in TASK_OF_METRIC if m in set(evaluation["metric"])), None)
-    out: dict[str, Any] = {
-        "metric": metric,
-        "task": TASK_OF_METRIC.get(metric, "other") if metric else TASK_OF_DATASET.get(row.get("dataset")),
-        "selection_mode": row.get("selection_mode") or DEFAULT_MODE.get(metric),
-        "test_mean_metric": math.nan, "test_auc": math.nan, "selection_metric": row.get("selection_metric_summary"),
-        "usable": row["state"] == "complete",
-        "partial": row["state"] == "partial",
-    }
-    if evaluation is None or metric is None:
-        return out
-    last = int(evaluation["layer"].max())
-    test = _last_layer(evaluation, "test", metric, last)
-    if len(test):
-        out["test_mean_metric"] = float(test.mean())  # Table 3's number: mean over the gamma_test grid
-        out["test_auc"] = area_under(test)  # Table 4's number
-    if out["selection_metric"] is None:
-        # older summaries without it: the validation metric averaged over the test grid, as cutlab does
-        val = _last_layer(evaluation, "val", metric, last)
-        val = val[val.index.isin(test.index)]
-        out["selection_metric"] = float(val.mean()) if len(val) else math.nan
-    return out
-
-
-def _last_layer(evaluation: pd.DataFrame, split: str, metric: str, last: int) -> pd.Series:
-    rows = evaluation[(evaluation["split"] == split) & (evaluation["metric"] == metric) & (evaluation["layer"] == last)]
-    rows = rows.sort_values("gamma_test")
-    return pd.Series(rows["value"].to_numpy(), index=rows["gamma_test"].to_numpy())
-
-
-def area_under(curve: pd.Series) -> float:
-    """Trapezoid area under ``value(gamma_test)`` in gamma units, not normalised (the paper's Table 4 AUC)."""
-    curve = curve.sort_index()
-    if len(curve) < 2:
-        return math.nan
-    return float(np.trapezoid(curve.to_numpy(dtype=float), curve.index.to_numpy(dtype=float)))
 
 
 def _runs_frame(rows: list[dict]) -> pd.DataFrame:

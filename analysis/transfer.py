@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.collect import RunTable
-from analysis.figures import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
+from analysis.figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
 from analysis.markdown import inert
 from analysis.selection import ARM_LABELS
 from analysis.verdicts import CAPTION, mark

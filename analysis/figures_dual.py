@@ -1,0 +1,166 @@
+"""Figures of the dual: multipliers over training, constraint satisfaction over training per dual setting.
+
+Drawn with the shared style and helpers of :mod:`analysis.figure_kit`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.collect import RunTable
+from analysis import figure_marks, verdicts
+from analysis.figure_marks import integer_ticks, line_style
+from analysis.selection import cell_label, dual_setting_label, select_best, sort_cells
+from analysis.figure_kit import (
+    ARM_STYLE, FigureResult, MAX_SETTINGS, MET_COLUMNS, OKABE_ITO, TITLES, _not_shown, _panels, _render, _title,
+    _ylabel, distinguishing,
+)
+
+
+def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResult:
+    """The multipliers lambda_l over training (history.csv), one panel per constrained run, partial ones too.
+
+    At most ``limit`` panels: the runs the tables report first, then failed and partial runs, then the rest.
+    """
+    result = FigureResult("dual_variables", TITLES["dual_variables"])
+    frame = runs.runs[(runs.runs["constrained"] == True) & runs.runs["has_history"].astype(bool)]  # noqa: E712
+    frame = frame[[bool(runs.history_of(r).filter(like="lambda_").notna().any(axis=None)) for r in frame["run"]]] \
+        if len(frame) else frame
+    if frame.empty:
+        result.skipped = "no constrained run with a history.csv holding multipliers (lambda_l)"
+        return result
+    # the runs the tables report first, then the failed and partial ones (what a user debugs), then the rest
+    selected = set(select_best(runs.runs)["run"])
+    frame = sort_cells(frame)
+    priority = [0 if r in selected else 1 if s != "complete" else 2 for r, s in zip(frame["run"], frame["state"])]
+    frame = frame.assign(_priority=priority).sort_values("_priority", kind="stable").drop(columns="_priority")
+    hidden = len(frame) - limit
+    frame = frame.head(limit)
+    result.caption = ("Multipliers λ_l per training step from history.csv (λ_0 belongs to the reference constraint "
+                      "ℓ_0 ≤ ε, λ_l to layer l's descent constraint); shaded: the primal warm-up, λ frozen "
+                      "at 0. Titles give each run's own α and ε (ε=auto: the value it resolved to) and seed; runs "
+                      "not strictly feasible are drawn dotted. "
+                      "Failed and partial runs are included (marked): this is where a diverging run shows first."
+                      + _not_shown(hidden, "runs"))
+    colours = matplotlib.colormaps["viridis"]
+
+    def draw() -> Figure:
+        cols = min(len(frame), 3)
+        rows = math.ceil(len(frame) / cols)
+        figure, axes = _panels(rows, cols, width=3.6, height=2.6)
+        for k, (_, run) in enumerate(frame.iterrows()):
+            ax = axes[k // cols, k % cols]
+            history = runs.history_of(run["run"]).sort_values("step")
+            columns = sorted((c for c in history.columns if c.startswith("lambda_")),
+                             key=lambda c: int(c.split("_")[1]))
+            for layer, column in enumerate(columns):
+                ax.plot(history["step"], history[column], color=colours(0.9 * layer / max(len(columns) - 1, 1)),
+                        linewidth=1.3, label=rf"$\lambda_{{{column.split('_')[1]}}}$",
+                        **{key: value for key, value in line_style(run).items() if key == "linestyle"})
+            if "phase" in history:
+                warmup = history.loc[history["phase"] == "primal", "step"]
+                if len(warmup):
+                    ax.axvspan(warmup.min(), warmup.max(), color="0.5", alpha=0.15, linewidth=0, label="warm-up")
+            _title(ax, dual_panel_title(frame, run))
+            ax.set_xlabel("training step")
+            integer_ticks(ax.xaxis)
+            _ylabel(axes, k // cols, k % cols, r"multiplier $\lambda_l$ (≥ 0)")
+            ax.legend(ncol=2)
+        for k in range(len(frame), axes.size):
+            axes[k // cols, k % cols].set_visible(False)
+        figure.suptitle("Dual variables over training")
+        return figure
+
+    return _render(draw, out_dir, result)
+
+
+def dual_panel_title(frame: pd.DataFrame, run: pd.Series) -> str:
+    """The cell; the run's own α, ε (as resolved) and seed, then what else tells it apart from the other panels
+    of ``frame``; its verdict (with the layers that miss) or its state."""
+    state = run["verdict"] if run["usable"] else run["state"]
+    if run["usable"] and run["verdict"] == verdicts.INFEASIBLE and len(run["violated_layers"]):
+        state += f" (layers {', '.join(map(str, run['violated_layers']))})"
+    if run["usable"] and run["verdict"] == verdicts.SLACK_FEASIBLE:
+        state += f" (slack used up to {verdicts.percent(run['max_relative_slack_used'])})"
+    extra = distinguishing(frame, run)
+    name = cell_label(run) if run.get("L") is not None and not pd.isna(run["L"]) else str(run["run"])
+    return f"{name}\n{figure_marks.settings(run)}" + (f" · {extra}" if extra else "") + f"\n{state}"
+
+
+# ----------------------------------------------------------------------------------------- constraint satisfaction
+
+def satisfaction_by_setting(runs: RunTable) -> tuple[dict[str, pd.DataFrame], dict[str, int]]:
+    """Per dual setting (``dual_setting_label``): a frame indexed by step with, for each ``MET_COLUMNS`` column,
+    the fraction of the setting's complete runs (among those that reached the step) whose smoothed training
+    constraints were met; and the number of runs per setting. Records without these columns are left out."""
+    history = runs.history
+    if "constraints_met_strictly" not in history or runs.results.empty:
+        return {}, {}
+    labels = {run["run"]: dual_setting_label(run) for _, run in runs.results.iterrows()}
+    rows = history[history["run"].isin(list(labels))].dropna(subset=["constraints_met_strictly"])
+    columns = [column for column in MET_COLUMNS if column in rows]
+    rows = rows.assign(setting=rows["run"].map(labels), **{c: pd.to_numeric(rows[c], errors="coerce") for c in columns})
+    curves = {setting: group.groupby("step")[columns].mean().sort_index() for setting, group in rows.groupby("setting")}
+    counts = rows.groupby("setting")["run"].nunique().to_dict()
+    return curves, {setting: int(count) for setting, count in counts.items()}
+
+
+def _shown_settings(curves: dict[str, pd.DataFrame], always: set[str]) -> list[str]:
+    """The settings best at staying strictly feasible (mean fraction over steps) up to MAX_SETTINGS, plus ``always``."""
+    ranked = sorted(curves, key=lambda s: (-float(curves[s]["constraints_met_strictly"].mean()), s))
+    chosen = [s for s in ranked if s not in always][:MAX_SETTINGS]
+    return [s for s in ranked if s in always or s in chosen]
+
+
+def constraint_satisfaction(runs: RunTable, out_dir: Path) -> FigureResult:
+    """Fraction of runs whose smoothed training constraints are met at each step, one line per dual setting."""
+    result = FigureResult("constraint_satisfaction", TITLES["constraint_satisfaction"])
+    curves, counts = satisfaction_by_setting(runs)
+    if not curves:
+        result.skipped = ("no complete run with constraints_met_strictly in its history.csv (records written before "
+                          "time to feasibility was measured lack it)")
+        return result
+    results = runs.results
+    paper = {dual_setting_label(r) for _, r in results[results["arm"] == "constrained_paper"].iterrows()}
+    erm = dual_setting_label({"arm": "erm"})
+    shown = _shown_settings(curves, paper | {erm})
+    hidden = len(curves) - len(shown)
+    result.caption = ("Fraction of the complete runs of each dual setting whose smoothed training constraints "
+                      "(an exponential moving average of the layer losses over about 10 steps, "
+                      "cutlab.core.feasibility_clock) are met at each step: strictly (left) and within the "
+                      "resilience slack (right), among the runs that reached the step (cells and budgets differ "
+                      "in length). One line per dual setting: constraint form · dual optimiser and its learning "
+                      "rate · detach_prev · update order · restarts · resilience (n = runs); the paper's dual "
+                      "dash-dotted, ERM (no dual, the same check) dashed. Runs recorded before this was measured "
+                      "are left out." + _not_shown(hidden, "dual settings (ranked by the mean strict fraction)"))
+
+    def style(k: int, setting: str) -> dict:
+        if setting == erm:
+            return {"color": ARM_STYLE["erm"]["color"], "linestyle": "--"}
+        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        return {"color": colour, "linestyle": "-." if setting in paper else "-"}
+
+    def draw() -> Figure:
+        columns = [c for c in MET_COLUMNS if any(c in curve for curve in curves.values())]
+        figure, axes = _panels(1, len(columns), width=4.2, height=3.4)
+        for j, column in enumerate(columns):
+            ax = axes[0, j]
+            for k, setting in enumerate(shown):
+                curve = curves[setting]
+                if column in curve:
+                    ax.plot(curve.index, curve[column].to_numpy(), linewidth=1.4, **style(k, setting),
+                            label=f"{setting} (n={counts[setting]})")
+            ax.set_ylim(-0.03, 1.05)
+            _title(ax, MET_COLUMNS[column])
+            ax.set_xlabel("training step")
+            integer_ticks(ax.xaxis)
+            _ylabel(axes, 0, j, "fraction of runs\nwith constraints met")
+        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=1)  # below: labels are long
+        figure.suptitle("Constraint satisfaction over training, per dual setting")
+        return figure
+
+    return _render(draw, out_dir, result)
