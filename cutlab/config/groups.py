@@ -67,13 +67,13 @@ def task_kind(cfg: DictConfig) -> str:
     if model_kind != data_kind:
         raise CutlabError(
             f"model={cfg.model.name} is for {model_kind} data and data={cfg.data.name} is {data_kind} data; choose "
-            f"data={'|'.join(_choices_of_kind('data', model_kind)) or '?'} for this model, or "
-            f"model={'|'.join(_choices_of_kind('model', data_kind)) or '?'} for this data"
+            f"data={'|'.join(choices_of_kind('data', model_kind)) or '?'} for this model, or "
+            f"model={'|'.join(choices_of_kind('model', data_kind)) or '?'} for this data"
         )
     return data_kind
 
 
-def _choices_of_kind(group: str, kind: str) -> list[str]:
+def choices_of_kind(group: str, kind: str) -> list[str]:
     """The config names of ``group`` whose ``task`` is ``kind`` (for the mismatch message)."""
     folder = CONFIG_DIR / group
     return [path.stem for path in sorted(folder.glob("*.yaml")) if _task_of(folder, path.stem) == kind]

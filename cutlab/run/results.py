@@ -27,7 +27,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
     # point stays out of eval.csv so that means over the grid are the grid's
     test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test"))
-    in_distribution = _in_distribution(test, val_grid.index(gamma), constraints)
+    in_distribution = descent_in_distribution(test, val_grid.index(gamma), constraints)
     test = test.restricted(len(grid))
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
@@ -38,7 +38,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}
 
 
-def _in_distribution(test: Evaluation, index: int, constraints: Constraints) -> dict:
+def descent_in_distribution(test: Evaluation, index: int, constraints: Constraints) -> dict:
     """Test layer losses at gamma_test = gamma_train: does the model descend where it was trained, and the largest
     layer-to-layer ratio l_l / l_{l-1} (a middle layer inflated between two good ones shows here)."""
     losses = test.mean_loss[index]

@@ -66,12 +66,12 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
 
 def check_fits(run_cfg: DictConfig, cfg: DictConfig, run_name: str) -> None:
     """Refuse data the run's model cannot read: another family, another patch size, another label count."""
-    from cutlab.config.groups import _choices_of_kind
+    from cutlab.config.groups import choices_of_kind
 
     model, data = run_cfg.model, cfg.data
     model_kind, data_kind = model.get("task"), data.get("task")
     if model_kind != data_kind:
-        choices = "|".join(_choices_of_kind("data", model_kind)) or "?"
+        choices = "|".join(choices_of_kind("data", model_kind)) or "?"
         raise CutlabError(f"{run_name}: its model={model.name} reads {model_kind} data but data={data.name} is "
                           f"{data_kind} data; evaluate it on {model_kind} data (data={choices})")
     if model_kind == "video" and "patch" in model and data.get("patch") != model.patch:

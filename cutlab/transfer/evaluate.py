@@ -20,7 +20,7 @@ from cutlab.errors import CutlabError
 from cutlab.core.perturbation import Perturbation
 from cutlab.run.build import build_primal_dual, constraints_of, pick_device
 from cutlab.run.progress import ProgressReporter
-from cutlab.run.results import _in_distribution
+from cutlab.run.results import descent_in_distribution
 from cutlab.tasks import Task, build_task
 
 SPLITS = ("test", "val", "train", "all")
@@ -106,7 +106,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     index = full.index(gamma_train)
     verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, primal_dual.effective_slacks(),
                                   cfg.eval.feasibility_tol, primal_dual.constrained)
-    at_gamma_train = _in_distribution(evaluation, index, constraints)
+    at_gamma_train = descent_in_distribution(evaluation, index, constraints)
     table = evaluation.restricted(len(grid))
     last = table.metric.shape[1] - 1
     numbers = {
