@@ -97,7 +97,8 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
                                    "launcher.timeout_min=30"),
         (["+launcher.additional_parameters.qos=high"], "give additional_parameters as one mapping, "
                                                        "launcher.additional_parameters={qos:high}"),
-        (["+launcher.partition=gpu"], "drop the '+': launcher.partition=gpu"),
+        (["+launcher.partition=gpu"], "launcher.partition is a key of launcher=slurm: write launcher.partition=gpu "
+                                      "without the '+' (with launcher=slurm)"),
         (["launcher.mem_gb=0"], "launcher.mem_gb must be a positive number, got 0"),
     ],
     ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value"],
@@ -112,11 +113,18 @@ def test_a_bad_launcher_key_is_one_line_naming_the_fix(tmp_path, args, expected)
 
 
 def test_a_key_of_another_launcher_names_each_launchers_keys(tmp_path):
+    """Named before Hydra starts when the command chooses the launcher; else when the sweep is composed."""
     result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=local", "launcher.partition=gpu"], tmp_path / "runs",
                     check=False)
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert ("launcher=local has no key partition (it is launcher=slurm's); launcher=local's keys are max_parallel, "
+            "threads, warm_workers") in result.stderr
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher.partition=gpu"], tmp_path / "runs", check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert "Could not override 'launcher.partition'; each launcher has its own keys: " in result.stderr
     assert "launcher=slurm: profile, threads, partition" in result.stderr
+    single = cutlab(["launcher=inprocess", "+launcher.partition=gpu"], tmp_path / "runs", check=False)
+    assert single.returncode == 2 and "launcher=inprocess has no key partition" in single.stderr, single.stderr
 
 
 def test_info_names_the_launcher_that_runs_the_sweep_and_its_settings(tmp_path):

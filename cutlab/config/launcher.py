@@ -40,6 +40,7 @@ def check_launcher_overrides(arguments: list[str]) -> None:
 
     A nested key (``+launcher.additional_parameters.qos=high``) would reach Hydra's folder name, which leaves out
     exact keys only, so sbatch options are given as one mapping instead."""
+    chosen = [a.partition("=")[2] for a in arguments if a.startswith("launcher=")]
     for argument in arguments:
         key, equals, value = argument.lstrip("+~").partition("=")
         if not key.startswith("launcher.") or (not equals and not argument.startswith("~")):
@@ -53,9 +54,13 @@ def check_launcher_overrides(arguments: list[str]) -> None:
         if nested:
             raise CutlabError(f"give {top} as one mapping, launcher.{top}={{{nested}:{value}}} (several: "
                               f"{{qos:high,account:mylab}}); a nested launcher key would rename the run's folder")
+        owners = [name for name, keys in KEYS.items() if top in keys]
+        if chosen and chosen[-1] in KEYS and top not in KEYS[chosen[-1]]:
+            raise CutlabError(f"launcher={chosen[-1]} has no key {top} (it is launcher={'|'.join(owners)}'s); "
+                              f"launcher={chosen[-1]}'s keys are {', '.join(KEYS[chosen[-1]][1:]) or '(none)'}")
         if argument.startswith("+") and not argument.startswith("++"):
-            raise CutlabError(f"launcher.{top} is already a key of the launcher group; drop the '+': "
-                              f"launcher.{top}={value}")
+            raise CutlabError(f"launcher.{top} is a key of launcher={'|'.join(owners)}: write launcher.{top}={value} "
+                              f"without the '+' (with launcher={owners[0]})")
 
 
 def check_launcher_node(launcher: dict) -> str:
