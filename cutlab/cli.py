@@ -97,8 +97,21 @@ def main() -> None:
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
     app()
+    _show_launcher_info(argv)
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)
+
+
+def _show_launcher_info(argv: list[str]) -> None:
+    """After Hydra's --info: the launcher that runs a multirun (Hydra's own section names only its basic launcher)."""
+    from cutlab.launch.info import info_arguments, launcher_info
+
+    arguments = info_arguments(argv)
+    if arguments is not None:
+        try:
+            print(launcher_info(*arguments), flush=True)
+        except CutlabError as error:
+            print(f"cutlab launcher: {redact(str(error))}", flush=True)
 
 
 def _report_inprocess_sweep(plan, record: Path, seconds: float) -> None:

@@ -106,9 +106,9 @@ class _Tally:
 
 def _parallel(plan: Plan, launcher: str):
     if launcher == "slurm":
-        from cutlab.launch.slurm_profile import load_profile
+        from cutlab.launch.slurm_profile import slurm_settings
 
-        profile = load_profile(str(plan.launcher.get("profile") or "default"))
+        profile = slurm_settings(plan.launcher)
         return profile.array_parallelism, profile
     return (int(plan.launcher.get("max_parallel") or 1) if launcher == "local" else 1), None
 

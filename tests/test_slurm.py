@@ -1,7 +1,9 @@
 """A real single-node SLURM (munge + slurmctld + slurmd, started here, stopped by PID): a grid runs as a job array
 through ``python -m cutlab -m ... launcher=slurm``; one task is preempted mid-run, checkpoints, is requeued and
 ends with exactly the result of an uninterrupted run; a failing task is FAILED in SLURM's own records and
-does not stop the others; a profile naming a partition the cluster lacks is refused before submitting."""
+does not stop the others; a profile naming a partition the cluster lacks is refused before submitting; launcher
+settings given on the command line (launcher.partition=..., submitit's names) reach the submitted job and leave the
+run folders as they are without them."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import torch
 from conftest import ROOT, unavailable
 from helpers.cli import cutlab
 from helpers.contract import assert_same_records, cutlab_env
-from helpers.sweeps import result_config, sweep_outcome
+from helpers.sweeps import plan_ids, result_config, sweep_outcome
 
 spec = importlib.util.spec_from_file_location("single_node", ROOT / "slurm" / "single_node.py")
 single_node = importlib.util.module_from_spec(spec)
@@ -50,7 +52,7 @@ def cluster(tmp_path_factory):
 
 def profile(folder: Path, **values) -> Path:
     path = folder / "test_profile.yaml"
-    body = {"time_min": 10, "mem_gb": 1, "array_parallelism": 2, "signal_delay_s": 30, **values}
+    body = {"timeout_min": 10, "mem_gb": 1, "array_parallelism": 2, "signal_delay_s": 30, **values}
     path.write_text("".join(f"{k}: {v}\n" for k, v in body.items()))
     return path
 
@@ -134,12 +136,41 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
     assert not runs.exists()
 
 
+def test_launcher_settings_on_the_command_line_reach_the_submitted_job_and_leave_the_run_ids_unchanged(cluster, tmp_path):
+    """launcher.partition/timeout_min/mem_gb/additional_parameters win over the profile (which names a partition this
+    cluster lacks), are in the sbatch script submitit wrote and in SLURM's record of each job, and the runs' folders
+    are the ones the same grid gets without them."""
+    grid = ["gamma=0,0.09", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]",
+            "progress=false", "wandb.mode=disabled"]
+    settings = [f"launcher.profile={profile(tmp_path, partition='gpu_a100')}", "launcher.partition=debug",
+                "launcher.timeout_min=7", "launcher.mem_gb=1.5", "launcher.additional_parameters={comment:cutlab-test}"]
+    runs = tmp_path / "runs"
+    without = plan_ids(cutlab(["--plan", "-m", *grid], runs).stdout)
+    planned = cutlab(["--plan", "-m", *grid, "launcher=slurm", *settings], runs).stdout.split("# the sbatch script")[0]
+    assert plan_ids(planned) == without == [f"L=2,eval.gamma_test=_0_,gamma={g},train.epochs=1,train.max_steps_per_epoch=2"
+                                            for g in ("0", "0.09")]
+    result = cutlab(["-m", *grid, "launcher=slurm", *settings], runs)
+    assert "2 complete" in result.stderr, result.stderr[-3000:]
+    assert sorted(p.name for p in runs.iterdir() if p.name != "_sweeps") == sorted(without)
+    for run_id in without:
+        assert json.loads((runs / run_id / "summary.json").read_text())["status"] == "complete"
+    script = next((runs / "_sweeps").glob("*/submitit/*_submission.sh")).read_text()
+    for line in ("#SBATCH --partition=debug", "#SBATCH --time=7", "#SBATCH --mem=1536MB", "#SBATCH --comment=cutlab-test",
+                 "#SBATCH --array=0-1%2"):
+        assert line + "\n" in script, script
+    for outcome in sweep_outcome(runs)["runs"]:
+        job = scontrol(outcome["job_id"])
+        assert (job["Partition"], job["TimeLimit"], job["Comment"]) == ("debug", "00:07:00", "cutlab-test"), job
+        assert job["MinMemoryNode"] == "1.50G", job  # 1536 MB as SLURM prints it
+
+
 def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_path):
-    """``cutlab.search --launcher slurm``: two workers as array tasks fill the study's total between them."""
+    """``cutlab.search launcher=slurm``: two workers as array tasks fill the study's total between them."""
     from helpers.search import TINY, run_search, study_of
 
-    result = run_search(["search=dust_video", "--n-trials", "3", "--workers", "2", "--launcher", "slurm",
-                         "--slurm-profile", str(profile(tmp_path)), "search.pruner=null", *TINY], tmp_path)
+    result = run_search(["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
+                         f"launcher.profile={profile(tmp_path)}", "launcher.timeout_min=9", "search.pruner=null", *TINY],
+                        tmp_path)
     assert "submitted 2 runs as job array" in result.stderr
     study = study_of(tmp_path, "dust_video")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
@@ -147,3 +178,5 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
     for trial in study.trials:
         assert json.loads((Path(trial.user_attrs["run_dir"]) / "summary.json").read_text())["status"] == "complete"
     assert (tmp_path / "runs" / "search" / "dust_video" / "search_report.json").exists()
+    scripts = list((tmp_path / "runs" / "search" / "dust_video" / "slurm").glob("*/*_submission.sh"))
+    assert len(scripts) == 1 and "#SBATCH --time=9\n" in scripts[0].read_text()  # the command line's, not the profile's

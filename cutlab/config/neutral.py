@@ -8,12 +8,13 @@ W&B mode finds the same run.
 
 from __future__ import annotations
 
+from cutlab.config.launcher import folder_neutral_keys
+
 # Keys whose value never changes what a run computes: how it is launched, logged, threaded, checkpointed, and where
 # its files are (what ``paths`` changes, the data and model files, is compared through the keys resolved from it).
 RESULT_NEUTRAL_KEYS = (
-    "run_name", "launcher", "launcher.max_parallel", "launcher.profile", "launcher.threads", "launcher.warm_workers",
-    "device", "threads", "progress", "wandb.mode", "wandb.project", "wandb.entity", "wandb.group", "wandb.tags",
-    "paths.runs_dir", "paths.cache_dir", "paths.data_dir", "paths.models_dir", "checkpoint.every_steps",
+    "run_name", *folder_neutral_keys(), "device", "threads", "progress", "wandb.mode", "wandb.project",
+    "wandb.entity", "wandb.group", "wandb.tags", "paths.runs_dir", "paths.cache_dir", "paths.data_dir", "paths.models_dir", "checkpoint.every_steps",
 )
 # Left out of folder names as well, yet compared before a folder is reused: the evaluation batch size changes only
 # the float summation order of the metrics, so another value gets the same folder and is refused, naming the key.

@@ -1,9 +1,12 @@
-"""SLURM profiles: ``slurm/<name>.yaml`` says where and how big each run's job is.
+"""SLURM settings: a profile file (``slurm/<name>.yaml``) gives the defaults, ``launcher.KEY=`` overrides win.
 
-A profile is a small YAML file of these keys (all optional; the defaults are ``slurm/default.yaml``'s)::
+The keys carry submitit's names (cutlab.config.launcher), in a profile file and on the command line alike::
 
     partition: null          # SLURM partition; null = the cluster's default partition
-    time_min: 60             # time limit of one run's job, minutes (a run that hits it checkpoints and is requeued)
+    qos: null                # quality of service, account, node constraint (sbatch --qos/--account/--constraint)
+    account: null
+    constraint: null
+    timeout_min: 60          # time limit of one run's job, minutes (a run that hits it checkpoints and is requeued)
     mem_gb: 4                # memory per job
     cpus_per_task: 1
     gpus_per_node: 0
@@ -11,10 +14,12 @@ A profile is a small YAML file of these keys (all optional; the defaults are ``s
     signal_delay_s: 90       # SIGUSR2 this long before the time limit: checkpoint, then requeue
     max_requeues: 3          # time-limit requeues per run (preemptions are always requeued)
     setup: []                # shell lines run before each run (module load ..., source .venv/bin/activate)
-    additional: {}           # any other sbatch option, e.g. {qos: high, account: mylab, constraint: a100}
+    additional_parameters: {}  # any other sbatch option, e.g. {comment: paper, exclusive: true}
 
-Select one with ``launcher=slurm launcher.profile=<name>`` (a name under slurm/, or a path to a file).
-The search helper (cutlab/search) uses the same files for its workers.
+Precedence, highest first: a ``launcher.KEY=VALUE`` override (or a sweep file's ``launcher:`` section), the
+profile named by ``launcher.profile`` (a name under slurm/ or a path to a file), then these defaults. A key left
+null in conf/launcher/slurm.yaml takes the profile's value; ``additional_parameters`` merge key by key.
+The search helper (cutlab/search) reads the same settings for its workers.
 """
 
 from __future__ import annotations
@@ -25,17 +30,23 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from cutlab.config.launcher import RENAMED, SLURM_SETTINGS
 from cutlab.config.paths import SLURM_PROFILES_DIR
 from cutlab.errors import CutlabError
 
 PROFILES_DIR = SLURM_PROFILES_DIR
+WHOLE = ("timeout_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node")
+MAY_BE_ZERO = ("gpus_per_node", "max_requeues")
 
 
 @dataclass(frozen=True)
 class SlurmProfile:
     name: str = "default"
     partition: str | None = None
-    time_min: int = 60
+    qos: str | None = None
+    account: str | None = None
+    constraint: str | None = None
+    timeout_min: int = 60
     mem_gb: float = 4
     cpus_per_task: int = 1
     gpus_per_node: int = 0
@@ -43,19 +54,22 @@ class SlurmProfile:
     signal_delay_s: int = 90
     max_requeues: int = 3
     setup: tuple[str, ...] = ()
-    additional: dict[str, Any] = field(default_factory=dict)
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
 
     def executor_parameters(self, job_name: str) -> dict[str, Any]:
-        """Keyword arguments for ``submitit.SlurmExecutor.update_parameters`` (and its sbatch writer)."""
-        parameters = dict(job_name=job_name, time=self.time_min, mem=_memory(self.mem_gb),
+        """Keyword arguments for ``submitit.SlurmExecutor.update_parameters`` (and its sbatch writer), whose own
+        names for two of them are ``time`` and ``mem``."""
+        parameters = dict(job_name=job_name, time=self.timeout_min, mem=_memory(self.mem_gb),
                           cpus_per_task=self.cpus_per_task, array_parallelism=self.array_parallelism,
                           signal_delay_s=self.signal_delay_s, setup=list(self.setup),
-                          additional_parameters=dict(self.additional))
-        if self.partition:
-            parameters["partition"] = self.partition
-        if self.gpus_per_node:
-            parameters["gpus_per_node"] = self.gpus_per_node
+                          additional_parameters=dict(self.additional_parameters))
+        for key in ("partition", "qos", "account", "constraint", "gpus_per_node"):
+            if getattr(self, key):
+                parameters[key] = getattr(self, key)
         return parameters
+
+
+assert tuple(f.name for f in fields(SlurmProfile))[1:] == SLURM_SETTINGS, "one list of SLURM keys"
 
 
 def _memory(gb: float) -> str:
@@ -71,6 +85,21 @@ def profile_path(name_or_path: str) -> Path:
 
 def load_profile(name_or_path: str) -> SlurmProfile:
     """The profile ``slurm/<name>.yaml`` (or the file at a path); unknown keys and bad values name the fix."""
+    return SlurmProfile(**_profile_values(name_or_path))
+
+
+def slurm_settings(launcher: dict) -> SlurmProfile:
+    """The settings of ``launcher=slurm``: its profile's, overridden by every key the launcher node sets (not null)."""
+    values = _profile_values(str(launcher.get("profile") or "default"))
+    given = {key: launcher[key] for key in SLURM_SETTINGS if launcher.get(key) is not None}
+    _check_values(given, lambda key: f"launcher.{key}")
+    extra = dict(given.pop("additional_parameters", None) or {})
+    values.update(given, additional_parameters={**values["additional_parameters"], **extra})
+    values["setup"] = tuple(values["setup"])
+    return SlurmProfile(**values)
+
+
+def _profile_values(name_or_path: str) -> dict[str, Any]:
     import yaml
 
     path = profile_path(name_or_path)
@@ -84,19 +113,35 @@ def load_profile(name_or_path: str) -> SlurmProfile:
         raise CutlabError(f"the SLURM profile {path} is not valid YAML ({error})") from None
     if not isinstance(raw, dict):
         raise CutlabError(f"the SLURM profile {path} must be a mapping of keys, e.g. 'partition: gpu'")
-    allowed = {f.name for f in fields(SlurmProfile)} - {"name"}
-    unknown = sorted(set(raw) - allowed)
+    renamed = sorted(set(raw) & set(RENAMED))
+    if renamed:  # one name per setting: an old name is refused rather than read beside the new one
+        raise CutlabError(f"rename {', '.join(f'{old}: to {RENAMED[old]}:' for old in renamed)} in the SLURM profile "
+                          f"{path} (submitit's names, as on the command line: launcher.{RENAMED[renamed[0]]}=...)")
+    unknown = sorted(set(raw) - set(SLURM_SETTINGS))
     if unknown:
         raise CutlabError(f"unknown key(s) {', '.join(unknown)} in the SLURM profile {path}; the keys are "
-                          f"{', '.join(sorted(allowed))} (other sbatch options go under 'additional:')")
-    for key in ("time_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node"):
-        if key in raw and (not isinstance(raw[key], int) or raw[key] < 0 or (raw[key] == 0 and key not in ("gpus_per_node", "max_requeues"))):
-            raise CutlabError(f"{key} in the SLURM profile {path} must be a positive whole number, got {raw[key]!r}")
-    if "mem_gb" in raw and (not isinstance(raw["mem_gb"], (int, float)) or raw["mem_gb"] <= 0):
-        raise CutlabError(f"mem_gb in the SLURM profile {path} must be a positive number, got {raw['mem_gb']!r}")
-    raw["setup"] = tuple(raw.get("setup") or ())
-    raw["additional"] = dict(raw.get("additional") or {})
-    return SlurmProfile(name=path.stem, **raw)
+                          f"{', '.join(SLURM_SETTINGS)} (other sbatch options go under 'additional_parameters:')")
+    _check_values(raw, lambda key: f"{key} in the SLURM profile {path}")
+    defaults = {f.name: f.default for f in fields(SlurmProfile) if f.name != "additional_parameters"}
+    return {**defaults, **raw, "name": path.stem, "setup": tuple(raw.get("setup") or ()),
+            "additional_parameters": dict(raw.get("additional_parameters") or {})}
+
+
+def _check_values(raw: dict, where) -> None:
+    for key in WHOLE:
+        value = raw.get(key)
+        if key in raw and (isinstance(value, bool) or not isinstance(value, int) or value < 0
+                           or (value == 0 and key not in MAY_BE_ZERO)):
+            raise CutlabError(f"{where(key)} must be a {'whole number >= 0' if key in MAY_BE_ZERO else 'positive whole number'}"
+                              f", got {value!r}")
+    mem = raw.get("mem_gb")
+    if "mem_gb" in raw and (isinstance(mem, bool) or not isinstance(mem, (int, float)) or mem <= 0):
+        raise CutlabError(f"{where('mem_gb')} must be a positive number, got {mem!r}")
+    if raw.get("setup") is not None and (isinstance(raw["setup"], str) or not all(isinstance(s, str) for s in raw["setup"])):
+        raise CutlabError(f"{where('setup')} must be a list of shell lines, e.g. [\"module load cuda\"]")
+    if raw.get("additional_parameters") is not None and not isinstance(raw["additional_parameters"], dict):
+        raise CutlabError(f"{where('additional_parameters')} must be a mapping of sbatch options, e.g. "
+                          "{comment:paper,exclusive:true}")
 
 
 def check_cluster(profile: SlurmProfile) -> None:
@@ -114,9 +159,9 @@ def check_cluster(profile: SlurmProfile) -> None:
                           "(is SLURM_CONF set, is slurmctld running?)")
     partitions = sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
     if profile.partition and profile.partition not in partitions:
-        raise CutlabError(f"the SLURM profile {profile.name!r} names partition {profile.partition!r}, which this "
+        raise CutlabError(f"launcher=slurm (profile {profile.name!r}) names partition {profile.partition!r}, which this "
                           f"cluster does not have (sinfo lists: {', '.join(partitions) or 'none'}); set "
-                          f"'partition:' in {profile_path(profile.name)} to one of them, or null for the default")
+                          f"launcher.partition=<one of them> (or 'partition:' in {profile_path(profile.name)})")
 
 
 def sbatch_script(profile: SlurmProfile, folder: Path, job_name: str, array_size: int, python: str) -> str:

@@ -14,11 +14,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cutlab.errors import CutlabError
+from cutlab.config.launcher import check_launcher_node
 from cutlab.launch.plan import SWEEP_RECORDS, Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
-
-LAUNCHERS = ("inprocess", "local", "slurm")
 
 
 def with_sweep_group(command: Command) -> Command:
@@ -32,9 +30,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
     """Plan (and with ``--plan`` stop there), then launch: (exit status, None), or (None, (plan, record))
     when Hydra is to run the sweep in this process."""
     plan = expand(command)
-    launcher = plan.launcher.get("name", "inprocess")
-    if launcher not in LAUNCHERS:
-        raise CutlabError(f"unknown launcher {launcher!r}; choose one of launcher={','.join(LAUNCHERS)}")
+    launcher = check_launcher_node(plan.launcher)
     profile = _profile(plan) if launcher == "slurm" else None
     parallel = {"local": plan.launcher.get("max_parallel", 1), "slurm": profile.array_parallelism if profile else 1}
     if command.plan:
@@ -60,9 +56,10 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
 
 
 def _profile(plan: Plan):
-    from cutlab.launch.slurm_profile import load_profile
+    """The SLURM settings: the profile's, overridden by the command line's ``launcher.KEY=`` (cutlab.launch.slurm_profile)."""
+    from cutlab.launch.slurm_profile import slurm_settings
 
-    return load_profile(str(plan.launcher.get("profile") or "default"))
+    return slurm_settings(plan.launcher)
 
 
 def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:

@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   python -m cutlab.search search=dust_video --storage postgresql://me@dbhost:5432/optuna   # many machines
   CUTLAB_STORAGE=postgresql://me:PASSWORD@dbhost:5432/optuna python -m cutlab.search search=dust_video
   python -m cutlab.search search=dust_video search.pruner=null --dry-run
+  python -m cutlab.search search=dust_video --workers 8 launcher=slurm launcher.partition=gpu launcher.timeout_min=240
   optuna-dashboard runs/search/dust_video/optuna.journal      # the study in a browser (pip install optuna-dashboard)
 """
 
@@ -36,12 +37,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*",
                         help="search=<preset> (conf/search/*.yaml or a file), search.KEY=VALUE for the preset, "
-                             "and any cutlab override (model=ut L=5 train.epochs=10 ...)")
+                             "any cutlab override (model=ut L=5 train.epochs=10 ...), and where the workers run as "
+                             "python -m cutlab takes it: launcher=slurm launcher.partition=gpu ... (default: "
+                             "processes on this machine)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the study (default 1)")
-    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
-                        help="where the workers run: local processes (default) or a SLURM job array")
-    parser.add_argument("--slurm-profile", default="default",
-                        help="with --launcher slurm: a profile in slurm/*.yaml or a YAML path (default: default)")
+    # the flags of earlier versions: refused in main with the override that replaced them
+    parser.add_argument("--launcher", dest="old_launcher", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--slurm-profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
     parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None,
                         help=f"JOURNAL_FILE | sqlite:///PATH | postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, "
@@ -75,7 +77,10 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
 
 def build_plan(args: argparse.Namespace):
     """Check the preset, compose every arm's config and a sample trial's, and name the study folder."""
+    from omegaconf import OmegaConf
+
     from cutlab.config.checks import check_config
+    from cutlab.config.launcher import check_launcher_node
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys
     from cutlab.search.preset import as_override, load_preset
@@ -91,6 +96,10 @@ def build_plan(args: argparse.Namespace):
     if args.storage:  # set after parsing: a parse error must never quote the address
         preset = dataclasses.replace(preset, storage=args.storage)
     base = compose_run_config(overrides)
+    launcher = OmegaConf.to_container(base.launcher, resolve=True)
+    check_launcher_node(launcher)
+    # where the workers run is not part of any trial's config: launcher overrides stay out of the trials' overrides
+    overrides = [o for o in overrides if not o.lstrip("+~").startswith("launcher")]
     for arm in preset.arms:
         cfg = compose_run_config([*arm.overrides, *overrides])
         check_space_keys(cfg, arm.space)
@@ -103,7 +112,7 @@ def build_plan(args: argparse.Namespace):
     study_dir = Path(base.paths.runs_dir).resolve() / "search" / preset.study
     storage = preset.storage or default_storage_url(study_dir)
     check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
-    return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed))
+    return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed), launcher)
 
 
 def describe(plan, workers: int) -> str:
@@ -119,6 +128,16 @@ def describe(plan, workers: int) -> str:
                 else "; ".join(_describe_param(p) for p in arm.space))
         lines.append(f"  arm {label} [{' '.join(arm.overrides) or 'no fixed overrides'}]: {what}")
     return "\n".join(lines)
+
+
+def slurm_description(plan, workers: int) -> str:
+    """Where the workers would run under SLURM: the settings and the sbatch script (as ``python -m cutlab --plan``)."""
+    from cutlab.launch.slurm_profile import sbatch_script, slurm_settings
+
+    profile = slurm_settings(plan.launcher)
+    folder = plan.study_dir / "slurm" / "<time>"
+    return (f"workers: {workers} task(s) of one SLURM job array; the sbatch script (profile {profile.name}):\n"
+            + sbatch_script(profile, folder, f"search-{plan.study_dir.name}", workers, sys.executable))
 
 
 def _describe_param(param) -> str:
@@ -170,16 +189,27 @@ def run_workers(args: argparse.Namespace) -> None:
         raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
 
 
-def run_slurm_workers(args: argparse.Namespace, study_dir: Path) -> None:
+def old_flags_message(args: argparse.Namespace) -> str | None:
+    """``--launcher``/``--slurm-profile`` of earlier versions: the overrides that replaced them."""
+    if args.old_launcher is None and args.old_profile is None:
+        return None
+    new = [f"launcher={args.old_launcher or 'slurm'}", *([f"launcher.profile={args.old_profile}"] if args.old_profile else [])]
+    return (f"--launcher/--slurm-profile are now overrides, as python -m cutlab takes them: write {' '.join(new)} "
+            "(and any launcher.KEY=VALUE, e.g. launcher.partition=gpu)")
+
+
+def run_slurm_workers(args: argparse.Namespace, plan) -> None:
     """The ``--workers`` as one SLURM job array (cutlab/launch/slurm.py): each task is one worker of the study;
     a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run."""
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
-    from cutlab.launch.slurm_profile import check_cluster, load_profile
+    from cutlab.launch.slurm_profile import check_cluster, slurm_settings
 
-    profile = load_profile(args.slurm_profile)
+    study_dir = plan.study_dir
+    profile = slurm_settings(plan.launcher)
     check_cluster(profile)
-    threads = None if user_threads(args) else profile.cpus_per_task  # a task's threads = its CPUs
+    # a task's threads: the user's threads=, else launcher.threads, else the CPUs SLURM gave it
+    threads = None if user_threads(args) else plan.launcher.get("threads") or profile.cpus_per_task
     commands = [RunCommand(worker_argv(args, index), f"worker-{index}", str(study_dir), os.getcwd(),
                            threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
@@ -198,12 +228,17 @@ def main(argv: list[str] | None = None) -> int:
         from cutlab.search.storage import open_storage, trial_counts
         from cutlab.search.worker import open_study, say, work
 
+        old = old_flags_message(args)
+        if old:
+            raise CutlabError(old)
         plan = build_plan(args)
         if args.worker_index is not None:  # one of several workers: run trials, report nothing
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped worker records "interrupted"
             work(plan, args.worker_index)
             return 0
         say(describe(plan, args.workers))
+        if plan.launcher.get("name") == "slurm":
+            say(slurm_description(plan, args.workers))
         if args.dry_run:
             say("dry run: nothing was run and no storage was opened")
             return 0
@@ -213,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
-        if args.launcher == "slurm":
-            run_slurm_workers(args, plan.study_dir)
+        if plan.launcher.get("name") == "slurm":
+            run_slurm_workers(args, plan)
         elif args.workers == 1:
             work(plan, 0)
         else:

@@ -16,7 +16,7 @@ import sys
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -49,6 +49,7 @@ class Plan:
     storage_url: str
     direction: str                    # minimize | maximize
     base_seed: int                    # cfg.seed of the composed base config (the ERM arm's first seed)
+    launcher: dict = field(default_factory=dict)  # the composed launcher group: where the workers run
 
 
 def say(text: str) -> None:

@@ -1,0 +1,75 @@
+"""The launcher group's keys (conf/launcher/*.yaml): one table, read by the folder naming, the checks and the launchers.
+
+Every key is a command-line override of the ``launcher`` group, ``launcher=slurm launcher.partition=gpu``. The
+SLURM keys carry submitit's names (those of ``submitit.AutoExecutor`` and Hydra's submitit launcher plugin:
+``timeout_min``, ``mem_gb``, ``additional_parameters``); ``max_requeues``, ``threads``, ``max_parallel`` and
+``warm_workers`` are cutlab's own. None of them changes what a run computes, so none names a run's folder
+(cutlab.config.neutral) and a misspelt one stops before Hydra starts, naming the valid keys.
+"""
+
+from __future__ import annotations
+
+from cutlab.errors import CutlabError
+
+# The sbatch settings, as a SLURM profile file (slurm/*.yaml) and the command line give them
+SLURM_SETTINGS = ("partition", "qos", "account", "constraint", "timeout_min", "mem_gb", "cpus_per_task",
+                  "gpus_per_node", "array_parallelism", "signal_delay_s", "max_requeues", "setup",
+                  "additional_parameters")
+KEYS = {
+    "inprocess": ("name",),
+    "local": ("name", "max_parallel", "threads", "warm_workers"),
+    "slurm": ("name", "profile", "threads", *SLURM_SETTINGS),
+}
+ALL_KEYS = tuple(dict.fromkeys(key for keys in KEYS.values() for key in keys))
+# Names of earlier profile files, and the submitit name each became
+RENAMED = {"time_min": "timeout_min", "additional": "additional_parameters"}
+
+
+def folder_neutral_keys() -> tuple[str, ...]:
+    """``launcher`` and every ``launcher.<key>``: Hydra leaves them out of a run's folder name (exact keys only)."""
+    return ("launcher", *(f"launcher.{key}" for key in ALL_KEYS))
+
+
+def valid_keys_text() -> str:
+    return "; ".join(f"launcher={name}: {', '.join(k for k in keys if k != 'name') or '(none)'}"
+                     for name, keys in KEYS.items())
+
+
+def check_launcher_overrides(arguments: list[str]) -> None:
+    """Before Hydra starts: every ``launcher.KEY=`` override names a key of some launcher, directly.
+
+    A nested key (``+launcher.additional_parameters.qos=high``) would reach Hydra's folder name, which leaves out
+    exact keys only, so sbatch options are given as one mapping instead."""
+    chosen = [a.partition("=")[2] for a in arguments if a.startswith("launcher=")]
+    for argument in arguments:
+        key, equals, value = argument.lstrip("+~").partition("=")
+        if not key.startswith("launcher.") or (not equals and not argument.startswith("~")):
+            continue
+        top, _, nested = key[len("launcher."):].partition(".")
+        if top in RENAMED:
+            raise CutlabError(f"launcher.{top} is now launcher.{RENAMED[top]} (submitit's name); write "
+                              f"launcher.{RENAMED[top]}={value}")
+        if top not in ALL_KEYS:
+            raise CutlabError(f"unknown launcher key {key!r}; the keys are {valid_keys_text()}")
+        if nested:
+            raise CutlabError(f"give {top} as one mapping, launcher.{top}={{{nested}:{value}}} (several: "
+                              f"{{qos:high,account:mylab}}); a nested launcher key would rename the run's folder")
+        owners = [name for name, keys in KEYS.items() if top in keys]
+        if chosen and chosen[-1] in KEYS and top not in KEYS[chosen[-1]]:
+            raise CutlabError(f"launcher={chosen[-1]} has no key {top} (it is launcher={'|'.join(owners)}'s); "
+                              f"launcher={chosen[-1]}'s keys are {', '.join(KEYS[chosen[-1]][1:]) or '(none)'}")
+        if argument.startswith("+") and not argument.startswith("++"):
+            raise CutlabError(f"launcher.{top} is a key of launcher={'|'.join(owners)}: write launcher.{top}={value} "
+                              f"without the '+' (with launcher={owners[0]})")
+
+
+def check_launcher_node(launcher: dict) -> str:
+    """The composed ``launcher`` node holds only its launcher's keys; returns the launcher's name."""
+    name = launcher.get("name", "inprocess")
+    if name not in KEYS:
+        raise CutlabError(f"unknown launcher {name!r}; choose one of launcher={','.join(KEYS)}")
+    extra = sorted(set(launcher) - set(KEYS[name]))
+    if extra:
+        raise CutlabError(f"launcher={name} has no key {', '.join(extra)}; its keys are "
+                          f"{', '.join(k for k in KEYS[name] if k != 'name') or '(none)'} ({valid_keys_text()})")
+    return name

@@ -1,0 +1,71 @@
+"""What ``python -m cutlab --info`` adds to Hydra's own text: the launcher that really runs a multirun.
+
+Hydra's --info lists ``hydra/launcher: basic``, which is true only of ``launcher=inprocess``: with
+``launcher=local`` or ``launcher=slurm`` cutlab plans and launches the sweep itself before Hydra starts
+(cutlab/launch/sweep.py), and Hydra never sees the multirun. This section names that launcher and its
+effective settings (for SLURM, the profile's values overridden by the command line's ``launcher.KEY=``).
+"""
+
+from __future__ import annotations
+
+from cutlab.config.launcher import check_launcher_node
+from cutlab.errors import CutlabError
+
+INFO_SECTIONS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
+VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir", "--package", "-p",
+               "--experimental-rerun")
+
+
+def info_arguments(argv: list[str]) -> tuple[str | None, list[str]] | None:
+    """(config name, overrides) of a ``--info`` command line; None when it is not one."""
+    if not any(a in ("--info", "-i") or a.startswith("--info=") for a in argv):
+        return None
+    config_name, overrides, args = None, [], iter(argv)
+    for arg in args:
+        if arg in ("-cn", "--config-name"):
+            config_name = next(args, None)
+        elif arg.startswith("--config-name="):
+            config_name = arg.split("=", 1)[1]
+        elif arg in VALUE_FLAGS:
+            next(args, None)
+        elif not arg.startswith("-") and arg not in INFO_SECTIONS:
+            overrides.append(arg)
+    return config_name, overrides
+
+
+def launcher_info(config_name: str | None, overrides: list[str]) -> str:
+    """The ``cutlab launcher`` section of --info."""
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from cutlab.config.compose import main_hydra
+
+    try:
+        with main_hydra() as hydra:
+            cfg = hydra.compose_config(config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
+                                       with_log_configuration=False)
+            launcher = OmegaConf.to_container(cfg.launcher, resolve=True)
+    except Exception as error:  # Hydra has said what is wrong with the command above
+        return f"cutlab launcher: not known ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    name = check_launcher_node(launcher)
+    lines = ["", "cutlab launcher", "***************"]
+    if name == "inprocess":
+        lines.append("launcher: inprocess: a multirun (-m) runs in this process through Hydra's hydra/launcher (basic)")
+        return "\n".join(lines)
+    lines.append(f"launcher: {name}: cutlab plans and launches a multirun (-m) itself, before Hydra starts "
+                 "(cutlab/launch/sweep.py); Hydra's hydra/launcher (basic, above) does not run it")
+    if name == "local":
+        lines.append("settings: " + " ".join(f"{k}={launcher[k]}" for k in launcher if k != "name"))
+    else:
+        from dataclasses import asdict
+
+        from cutlab.launch.slurm_profile import slurm_settings
+
+        try:
+            settings = asdict(slurm_settings(launcher))
+        except CutlabError as error:
+            return "\n".join([*lines, f"settings: not valid: {error}"])
+        profile = settings.pop("name")
+        lines.append(f"settings (profile {profile}, overridden by launcher.KEY=): "
+                     + " ".join(f"{k}={v}" for k, v in settings.items()) + f" threads={launcher.get('threads')}")
+    return "\n".join(lines)

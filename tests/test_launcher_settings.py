@@ -1,0 +1,165 @@
+"""Launcher settings on the command line (``launcher=slurm launcher.partition=gpu``): submitit's names, the profile
+file's defaults under the command line's values, run folders that never depend on them, one line for a bad key, the
+same settings for cutlab-search, and an --info that names the launcher that really runs a sweep. No cluster needed:
+the sbatch script is submitit's own writer's (the real cluster's run is tests/test_slurm.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import ROOT
+from helpers.cli import cutlab
+from helpers.sweeps import plan_ids
+
+SETTINGS = ["launcher.partition=gpu", "launcher.timeout_min=30", "launcher.mem_gb=2.5", "launcher.cpus_per_task=3",
+            "launcher.qos=high", "launcher.array_parallelism=1", "launcher.additional_parameters={comment:paper}"]
+
+
+def composed_launcher(overrides: list[str]) -> dict:
+    from cutlab.config.compose import compose_run_config
+
+    return OmegaConf.to_container(compose_run_config(overrides).launcher)
+
+
+def test_every_launcher_yaml_holds_exactly_the_keys_cutlab_reads():
+    """conf/launcher/*.yaml and the key table (folder naming, checks) name the same keys, and slurm/*.yaml profiles
+    use the same SLURM names as the command line."""
+    from cutlab.config.launcher import KEYS, SLURM_SETTINGS
+
+    for name, keys in KEYS.items():
+        assert tuple(OmegaConf.load(ROOT / "conf" / "launcher" / f"{name}.yaml")) == keys, name
+    for profile in sorted((ROOT / "slurm").glob("*.yaml")):
+        assert set(OmegaConf.load(profile)) <= set(SLURM_SETTINGS), profile.name
+
+
+def test_command_line_keys_override_the_profile_and_map_to_submitits_parameters():
+    from cutlab.launch.slurm_profile import load_profile, slurm_settings
+
+    gpu = load_profile("gpu")
+    settings = slurm_settings(composed_launcher(["launcher=slurm", "launcher.profile=gpu", *SETTINGS]))
+    assert (settings.partition, settings.timeout_min, settings.mem_gb, settings.cpus_per_task, settings.qos) == \
+        ("gpu", 30, 2.5, 3, "high")
+    assert (settings.gpus_per_node, settings.signal_delay_s, settings.max_requeues) == \
+        (gpu.gpus_per_node, gpu.signal_delay_s, gpu.max_requeues), "keys not given keep the profile's values"
+    parameters = settings.executor_parameters("job")
+    assert parameters["time"] == 30 and parameters["mem"] == "2560MB" and parameters["qos"] == "high"
+    assert parameters["additional_parameters"] == {"comment": "paper"} and parameters["array_parallelism"] == 1
+    assert slurm_settings(composed_launcher(["launcher=slurm"])) == load_profile("default")
+
+
+def test_additional_parameters_merge_key_by_key_over_the_profiles(tmp_path):
+    from cutlab.launch.slurm_profile import slurm_settings
+
+    profile = tmp_path / "lab.yaml"
+    profile.write_text("partition: long\nadditional_parameters: {account: mylab, comment: old}\nsetup: [module load x]\n")
+    settings = slurm_settings(composed_launcher(["launcher=slurm", f"launcher.profile={profile}",
+                                                 "launcher.additional_parameters={comment:new,exclusive:true}"]))
+    assert settings.additional_parameters == {"account": "mylab", "comment": "new", "exclusive": True}
+    assert settings.partition == "long" and settings.setup == ("module load x",)
+
+
+def test_launcher_settings_never_change_a_runs_folder(tmp_path):
+    """The plan's run ids with every SLURM key set equal those of the same command without them (and of the in-process
+    and local launchers); Hydra's folder name leaves out exactly the keys of the launcher table."""
+    from cutlab.launch.plan import Command, expand
+
+    grid = ["model=dust,ut", "gamma=0,0.09"]
+    plain = [run.run_id for run in expand(Command(grid, multirun=True)).runs]
+    assert plain == ["gamma=0,model=dust", "gamma=0.09,model=dust", "gamma=0,model=ut", "gamma=0.09,model=ut"]
+    for launcher in (["launcher=slurm", "launcher.profile=gpu", *SETTINGS, "launcher.setup=[echo]", "launcher.threads=2",
+                      "launcher.max_requeues=0", "launcher.gpus_per_node=2", "launcher.signal_delay_s=60",
+                      "launcher.account=lab", "launcher.constraint=a100"],
+                     ["launcher=local", "launcher.max_parallel=4", "launcher.warm_workers=false", "launcher.threads=1"]):
+        assert [run.run_id for run in expand(Command([*launcher, *grid], multirun=True)).runs] == plain, launcher
+
+
+def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp_path):
+    from cutlab.errors import CutlabError
+    from cutlab.launch.slurm_profile import load_profile
+
+    old = tmp_path / "old.yaml"
+    old.write_text("time_min: 30\nadditional: {qos: high}\n")
+    with pytest.raises(CutlabError, match=r"rename additional: to additional_parameters:, time_min: to timeout_min: "
+                                          r"in the SLURM profile"):
+        load_profile(str(old))
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["launcher.partiton=gpu"], "unknown launcher key 'launcher.partiton'; the keys are launcher=inprocess: (none); "
+                                    "launcher=local: max_parallel, threads, warm_workers; launcher=slurm: profile, "
+                                    "threads, partition,"),
+        (["launcher.time_min=30"], "launcher.time_min is now launcher.timeout_min (submitit's name); write "
+                                   "launcher.timeout_min=30"),
+        (["+launcher.additional_parameters.qos=high"], "give additional_parameters as one mapping, "
+                                                       "launcher.additional_parameters={qos:high}"),
+        (["+launcher.partition=gpu"], "launcher.partition is a key of launcher=slurm: write launcher.partition=gpu "
+                                      "without the '+' (with launcher=slurm)"),
+        (["launcher.mem_gb=0"], "launcher.mem_gb must be a positive number, got 0"),
+    ],
+    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value"],
+)
+def test_a_bad_launcher_key_is_one_line_naming_the_fix(tmp_path, args, expected):
+    runs = tmp_path / "runs"
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm", *args], runs, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert expected in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert not runs.exists()
+
+
+def test_a_key_of_another_launcher_names_each_launchers_keys(tmp_path):
+    """Named before Hydra starts when the command chooses the launcher; else when the sweep is composed."""
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=local", "launcher.partition=gpu"], tmp_path / "runs",
+                    check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert ("launcher=local has no key partition (it is launcher=slurm's); launcher=local's keys are max_parallel, "
+            "threads, warm_workers") in result.stderr
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher.partition=gpu"], tmp_path / "runs", check=False)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "Could not override 'launcher.partition'; each launcher has its own keys: " in result.stderr
+    assert "launcher=slurm: profile, threads, partition" in result.stderr
+    single = cutlab(["launcher=inprocess", "+launcher.partition=gpu"], tmp_path / "runs", check=False)
+    assert single.returncode == 2 and "launcher=inprocess has no key partition" in single.stderr, single.stderr
+
+
+def test_info_names_the_launcher_that_runs_the_sweep_and_its_settings(tmp_path):
+    slurm = cutlab(["--info", "defaults", "launcher=slurm", "launcher.partition=gpu", "launcher.timeout_min=30"],
+                   tmp_path / "runs")
+    assert "hydra/launcher/basic" in slurm.stdout  # Hydra's own table, followed by cutlab's account of it
+    assert ("launcher: slurm: cutlab plans and launches a multirun (-m) itself, before Hydra starts "
+            "(cutlab/launch/sweep.py); Hydra's hydra/launcher (basic, above) does not run it") in slurm.stdout
+    assert "settings (profile default, overridden by launcher.KEY=): partition=gpu " in slurm.stdout
+    assert " timeout_min=30 mem_gb=4 " in slurm.stdout
+    inprocess = cutlab(["--info", "defaults"], tmp_path / "runs")
+    assert "launcher: inprocess: a multirun (-m) runs in this process through Hydra's hydra/launcher (basic)" \
+        in inprocess.stdout
+
+
+def test_cutlab_search_takes_the_same_launcher_settings(tmp_path, monkeypatch, capsys):
+    """``cutlab-search ... launcher=slurm launcher.partition=gpu``: the dry run shows the workers' sbatch script; the
+    trials' overrides hold no launcher key; the earlier --launcher/--slurm-profile flags name the overrides."""
+    from cutlab.search.__main__ import build_plan, main, parse_args
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    args = ["search=dust_video", "--workers", "3", "launcher=slurm", "launcher.partition=gpu",
+            "launcher.timeout_min=45", "launcher.mem_gb=3", "launcher.additional_parameters={comment:study}", "L=2"]
+    assert main([*args, "--dry-run"]) == 0
+    err = capsys.readouterr().err
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=45", "#SBATCH --mem=3GB", "#SBATCH --comment=study",
+                 "#SBATCH --array=0-2%3", "#SBATCH --job-name=search-dust_video"):
+        assert line in err, err[-3000:]
+    plan = build_plan(parse_args(args))
+    assert plan.base_overrides == ("L=2",) and plan.launcher["partition"] == "gpu"
+
+    assert main(["search=dust_video", "--launcher", "slurm", "--slurm-profile", "gpu", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("cutlab-search: error: --launcher/--slurm-profile are now overrides, as python -m cutlab "
+                           "takes them: write launcher=slurm launcher.profile=gpu (and any launcher.KEY=VALUE, e.g. "
+                           "launcher.partition=gpu)")
+    assert main(["search=dust_video", "launcher.partiton=gpu", "--dry-run"]) == 2
+    assert "unknown launcher key 'launcher.partiton'" in capsys.readouterr().err
