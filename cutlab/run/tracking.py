@@ -43,7 +43,6 @@ class ServiceStart:
         if not USER_CACHE_DIR and not cache.exists():
             self._new_cache = cache
         os.environ["WANDB_CACHE_DIR"] = str(cache)
-        os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
         # The mode goes to W&B's process-wide settings too: W&B reads it there to keep its own usage
