@@ -133,8 +133,9 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
                        wall_time_s=time.perf_counter() - started)
         write_json(run_dir / SUMMARY, summary)
         tracker.summarize(summary)
+        url = tracker.url
         tracker.finish()
-        reporter.done(run_dir, summary)
+        reporter.done(run_dir, summary, url)
         return summary
     except BaseException as error:
         history.close()

@@ -30,8 +30,9 @@ def offline_folders(run_dir: Path) -> list[Path]:
     return sorted((run_dir / "wandb").glob("offline-run-*"))
 
 
-def next_commands(run_dir: Path, wandb_mode: str) -> list[str]:
-    """The commands that pick up a finished record: the report, and the upload of an offline W&B run."""
+def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None) -> list[str]:
+    """The commands that pick up a finished record: the report, evaluation on other data, and the upload of an
+    offline W&B run (or the online run's page)."""
     folder = shown_path(run_dir)
     lines = [f"report:      cutlab-analysis {folder} --out {shown_path(run_dir / 'report')}",
              f"other data:  cutlab-eval {folder} data=NAME"]
@@ -39,6 +40,8 @@ def next_commands(run_dir: Path, wandb_mode: str) -> list[str]:
     if wandb_mode == "offline" and offline:
         target = shown_path(offline[0]) if len(offline) == 1 else f"{folder}/wandb/offline-run-*"
         lines.append(f"upload W&B:  wandb sync {target}")
+    if wandb_url:
+        lines.append(f"W&B page:    {wandb_url}")
     return lines
 
 
@@ -94,14 +97,14 @@ class ProgressReporter:
 
     def stopped(self, run_dir: Path, status: str) -> None:
         self.close()
-        again = "" if status == "pruned" else " (the same command resumes it from its last checkpoint)"
+        again = " (the same command resumes it from its last checkpoint)" if status == "interrupted" else ""
         print_line(f"run {status}; record in {shown_path(run_dir)}{os.sep}{again}")
 
-    def done(self, run_dir: Path, summary: dict) -> None:
+    def done(self, run_dir: Path, summary: dict, wandb_url: str | None = None) -> None:
         """The record's folder and the next commands, then the verdict: the run's last line."""
         self.close()
         print_line(f"run complete; record in {shown_path(run_dir)}{os.sep}")
-        for line in next_commands(run_dir, summary.get("wandb_mode", "disabled")):
+        for line in next_commands(run_dir, summary.get("wandb_mode", "disabled"), wandb_url):
             print_line(f"  {line}")
         ind = summary["in_distribution"]
         losses = " > ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \

@@ -117,6 +117,11 @@ class Tracker:
     def run_id(self) -> str | None:
         return self.run.id if self.run else None
 
+    @property
+    def url(self) -> str | None:
+        """The run's page on the W&B server (online only: an offline run has none until ``wandb sync``)."""
+        return self.run.url if self.run and self.mode == "online" else None
+
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """One history.csv row at training step ``step``, its keys in W&B sections (``wandb_key``)."""
         if self.run:
