@@ -107,6 +107,7 @@ def test_the_meter_counts_the_rate_and_time_left_of_this_session_only():
     assert time_left(5, 10, 0, 10.0) == 10.0  # 5 in 10 s: 5 more take 10 s
     assert time_left(6, 10, 4, 4.0) == 8.0  # resumed at 4: 2 in 4 s, so 4 more take 8 s
     assert time_left(4, 10, 4, 4.0) is None  # nothing done in this session yet: unknown
+    assert time_left(10, 10, 10, 0.0) == 0.0  # all done (before this session): nothing left
     assert rate_text(2.5, "step") == "2.5 steps/s" and rate_text(0.25, "batch") == "4 s/batch"
     assert plural("batch") == "batches" and plural("run") == "runs"
     stream = io.StringIO()  # not a terminal: lines

@@ -59,6 +59,8 @@ def rate_text(per_s: float | None, unit: str) -> str:
 def time_left(done: int, total: int, initial: int, elapsed: float) -> float | None:
     """The remaining count at the rate of this session (``initial``: what was done before it started, e.g. the
     steps of a resumed run); None until one has been done."""
+    if done >= total:
+        return 0.0
     rate = (done - initial) / elapsed if elapsed > 0 and done > initial else None
     return (total - done) / rate if rate else None
 
