@@ -23,6 +23,7 @@ from cutlab.redaction import redact
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
+SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
 
 register_resolvers()
 
@@ -57,14 +58,22 @@ def app(cfg: DictConfig) -> float | None:
     if in_sweep:
         from cutlab.launch.outcome import outcome_of
 
-        SWEEP_OUTCOMES.append(outcome_of(run_dir.name, lambda: summary, job_id=None))
+        _add_outcome(outcome_of(run_dir.name, lambda: summary, job_id=None))
     return summary.get("selection_metric") if summary else None
 
 
 def _record_failure(run_dir: Path, error: str) -> None:
     from cutlab.launch.outcome import Outcome
 
-    SWEEP_OUTCOMES.append(Outcome(run_dir.name, "failed", error=error))
+    _add_outcome(Outcome(run_dir.name, "failed", error=error))
+
+
+def _add_outcome(outcome) -> None:
+    """Keep a run's outcome; a run the sweep had to run (not one skipped as complete) advances its tally."""
+    SWEEP_OUTCOMES.append(outcome)
+    if SWEEP_TALLY and outcome.run_id in SWEEP_TALLY["ids"]:
+        SWEEP_TALLY["ids"].discard(outcome.run_id)
+        SWEEP_TALLY["meter"].update(SWEEP_TALLY["meter"].total - len(SWEEP_TALLY["ids"]), outcome.line())
 
 
 def _remove_if_empty(run_dir: Path) -> None:
@@ -92,6 +101,7 @@ def main() -> None:
             if status is not None:
                 raise SystemExit(status)
             argv = ["-m", *command.hydra_argv()]
+            _start_tally(sweep[0])
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -112,6 +122,13 @@ def _show_launcher_info(argv: list[str]) -> None:
             print(launcher_info(*arguments), flush=True)
         except CutlabError as error:
             print(f"cutlab launcher: {redact(str(error))}", flush=True)
+
+
+def _start_tally(plan) -> None:
+    from cutlab.core.progress import tally
+
+    SWEEP_TALLY.update(meter=tally(f"sweep {plan.name}", len(plan.to_run), "run"),
+                       ids={run.run_id for run in plan.to_run})
 
 
 def _report_inprocess_sweep(plan, record: Path, seconds: float) -> None:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from cutlab.config.paths import REPO
+from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, data_dir, dataset_names, parse_pairs
@@ -79,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(scale: str, planned, out: Path) -> int:
     skipped, started, stopped = {}, time.perf_counter(), []
+    grids = [item for item in planned if not item.skipped]
+    # runs done out of the scale's and the time left, as each grid ends (at the rate so far: a resumed
+    # reproduction's complete runs are skipped in no time, so its first estimate is low)
+    done = tally(f"{scale} scale", sum(item.grid.runs for item in grids), "run", prefix="cutlab-reproduce: ")
     for item in planned:
         where = f"{item.grid.entry.label}, data={item.grid.data} model={item.grid.model}"
         if item.skipped:
@@ -90,6 +95,8 @@ def run(scale: str, planned, out: Path) -> int:
         result = subprocess.run([sys.executable, "-m", "cutlab", *item.argv], cwd=REPO)
         if result.returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {result.returncode}")
+        ended = "finished" if result.returncode == 0 else f"ended with exit {result.returncode}"
+        done.update(done.done + item.grid.runs, f"grid {grids.index(item) + 1}/{len(grids)} ({where}) {ended}")
     skipped.update(notes(scale))
     out.mkdir(parents=True, exist_ok=True)
     (out / "skipped.md").write_text("# Cells not run\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))

@@ -45,6 +45,11 @@ def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_pat
     skipped = (out / "skipped.md").read_text()
     assert "vit" in skipped and "roberta" in skipped and "not run: model vit" in first.stderr
     assert "constrained UT at gamma_train 0" in skipped and "train=constrained_paper" in skipped
+    # runs done out of the scale's and the time left, one line as each grid ends
+    tallies = re.findall(r"cutlab-reproduce: smoke scale: (\d+)/(\d+) runs done \(\d+%\), .*, \d\d:\d\d elapsed, "
+                         r"\d\d:\d\d left; grid (\d+)/(\d+) \(.*\) finished", first.stderr)
+    assert [int(t[2]) for t in tallies] == list(range(1, len(tallies) + 1)) and len(tallies) > 1, first.stderr[-3000:]
+    assert tallies[-1][0] == tallies[-1][1] and tallies[-1][2] == tallies[-1][3]
     # the same command again: every run is complete, so nothing trains and no record changes
     records = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("summary.json")}
     second = reproduce(out)

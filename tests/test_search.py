@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -206,6 +207,11 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
         assert best["test_mean_metric"] == summary["test_mean_metric"]
     assert "| constrained | fair_comparison-constrained | 2/0/0 |" in stderr
     assert "| erm | fair_comparison-erm | 2/0/0 |" in stderr
+    # each study's trials done out of its total, with the time left
+    for arm in ("constrained", "erm"):
+        assert re.search(rf"\[cutlab-search\] fair_comparison-{arm}: 1/2 trials done \(50%\), .* left; trial \d+ "
+                         "complete", stderr), stderr[-3000:]
+        assert f"[cutlab-search] fair_comparison-{arm}: 2/2 trials done (100%)" in stderr
 
 
 # ---------------------------------------------------------------- feasibility: the verdict steers the search

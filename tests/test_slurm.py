@@ -97,6 +97,10 @@ def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterru
 
     assert sweep.returncode == 1, stderr[-3000:]  # one run failed: the sweep says so, after finishing the rest
     assert "2 complete, 1 failed" in stderr
+    # n/N array tasks done and the time left, one line as each ends
+    assert [line.split(": ", 1)[1].split(" jobs done")[0] for line in stderr.splitlines()
+            if line.startswith("[cutlab] slurm: ") and " jobs done (" in line] == ["1/3", "2/3", "3/3"], stderr[-3000:]
+    assert " jobs done (100%), " in stderr and ", 00:00 left; " in stderr
     outcomes = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
     assert outcomes["abc"]["status"] == "failed" and "gamma must be a number" in outcomes["abc"]["error"]
     # SLURM's own records: the bad run FAILED with a non-zero exit; the preempted one restarted once and COMPLETED

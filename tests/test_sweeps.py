@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -91,6 +92,10 @@ def test_a_failed_run_is_reported_and_does_not_stop_the_sweep(inprocess_sweep):
     runs, result = inprocess_sweep
     assert result.returncode == 1, result.stderr[-2000:]
     assert "2 complete, 1 failed" in result.stderr
+    # n/N done and the time left as each run ends (the failed one too: it has ended)
+    tallies = [line for line in result.stderr.splitlines() if line.startswith("[cutlab] sweep ") and "runs done" in line]
+    assert [re.search(r": (\d)/3 runs done", line)[1] for line in tallies] == ["1", "2", "3"], tallies
+    assert all(re.search(r", \d\d:\d\d elapsed, \d\d:\d\d left; (complete|failed) ", line) for line in tallies)
     outcome = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
     assert outcome["abc"]["status"] == "failed" and "gamma must be a number" in outcome["abc"]["error"]
     assert outcome["0"]["status"] == outcome["0.09"]["status"] == "complete"
@@ -135,6 +140,7 @@ def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inp
                      "launcher.max_parallel=2", f"launcher.warm_workers={warm_workers}"], runs, check=False)
     assert result.returncode == 1 and "2 complete, 1 failed" in result.stderr
     assert "] cutlab: error: gamma must be a number" in result.stderr, "a run's messages carry its id"
+    assert re.search(r"\[cutlab\] local: 3/3 runs done \(100%\), .*, 00:00 left; ", result.stderr), result.stderr[-2000:]
     failed = [o for o in sweep_outcome(runs)["runs"] if o["status"] == "failed"]
     assert len(failed) == 1 and "gamma must be a number" in failed[0]["error"]
     for run_dir in reference.glob("*gamma=*"):

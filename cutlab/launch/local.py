@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from typing import Iterator
 
+from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, RunInterrupted, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
@@ -83,6 +84,7 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
             idle.put(slot)
 
     outcomes: list[Outcome] = []
+    done = tally("local", len(commands), "run")  # n/N done and the time left, as each run ends
     try:
         with _stop_on_signals(slots, stopping), ThreadPoolExecutor(max_workers=count) as pool:
             futures = {pool.submit(run, command): command for command in commands}
@@ -90,7 +92,7 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
                 command = futures[future]
                 outcome = outcome_of(command.run_id, future.result, job_id=None)
                 outcomes.append(outcome)
-                print(f"[cutlab] local: {len(outcomes)}/{len(commands)} done; {outcome.line()}", file=sys.stderr, flush=True)
+                done.update(len(outcomes), outcome.line())
     finally:
         for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
             slot.end_input()

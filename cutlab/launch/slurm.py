@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
@@ -40,6 +41,7 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
     """Wait for every task, reporting each as it ends; a failed task never stops the others."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
     outcomes: list[Outcome] = []
+    done = tally("slurm", len(jobs), "job")  # n/N done and the time left, as each array task ends
     missing_since: dict[str, float] = {}
     while pending:
         queued = _in_queue(list(pending))
@@ -57,7 +59,7 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
                 continue
             del pending[job_id]
             outcomes.append(outcome)
-            print(f"[cutlab] slurm: {len(outcomes)}/{len(jobs)} done; {outcome.line()}", file=sys.stderr, flush=True)
+            done.update(len(outcomes), outcome.line())
         if pending:
             time.sleep(POLL_S)
     return outcomes

@@ -19,7 +19,7 @@ from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_on_signals
-from cutlab.run.progress import ProgressReporter
+from cutlab.run.progress import ProgressReporter, announce_start
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
@@ -58,6 +58,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
             log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
             return existing
         checkpoint = load_checkpoint(run_dir)
+        announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
         try:
             task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
@@ -112,7 +113,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     # wall time accumulates over resumptions: the checkpoint carries what earlier sessions spent
     started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
     reporter = ProgressReporter(enabled=cfg.progress, total_steps=trainer.steps_per_epoch() * cfg.train.epochs,
-                                epochs=cfg.train.epochs)
+                                epochs=cfg.train.epochs, initial_step=trainer.progress.step)
     evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.eval.batch_size, trainer.device)
 
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
@@ -132,8 +133,9 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
                        wall_time_s=time.perf_counter() - started)
         write_json(run_dir / SUMMARY, summary)
         tracker.summarize(summary)
+        url = tracker.url
         tracker.finish()
-        reporter.done(summary)
+        reporter.done(run_dir, summary, url)
         return summary
     except BaseException as error:
         history.close()
@@ -144,4 +146,5 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
         write_json(run_dir / SUMMARY, summary)
         tracker.summarize(summary)
         tracker.finish(failed=not isinstance(error, StopRun))
+        reporter.stopped(run_dir, status)
         raise

@@ -1,44 +1,113 @@
-"""A run's progress lines on stderr."""
+"""What a run says on stderr: where its record goes (at the start) and what to do with it (at the end), its
+training and evaluation progress (cutlab.core.progress: a bar on a terminal, plain lines in logs) and, last, its
+verdict."""
 
 from __future__ import annotations
 
+import os
+import shlex
 import sys
-import time
+from pathlib import Path
 
 from cutlab.core.primal_dual import StepResult
+from cutlab.core.progress import PREFIX, Meter
 from cutlab.core.training import Progress
 
 
+def shown_path(path: Path) -> str:
+    """A path as a person would type it here: relative to the working folder when inside it, shell-quoted."""
+    path = Path(path).resolve()
+    try:
+        text = str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        text = str(path)
+    return shlex.quote(text)
+
+
+def offline_folders(run_dir: Path) -> list[Path]:
+    """W&B's offline folders of this run (``<run>/wandb/offline-run-<time>-<id>``): one per session, so a resumed
+    run has several and ``wandb sync`` takes them all."""
+    return sorted((run_dir / "wandb").glob("offline-run-*"))
+
+
+def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None) -> list[str]:
+    """The commands that pick up a finished record: the report, evaluation on other data, and the upload of an
+    offline W&B run (or the online run's page)."""
+    folder = shown_path(run_dir)
+    lines = [f"report:      cutlab-analysis {folder} --out {shown_path(run_dir / 'report')}",
+             f"other data:  cutlab-eval {folder} data=NAME"]
+    offline = offline_folders(run_dir)
+    if wandb_mode == "offline" and offline:
+        target = shown_path(offline[0]) if len(offline) == 1 else f"{folder}/wandb/offline-run-*"
+        lines.append(f"upload W&B:  wandb sync {target}")
+    if wandb_url:
+        lines.append(f"W&B page:    {wandb_url}")
+    return lines
+
+
+def print_line(text: str) -> None:
+    print(f"{PREFIX}{text}", file=sys.stderr, flush=True)
+
+
+def announce_start(run_dir: Path, resuming: bool, wandb_mode: str) -> None:
+    """The first thing a run says: where its record goes (before the data are prepared, which can take minutes)."""
+    how = "resuming from its checkpoint" if resuming else "starting"
+    print_line(f"run {how}; record in {shown_path(run_dir)}{os.sep} (W&B {wandb_mode})")
+
+
 class ProgressReporter:
-    """A progress line on stderr every few seconds and at each epoch end; silent when disabled."""
+    """The run's voice; ``enabled`` (the config's ``progress``) switches the step and evaluation progress only:
+    the record's folder and the verdict are always said."""
 
-    def __init__(self, enabled: bool, total_steps: int, epochs: int, every_s: float = 5.0) -> None:
-        self.enabled, self.total_steps, self.epochs, self.every_s = enabled, total_steps, epochs, every_s
-        self.last = time.perf_counter() - every_s
-
-    def _print(self, text: str) -> None:
-        if self.enabled:
-            print(f"[cutlab] {text}", file=sys.stderr, flush=True)
+    def __init__(self, enabled: bool, total_steps: int, epochs: int, initial_step: int = 0) -> None:
+        self.enabled, self.total_steps, self.epochs, self.initial_step = enabled, total_steps, epochs, initial_step
+        self.meter = Meter("train", total_steps, "step", initial=initial_step) if enabled else None
 
     def step(self, progress: Progress, result: StepResult, seconds: float) -> None:
-        now = time.perf_counter()
-        if now - self.last >= self.every_s or progress.step == self.total_steps:
-            self.last = now
-            losses = " ".join(f"{v:.3g}" for v in result.layer_losses.tolist())
-            self._print(f"epoch {progress.epoch + 1}/{self.epochs} step {progress.step}/{self.total_steps} "
-                        f"({seconds:.2f} s/step) layer losses [{losses}] max lambda {float(result.multipliers.max()):.3g}")
+        if self.meter is None:
+            return
+        losses = result.layer_losses.tolist()
+        epoch, lam = f"epoch {progress.epoch + 1}/{self.epochs}", float(result.multipliers.max())
+        if self.meter.bar is not None:  # one terminal line: the last layer's loss; a log line has room for all
+            note = f"{epoch}, loss {losses[-1]:.3g}, max lambda {lam:.3g}"
+        else:
+            note = f"{epoch}, layer losses [{' '.join(f'{v:.3g}' for v in losses)}], max lambda {lam:.3g}"
+        self.meter.update(progress.step, note)
 
     def evaluating(self, split: str):
+        """A callback ``(batches done, of total)`` for the evaluation of ``split``."""
+        self.close()
+        meter: Meter | None = None
+
         def report(done: int, total: int) -> None:
-            now = time.perf_counter()
-            if now - self.last >= self.every_s or done == total:
-                self.last = now
-                self._print(f"evaluating {split}: batch {done}/{total}")
+            nonlocal meter
+            if not self.enabled:
+                return
+            # made at the first batch, which it leaves out of the rate: the time before it is not evaluation's
+            meter = meter or Meter(f"evaluating {split}", total, "batch", initial=done)
+            meter.update(done)
+            if done >= total:
+                meter.close()
         return report
 
-    def done(self, summary: dict) -> None:
+    def close(self) -> None:
+        if self.meter is not None:
+            self.meter.close()
+            self.meter = None
+
+    def stopped(self, run_dir: Path, status: str) -> None:
+        self.close()
+        again = " (the same command resumes it from its last checkpoint)" if status == "interrupted" else ""
+        print_line(f"run {status}; record in {shown_path(run_dir)}{os.sep}{again}")
+
+    def done(self, run_dir: Path, summary: dict, wandb_url: str | None = None) -> None:
+        """The record's folder and the next commands, then the verdict: the run's last line."""
+        self.close()
+        print_line(f"run complete; record in {shown_path(run_dir)}{os.sep}")
+        for line in next_commands(run_dir, summary.get("wandb_mode", "disabled"), wandb_url):
+            print_line(f"  {line}")
         ind = summary["in_distribution"]
         losses = " > ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \
             ", ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) + " (not decreasing)"
-        self._print(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
-                    f"verdict {summary['verdict']}; test loss by layer at gamma_test={ind['gamma']:g}: {losses}")
+        print_line(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
+                   f"verdict {summary['verdict']}; test loss by layer at gamma_test={ind['gamma']:g}: {losses}")

@@ -43,7 +43,6 @@ class ServiceStart:
         if not USER_CACHE_DIR and not cache.exists():
             self._new_cache = cache
         os.environ["WANDB_CACHE_DIR"] = str(cache)
-        os.environ.setdefault("WANDB_SILENT", "true")
         import wandb
 
         # The mode goes to W&B's process-wide settings too: W&B reads it there to keep its own usage
@@ -117,6 +116,11 @@ class Tracker:
     @property
     def run_id(self) -> str | None:
         return self.run.id if self.run else None
+
+    @property
+    def url(self) -> str | None:
+        """The run's page on the W&B server (online only: an offline run has none until ``wandb sync``)."""
+        return self.run.url if self.run and self.mode == "online" else None
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """One history.csv row at training step ``step``, its keys in W&B sections (``wandb_key``)."""

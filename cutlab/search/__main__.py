@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from cutlab.core.progress import MODE_ENV
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact, redact_argv
 
@@ -174,7 +175,8 @@ def worker_command(args: argparse.Namespace, index: int) -> list[str]:
 
 def run_workers(args: argparse.Namespace) -> None:
     """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", **storage_env(args)}
+    # one terminal for every worker: progress as lines, since their bars would overwrite each other
+    env = {**os.environ, "OMP_NUM_THREADS": "1", MODE_ENV: "lines", **storage_env(args)}
     workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
     try:
         codes = [worker.wait() for worker in workers]

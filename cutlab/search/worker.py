@@ -25,6 +25,7 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
 from cutlab.config.groups import task_kind
+from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
@@ -201,12 +202,19 @@ def requeue(study: optuna.Study, trial: optuna.Trial) -> None:
         callback(study, study._storage.get_trial(trial._trial_id))
 
 
+def finished(study: optuna.Study) -> int:
+    """Trials that count toward the total and will not run again (a failed one is re-queued or not counted)."""
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
 def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
     """Run trials of every arm until each study holds its total; returns how many this worker ran, by outcome."""
     storage = open_storage(plan.storage_url, plan.preset.heartbeat)
     outcomes: dict[str, int] = {}
     for arm in plan.preset.arms:
         study = open_study(plan, arm, storage, worker_index)
+        # the study's trials done out of its total and the time left, at the rate of every worker since this one began
+        done = tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
         while True:
             fail_stale_trials(study)  # a dead worker's trial -> failed -> re-queued with its parameters
             trial = next_trial(plan, arm, study)
@@ -217,4 +225,5 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
                 continue
             outcome = run_trial(plan, arm, study, trial, worker_index)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            done.update(finished(study), f"trial {trial.number} {outcome}")
     return outcomes

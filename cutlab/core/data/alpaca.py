@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from cutlab.core.errors import CutlabError
+from cutlab.core.progress import Meter
 
 IGNORE = -100  # label of a token that does not count in the loss (PyTorch's cross_entropy ignore_index)
 
@@ -180,14 +181,16 @@ def load_instruction_splits(data_cfg, tokenizer, progress: bool = True) -> Instr
     def tokenized(indices: list[int]) -> InstructionSet:
         nonlocal dropped
         samples = []
+        meter = Meter("tokenizing", len(indices), "example", enabled=progress)
         for done, index in enumerate(indices, start=1):
             sample = tokenize_example(examples[index], tokenizer, data_cfg.max_length)
             if (sample["labels"] != IGNORE).any():
                 samples.append(sample)
             else:
                 dropped += 1
-            if progress and done % 5000 == 0:
-                print(f"[cutlab] tokenizing {done}/{len(indices)}", file=sys.stderr, flush=True)
+            if done % 500 == 0 or done == len(indices):
+                meter.update(done)
+        meter.close()
         return InstructionSet(samples, tokenizer.pad_token_id)
 
     splits = InstructionSplits(tokenized(train), tokenized(val), tokenized(test), 0)

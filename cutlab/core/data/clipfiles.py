@@ -17,7 +17,8 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import ProgressLine, VideoClips
+from cutlab.core.data.video import VideoClips
+from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
 VIDEO_SUFFIXES = (".avi", ".mp4", ".mov", ".mkv", ".mpg", ".mpeg", ".m4v", ".webm", ".wmv")
@@ -78,14 +79,14 @@ def _as_list(source: ClipSource) -> list[Path]:
 def _decode_all(layout: Layout, label: str, image_size: int, progress: bool, hint: str):
     """Decode clips on a thread pool (FFmpeg and PIL release the GIL while decoding and resizing)."""
     jobs = [(split, name, source) for split, clips in layout.items() for name, source in clips.items()]
-    meter = ProgressLine(f"preprocessing {label}", len(jobs), "clips", enabled=progress)
+    meter = Meter(f"preprocessing {label}", len(jobs), "clip", enabled=progress)
     out: dict[str, dict[str, np.ndarray]] = {"training": {}, "testing": {}}
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
         decoded = pool.map(lambda job: decode_clip(job[2], image_size, hint), jobs)
         for done, ((split, name, _), clip) in enumerate(zip(jobs, decoded), start=1):
             out[split][name] = clip
             meter.update(done)
-    meter.finish()
+    meter.close()
     return out["training"], out["testing"]
 
 

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cutlab.core.data.video import ProgressLine, VideoClips
+from cutlab.core.data.video import VideoClips
+from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
 
@@ -39,7 +40,7 @@ def make_synthetic_clips(
             raise CutlabError(f"synthetic video: {what}={value!r} must be an integer >= {low}")
     rng = np.random.default_rng(seed)
     background = _background(size, rng)
-    meter = ProgressLine("generating synthetic clips", n_train + n_test, "clips", enabled=progress)
+    meter = Meter("generating synthetic clips", n_train + n_test, "clip", enabled=progress)
     train, test = {}, {}
     for index in range(n_train + n_test):
         is_test = index >= n_train
@@ -50,7 +51,7 @@ def make_synthetic_clips(
         else:
             train[f"training_{index + 1:02d}"] = clip
         meter.update(index + 1)
-    meter.finish()
+    meter.close()
     source = f"synthetic moving shapes (seed={seed}, {n_train} train + {n_test} test clips of {frames}x{size}x{size})"
     return VideoClips(train=train, test=test, source=source)
 

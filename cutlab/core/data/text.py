@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-import time
 from typing import Sequence
 
 import torch
 
 from cutlab.core.data.text_readers import Example
+from cutlab.core.progress import Meter
 
 
 class TokenizedText:
@@ -54,7 +53,7 @@ def tokenize(examples: list[Example], tokenizer, max_length: int, name: str = ""
              chunk: int = 2000) -> TokenizedText:
     """Tokenize once (in chunks, with a progress line on stderr); pairs are encoded as one sequence with separators."""
     encodings: dict[str, list] = {}
-    started = time.perf_counter()
+    meter = Meter(f"tokenizing {name}".rstrip(), len(examples), "example", enabled=progress)
     for begin in range(0, len(examples), chunk):
         part = examples[begin : begin + chunk]
         texts = [text for text, _, _ in part]
@@ -63,9 +62,8 @@ def tokenize(examples: list[Example], tokenizer, max_length: int, name: str = ""
         for key in ("input_ids", "token_type_ids"):
             if key in encoded:
                 encodings.setdefault(key, []).extend(encoded[key])
-        if progress:
-            print(f"[cutlab] tokenizing {name}: {min(begin + chunk, len(examples))}/{len(examples)} "
-                  f"({time.perf_counter() - started:.1f} s)", file=sys.stderr)
+        meter.update(min(begin + chunk, len(examples)))
+    meter.close()
     return TokenizedText(encodings, [label for _, _, label in examples], tokenizer.pad_token_id)
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import ProgressLine, VideoClips
+from cutlab.core.data.video import VideoClips
+from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
 _NPZ_KEY = re.compile(r"(training|testing)_(\d+)")
@@ -164,7 +165,7 @@ def _decode_layout(
     """Decode all frames on a thread pool (PIL releases the GIL while decoding and resizing)."""
     jobs = [(split, name, frames) for split, clips in layout.items() for name, frames in clips.items()]
     total = sum(len(frames) for _, _, frames in jobs)
-    meter = ProgressLine(f"preprocessing {label}", total, "frames", enabled=progress)
+    meter = Meter(f"preprocessing {label}", total, "frame", enabled=progress)
     out: dict[str, Clips] = {"training": {}, "testing": {}}
     done = 0
     with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
@@ -175,7 +176,7 @@ def _decode_layout(
                 done += 1
                 meter.update(done)
             out[split][name] = np.stack(decoded)
-    meter.finish()
+    meter.close()
     return out["training"], out["testing"]
 
 
@@ -259,12 +260,12 @@ def _read_npz(path: Path, image_size: int, progress: bool, hint: str) -> tuple[C
                 raise ValueError("it is a single .npy array, not an .npz archive")
             keys = sorted(k for k in archive.files if _NPZ_KEY.fullmatch(k))
             _require_both_splits(path, keys, archive.files, hint)
-            meter = ProgressLine(f"loading {path.name}", len(keys), "clips", enabled=progress)
+            meter = Meter(f"loading {path.name}", len(keys), "clip", enabled=progress)
             for done, key in enumerate(keys, start=1):
                 clip = _check_npz_clip(path, key, archive[key], hint)
                 out[_NPZ_KEY.fullmatch(key)[1]][key] = _resize_clip(clip, image_size)
                 meter.update(done)
-            meter.finish()
+            meter.close()
     except cache.NPZ_READ_ERRORS as exc:
         raise _npz_error(path, exc, hint) from exc
     return out["training"], out["testing"]

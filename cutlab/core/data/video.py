@@ -7,8 +7,6 @@ float32); conversion to float happens per batch in :func:`to_patch_tokens`.
 from __future__ import annotations
 
 import importlib
-import sys
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,27 +35,6 @@ class VideoClips:
     train: dict[str, np.ndarray]
     test: dict[str, np.ndarray]
     source: str  # human-readable description of where they came from
-
-
-class ProgressLine:
-    """Throttled ``label: done/total unit`` lines on stderr (no tqdm; safe in logs and non-TTYs)."""
-
-    def __init__(self, label: str, total: int, unit: str, enabled: bool = True, every_s: float = 0.5):
-        self.label, self.total, self.unit, self.enabled, self.every_s = label, total, unit, enabled, every_s
-        self.start = self.last = time.perf_counter()
-
-    def update(self, done: int) -> None:
-        """Print at most once per ``every_s`` seconds so thousands of frames do not flood the log."""
-        now = time.perf_counter()
-        if self.enabled and now - self.last >= self.every_s and done < self.total:
-            self.last = now
-            print(f"{self.label}: {done}/{self.total} {self.unit}", file=sys.stderr, flush=True)
-
-    def finish(self) -> None:
-        """Always report completion with the elapsed time."""
-        if self.enabled:
-            elapsed = time.perf_counter() - self.start
-            print(f"{self.label}: {self.total}/{self.total} {self.unit} ({elapsed:.1f} s)", file=sys.stderr, flush=True)
 
 
 def load_video_clips(

@@ -1,0 +1,142 @@
+"""Progress with its rate and time left, for every loop that reports one: a run's steps and evaluation, a data
+set's preparation, a sweep's runs, a search's trials, a reproduction's grids.
+
+On a terminal it is tqdm's bar; anywhere else (a SLURM log, a pipe, a launcher's captured stderr) it is a plain
+line at most every ``every_s`` seconds and at the end, with no carriage return, so a log reads top to bottom:
+
+    [cutlab] train: 9/18 steps (50%), 2.31 steps/s, 00:04 elapsed, 00:04 left; layer losses [...]
+
+``CUTLAB_PROGRESS=lines`` forces the lines on a terminal too (several processes sharing one terminal, whose
+bars would overwrite each other); ``CUTLAB_PROGRESS=bar`` forces the bar.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TextIO
+
+from tqdm import tqdm
+
+MODE_ENV = "CUTLAB_PROGRESS"
+PREFIX = "[cutlab] "
+LINE_EVERY_S = 10.0  # a plain line at most this often: a day-long SLURM run writes ~9000 lines, not 10^5
+
+
+def wants_bar(stream: TextIO) -> bool:
+    """A bar on a terminal, lines elsewhere, unless ``CUTLAB_PROGRESS`` says which."""
+    forced = os.environ.get(MODE_ENV, "").strip().lower()
+    if forced in ("bar", "lines"):
+        return forced == "bar"
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def terminal_width(stream: TextIO) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 0
+
+
+def duration(seconds: float | None) -> str:
+    """``00:04``, ``1:02:03``: tqdm's own format, so that bars and lines read alike; ``?`` when unknown."""
+    return "?" if seconds is None else tqdm.format_interval(max(0.0, seconds))
+
+
+def plural(unit: str) -> str:
+    return unit + ("es" if unit.endswith(("s", "sh", "ch", "x")) else "s")
+
+
+def rate_text(per_s: float | None, unit: str) -> str:
+    """``2.31 steps/s``, or ``4.2 s/step`` when slower than one a second."""
+    if not per_s:
+        return f"? {plural(unit)}/s"
+    return f"{per_s:.3g} {plural(unit)}/s" if per_s >= 1 else f"{1 / per_s:.3g} s/{unit}"
+
+
+def time_left(done: int, total: int, initial: int, elapsed: float) -> float | None:
+    """The remaining count at the rate of this session (``initial``: what was done before it started, e.g. the
+    steps of a resumed run); None until one has been done."""
+    if done >= total:
+        return 0.0
+    rate = (done - initial) / elapsed if elapsed > 0 and done > initial else None
+    return (total - done) / rate if rate else None
+
+
+class Meter:
+    """``done`` out of ``total`` ``unit``s (the singular), drawn as a bar or written as lines (the module's
+    docstring); ``initial``: done before this session, left out of the rate (a resumed run's steps)."""
+
+    def __init__(self, label: str, total: int, unit: str, *, initial: int = 0, enabled: bool = True,
+                 every_s: float = LINE_EVERY_S, stream: TextIO | None = None, bar: bool | None = None,
+                 prefix: str = PREFIX, counted: str = "") -> None:
+        self.label, self.total, self.unit, self.initial = label, max(int(total), 0), unit, initial
+        self.counted = counted  # after the counts of a line: "2/3 runs done"
+        self.enabled, self.every_s, self.prefix = enabled, every_s, prefix
+        self.stream = stream or sys.stderr
+        self.done, self.note = initial, ""
+        self.started = self.last = time.perf_counter()  # the first line once a rate can be told
+        self.bar = None
+        if enabled and (wants_bar(self.stream) if bar is None else bar):
+            # a terminal that reports no size (a bare pseudo-terminal) would get no bar at all: 100 x 20 then
+            sized = terminal_width(self.stream) > 0
+            self.bar = tqdm(total=self.total, initial=initial, desc=f"{prefix}{label}", unit=unit, file=self.stream,
+                            dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 20,
+                            mininterval=0.2, smoothing=0.1, leave=True)
+
+    def update(self, done: int, note: str = "") -> None:
+        """``done`` so far (not an increment); ``note`` follows the counts (a run's layer losses)."""
+        self.done, self.note = done, note
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            if note:
+                self.bar.set_postfix_str(note, refresh=False)
+            self.bar.update(done - self.bar.n)
+            return
+        now = time.perf_counter()
+        if now - self.last >= self.every_s or done >= self.total:
+            self.last = now
+            self._print(self.line())
+
+    def line(self) -> str:
+        """The plain line: counts, percent, rate, elapsed and time left."""
+        elapsed = time.perf_counter() - self.started
+        percent = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
+        rate = (self.done - self.initial) / elapsed if elapsed > 0 and self.done > self.initial else None
+        left = time_left(self.done, self.total, self.initial, elapsed)
+        text = (f"{self.label}: {self.done}/{self.total} {plural(self.unit)}{self.counted}{percent}, {rate_text(rate, self.unit)}, "
+                f"{duration(elapsed)} elapsed, {duration(left)} left")
+        return f"{text}; {self.note}" if self.note else text
+
+    def write(self, text: str) -> None:
+        """A message of its own (above the bar on a terminal, so the bar is not broken)."""
+        if self.enabled:
+            self._print(text)
+
+    def _print(self, text: str) -> None:
+        if self.bar is not None:
+            tqdm.write(f"{self.prefix}{text}", file=self.stream)
+        else:
+            print(f"{self.prefix}{text}", file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def __enter__(self) -> "Meter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def tally(label: str, total: int, unit: str, initial: int = 0, prefix: str = PREFIX,
+          stream: TextIO | None = None) -> Meter:
+    """Whole jobs of a batch (a sweep's runs, a search's trials, a reproduction's grids), one line as each ends:
+    never a bar, since these lines are the batch's record of what ended and a run's bar may be drawing below."""
+    return Meter(label, total, unit, initial=initial, bar=False, every_s=0.0, prefix=prefix, stream=stream,
+                 counted=" done")

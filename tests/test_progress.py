@@ -1,0 +1,137 @@
+"""What a run says: under a real pseudo-terminal, tqdm's bar with its rate and time left, the record's folder at
+the start and the end with the next commands (W&B's own sync hint included), the verdict last; without a terminal,
+plain lines with n/N, rate and time left and no carriage return; the meter's arithmetic."""
+
+from __future__ import annotations
+
+import fcntl
+import io
+import os
+import re
+import shlex
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from helpers.cli import cutlab
+from helpers.contract import cutlab_env
+
+TINY = ["train.epochs=2", "eval.gamma_test=[0,0.5]", "threads=1"]  # the embedded default: 18 steps, ~10 s
+ANSI = re.compile(rb"\x1b\[[0-9;]*m")  # W&B colours its lines on a terminal
+
+
+def run_in_terminal(args: list[str], runs: Path, env: dict) -> bytes:
+    """``python -m cutlab ARGS`` with stdin, stdout and stderr on a fresh 120x40 pseudo-terminal; all it drew."""
+    leader, follower = os.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdin=follower,
+                               stdout=follower, stderr=follower, start_new_session=True)
+    os.close(follower)
+    drawn = bytearray()
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        drawn += chunk
+    os.close(leader)
+    assert process.wait(timeout=600) == 0, bytes(drawn[-3000:]).decode(errors="replace")
+    return bytes(drawn)
+
+
+def test_a_run_on_a_terminal_draws_a_bar_with_its_eta_and_says_where_its_record_went(tmp_path):
+    runs = tmp_path / "runs"
+    env = cutlab_env(runs)
+    env.pop("WANDB_SILENT", None)  # the tests' own quiet setting: a user's terminal shows W&B's messages
+    drawn = ANSI.sub(b"", run_in_terminal([*TINY, "run_name=tty"], runs, env)).decode()
+    run_dir = runs / "tty"
+    # tqdm's bar, redrawn in place: counts, elapsed<left and the rate, then the full bar left on screen
+    frames = [f for line in drawn.split("\r\n") for f in line.split("\r") if f.startswith("[cutlab] train:")]
+    bar = re.compile(r"\[cutlab\] train: +(\d+)%\|.*\| (\d+)/18 \[(\d\d:\d\d)<(\d\d:\d\d|\?), +[\d.?]+(step/s|s/step)")
+    parsed = [bar.match(f) for f in frames]
+    assert len(frames) >= 3 and all(parsed), frames[:5]
+    assert any(m[4] != "?" and int(m[2]) < 18 for m in parsed), "a time left is shown while the run trains"
+    assert parsed[-1][2] == "18" and parsed[-1][1] == "100"
+    assert "\r[cutlab] evaluating test:" in drawn
+    lines = [line.split("\r")[-1] for line in drawn.split("\r\n") if line.strip()]
+    said = [line for line in lines if line.startswith("[cutlab] ") and not line.startswith("[cutlab] train:")]
+    # the record's folder first and at the end, with the next commands
+    assert said[0] == f"[cutlab] run starting; record in {run_dir}/ (W&B offline)"
+    (offline,) = run_dir.glob("wandb/offline-run-*")
+    end = said.index(f"[cutlab] run complete; record in {run_dir}/")
+    assert said[end + 1:end + 4] == [f"[cutlab]   report:      cutlab-analysis {run_dir} --out {run_dir}/report",
+                                     f"[cutlab]   other data:  cutlab-eval {run_dir} data=NAME",
+                                     f"[cutlab]   upload W&B:  wandb sync {offline}"]
+    # W&B's own messages are not hidden: where its files are, and its sync hint for the same folder
+    assert f"wandb: Run data is saved locally in {offline}" in lines
+    assert f"wandb: wandb sync {offline}" in lines
+    # the last line is the verdict
+    assert re.fullmatch(r"\[cutlab\] done: test mean rmse over gamma_test [\d.]+, verdict (feasible|infeasible|"
+                        r"slack_feasible); test loss by layer at gamma_test=0.09: .*", lines[-1]), lines[-3:]
+
+
+def test_without_a_terminal_progress_is_plain_lines_and_the_printed_report_command_works(tmp_path):
+    runs = tmp_path / "runs"
+    result = cutlab([*TINY, "wandb.mode=disabled", "run_name=log"], runs)
+    assert "\r" not in result.stderr, "a log gets no carriage returns"
+    line = re.compile(r"\[cutlab\] (train|evaluating validation|evaluating test): (\d+)/(\d+) (steps|batches) "
+                      r"\((\d+)%\), [\d.]+ (steps/s|s/step|batches/s|s/batch), (\d\d:\d\d) elapsed, (\d\d:\d\d) left")
+    counts = [(m[1], int(m[2]), int(m[3])) for m in map(line.match, result.stderr.splitlines()) if m]
+    assert ("train", 18, 18) in counts and ("evaluating test", 4, 4) in counts, result.stderr[-2000:]
+    assert all(done <= total for _, done, total in counts)
+    final = next(l for l in result.stderr.splitlines() if l.startswith("[cutlab] train: 18/18"))
+    assert "; epoch 2/2, layer losses [" in final, "a log line carries every layer's loss"
+    run_dir = runs / "log"
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("[cutlab] done: ") and " verdict " in lines[-1]
+    assert not any("wandb sync" in l for l in lines), "no W&B upload to suggest when W&B was off"
+    # the printed next command, run as printed, makes the report
+    (report,) = [l.split("report:", 1)[1].split() for l in lines if l.startswith("[cutlab]   report:")]
+    assert report[0] == "cutlab-analysis"
+    made = subprocess.run([sys.executable, "-m", "analysis", *report[1:]], cwd=ROOT, env=cutlab_env(runs),
+                          capture_output=True, text=True, timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert (run_dir / "report" / "report.md").exists() and (run_dir / "report" / "report.html").exists()
+
+
+def test_the_meter_counts_the_rate_and_time_left_of_this_session_only():
+    from cutlab.core.progress import Meter, plural, rate_text, tally, time_left
+
+    assert time_left(5, 10, 0, 10.0) == 10.0  # 5 in 10 s: 5 more take 10 s
+    assert time_left(6, 10, 4, 4.0) == 8.0  # resumed at 4: 2 in 4 s, so 4 more take 8 s
+    assert time_left(4, 10, 4, 4.0) is None  # nothing done in this session yet: unknown
+    assert time_left(10, 10, 10, 0.0) == 0.0  # all done (before this session): nothing left
+    assert rate_text(2.5, "step") == "2.5 steps/s" and rate_text(0.25, "batch") == "4 s/batch"
+    assert plural("batch") == "batches" and plural("run") == "runs"
+    stream = io.StringIO()  # not a terminal: lines
+    meter = Meter("train", 10, "step", stream=stream, every_s=3600)
+    assert meter.bar is None
+    meter.update(3)
+    assert stream.getvalue() == "", "at most one line per every_s"
+    meter.update(10, "epoch 1/1")
+    (written,) = stream.getvalue().splitlines()
+    assert re.fullmatch(r"\[cutlab\] train: 10/10 steps \(100%\), .+ elapsed, 00:00 left; epoch 1/1", written)
+    runs = tally("sweep s", 3, "run", stream=stream)
+    runs.update(1, "complete a")
+    assert stream.getvalue().splitlines()[-1].startswith("[cutlab] sweep s: 1/3 runs done (33%), ")
+
+
+@pytest.mark.parametrize("forced, expected", [("lines", False), ("bar", True)])
+def test_cutlab_progress_forces_lines_or_bars(monkeypatch, forced, expected):
+    from cutlab.core.progress import MODE_ENV, wants_bar
+
+    monkeypatch.setenv(MODE_ENV, forced)
+    assert wants_bar(io.StringIO()) is expected
+    leader, follower = os.openpty()
+    with os.fdopen(follower, "w") as terminal:
+        assert wants_bar(terminal) is expected
+        monkeypatch.delenv(MODE_ENV)
+        assert wants_bar(terminal) is True and wants_bar(io.StringIO()) is False
+    os.close(leader)
