@@ -14,9 +14,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.compose import with_sweeps_dir
 from cutlab.config.groups import check_group_choices
-from cutlab.config.paths import CONFIG_DIR
+from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
@@ -27,7 +26,8 @@ SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised w
 register_resolvers()
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+# the package cutlab.conf (the repository's conf/); its sweep files join through hydra_plugins/cutlab_searchpath
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -95,7 +95,7 @@ def main() -> None:
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None
-    sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
+    sys.argv = [sys.argv[0], *argv]
     app()
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)

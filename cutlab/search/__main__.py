@@ -35,7 +35,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cutlab-search", description=__doc__.splitlines()[0],
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*",
-                        help="search=<preset> (conf/search/*.yaml or a file), search.KEY=VALUE for the preset, "
+                        help="search=<preset> (searches/*.yaml or a file), search.KEY=VALUE for the preset, "
                              "and any cutlab override (model=ut L=5 train.epochs=10 ...)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the study (default 1)")
     parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
@@ -69,7 +69,7 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
         from cutlab.search.preset import PRESET_DIR
 
         known = ",".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-        raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (conf/search/)")
+        raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (searches/)")
     return preset, dotlist, cutlab
 
 
