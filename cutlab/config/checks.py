@@ -90,6 +90,5 @@ def check_data_folder(cfg: DictConfig) -> None:
     root, folder = cfg.data.get("root"), cfg.paths.get("data_dir")
     if root is None or folder is None or not str(root).startswith(str(folder)) or Path(folder).exists():
         return
-    raise CutlabError(f"data={cfg.data.name} reads {root}, but the data folder {folder} does not exist: set "
-                      f"CUTLAB_DATA_DIR to the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give the "
-                      f"dataset itself with data.root=PATH")
+    raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
+                      f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")
