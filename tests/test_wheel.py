@@ -156,3 +156,12 @@ def test_a_data_folder_that_is_not_there_is_one_line_naming_the_fix(installed):
     assert len(lines) == 1 and lines[0].startswith("cutlab: error: data.root="), result.stderr
     assert "CUTLAB_DATA_DIR" in lines[0] and str(installed.home) in lines[0]
     assert not (installed.work / "runs" / "nodata").exists()
+
+
+def test_a_checkout_maps_the_folders_the_wheel_installs():
+    """cutlab/checkout.py (a checkout run with PYTHONPATH) maps the same folders as pyproject.toml's package-dir."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    from cutlab.checkout import FOLDERS
+
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    assert {name: folder for name, folder in package_dir.items() if name} == FOLDERS

@@ -10,7 +10,7 @@ from cutlab.core.errors import CutlabError
 
 EXTRAS = {  # top-level module -> (pip extra, what needs it)
     "transformers": ("hf", "model=vit and the text and instruction runs (Hugging Face models and tokenizers)"),
-    "av": ("video", "reading video files (.avi/.mp4: data=avenue, data=shanghaitech, data=video_folder)"),
+    "av": ("video", "the video-file datasets (.avi/.mp4: data=avenue, data=shanghaitech, data=video_folder)"),
     "peft": ("lora", "LoRA fine-tuning (model.lora)"),
 }
 
@@ -24,5 +24,5 @@ def optional_import(module: str) -> ModuleType:
         if error.name is None or error.name.partition(".")[0] != top:
             raise  # the package is there but something it imports is not: pip's message is the useful one
         extra, needed_by = EXTRAS[top]
-        raise CutlabError(f"{needed_by} needs {top}, which cutlab's core install leaves out: "
-                          f"pip install 'cutlab[{extra}]'") from None
+        raise CutlabError(f"{top} is not installed; it is needed by {needed_by}, which cutlab's core install leaves "
+                          f"out: pip install 'cutlab[{extra}]'") from None
