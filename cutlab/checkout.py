@@ -28,8 +28,13 @@ class CheckoutFinder(MetaPathFinder):
         return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
 
 
+def is_checkout() -> bool:
+    """cutlab runs from a source checkout (not from a wheel's copy in site-packages)."""
+    return (ROOT / "pyproject.toml").is_file() and (ROOT / "conf" / "__init__.py").is_file()
+
+
 def install() -> None:
-    if not ((ROOT / "pyproject.toml").is_file() and (ROOT / "conf" / "__init__.py").is_file()):
+    if not is_checkout():
         return  # installed from a wheel: the packages are real folders beside cutlab/
     if not any(isinstance(finder, CheckoutFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, CheckoutFinder())

@@ -12,9 +12,13 @@ from importlib.resources import files
 from pathlib import Path
 
 import cutlab
+from cutlab import checkout
 
 PACKAGE_ROOT = Path(cutlab.__file__).resolve().parents[1]  # the checkout, or site-packages when installed
-REPO = PACKAGE_ROOT  # (older name) git provenance and the PYTHONPATH of child processes start here
+REPO = PACKAGE_ROOT  # (older name) the PYTHONPATH of child processes starts here
+# the source checkout cutlab runs from (its git commit is a run's provenance); None when installed from a wheel, whose
+# site-packages may sit inside some other git repository (a project's .venv/)
+CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None
 
 CONFIG_MODULE = "cutlab.conf"             # Hydra's primary config module: pkg://cutlab.conf
 CONFIG_DIR = Path(str(files("cutlab.conf")))           # config.yaml and its groups (model/, data/, train/, launcher/)
