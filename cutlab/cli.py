@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from cutlab.config.groups import check_group_choices
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
+from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
@@ -24,9 +25,10 @@ from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 
 register_resolvers()
+register_sweeps()  # --config-name NAME finds sweeps/NAME.yaml
 
 
-# the package cutlab.conf (the repository's conf/); its sweep files join through hydra_plugins/cutlab_searchpath
+# the package cutlab.conf (the repository's conf/); its sweep files join it through cutlab/config/searchpath.py
 @hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig

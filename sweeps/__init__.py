@@ -1,2 +1,2 @@
 """Sweep files, chosen with --config-name NAME (installed as cutlab.sweeps; on Hydra's search path through
-hydra_plugins/cutlab_searchpath)."""
+cutlab/config/searchpath.py)."""

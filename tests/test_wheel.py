@@ -18,16 +18,16 @@ import pytest
 from conftest import ROOT
 
 # what the wheel is built from: pyproject.toml's packages and package-dir folders, nothing else of the checkout
-SOURCES = ["pyproject.toml", "README.md", "cutlab", "conf", "sweeps", "searches", "slurm", "analysis", "hydra_plugins"]
+SOURCES = ["pyproject.toml", "README.md", "cutlab", "conf", "sweeps", "searches", "slurm", "analysis"]
 INSTALLED = {"cutlab/conf": "conf", "cutlab/sweeps": "sweeps", "cutlab/searches": "searches", "cutlab/slurm": "slurm",
-             "cutlab_analysis": "analysis", "cutlab": "cutlab", "hydra_plugins": "hydra_plugins"}
+             "cutlab_analysis": "analysis", "cutlab": "cutlab"}
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false",
         "wandb.mode=disabled", "threads=1"]
 
 
 class Installed:
-    def __init__(self, wheel: Path, venv: Path, work: Path, home: Path) -> None:
-        self.wheel, self.venv, self.work, self.home = wheel, venv, work, home
+    def __init__(self, origin: Path, venv: Path, work: Path, home: Path) -> None:
+        self.origin, self.venv, self.work, self.home = origin, venv, work, home  # origin: the wheel or the source
 
     def run(self, script: str, *args: str, cwd: Path | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
         """A console script (or python) of the new environment, in the user's folder, with a clean environment."""
@@ -39,36 +39,56 @@ class Installed:
                               capture_output=True, text=True, timeout=timeout)
 
 
+PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Installed:
-    base = tmp_path_factory.mktemp("wheel")
-    source, dist, venv, work, home = (base / name for name in ("source", "dist", "venv", "work", "home"))
-    source.mkdir(), work.mkdir(), home.mkdir()
+def source(tmp_path_factory) -> Path:
+    """A copy of what the wheel is built from: building in place would leave build/ and egg-info in the checkout."""
+    source = tmp_path_factory.mktemp("source")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
-    for name in SOURCES:  # a copy: building in place would leave build/ and egg-info in the checkout
+    for name in SOURCES:
         if (ROOT / name).is_dir():
             shutil.copytree(ROOT / name, source / name, ignore=ignore)
         else:
             shutil.copy2(ROOT / name, source / name)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "-w", str(dist),
-                    str(source)], check=True, capture_output=True, text=True, timeout=600)
-    wheel = next(dist.glob("cutlab-*.whl"))
+    return source
+
+
+def new_environment(base: Path, *install: str) -> Installed:
+    """A fresh virtual environment that reads this one's dependencies (a plain path in a .pth file: the .pth files
+    there, an editable install of this checkout among them, are not run), with cutlab installed by ``install``."""
+    venv, work, home = (base / name for name in ("venv", "work", "home"))
+    work.mkdir(), home.mkdir()
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     new_site = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                    check=True, capture_output=True, text=True).stdout.strip())
-    # the dependencies: this environment's site-packages, after the new one's own (a plain path: its .pth files,
-    # an editable install of this checkout among them, are not run)
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (new_site / "dependencies.pth").write_text("".join(f"{path}\n" for path in sorted(ours)))
-    subprocess.run([*pip, "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
-                    "--ignore-installed", "--quiet", str(wheel)], check=True, capture_output=True, text=True, timeout=600)
-    return Installed(wheel, venv, work, home)
+    subprocess.run([*PIP, "--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-index",
+                    "--no-build-isolation", "--ignore-installed", "--quiet", *install],
+                   check=True, capture_output=True, text=True, timeout=600)
+    return Installed(Path(install[-1]), venv, work, home)
+
+
+@pytest.fixture(scope="module")
+def installed(source, tmp_path_factory) -> Installed:
+    """The wheel, built once and installed with --no-deps into a fresh environment."""
+    dist = tmp_path_factory.mktemp("dist")
+    subprocess.run([*PIP, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "-w", str(dist),
+                    str(source)], check=True, capture_output=True, text=True, timeout=600)
+    return new_environment(tmp_path_factory.mktemp("wheel"), str(next(dist.glob("cutlab-*.whl"))))
+
+
+@pytest.fixture(scope="module")
+def editable(source, tmp_path_factory) -> Installed:
+    """`pip install -e` as `make setup` does (setuptools maps the packages to the checkout's folders)."""
+    return new_environment(tmp_path_factory.mktemp("editable"), "--editable", str(source))
 
 
 def test_the_wheel_holds_every_module_and_config(installed):
     """Every module, YAML file and published table of the checkout is in the wheel, under its installed name."""
-    names = set(zipfile.ZipFile(installed.wheel).namelist())
+    names = set(zipfile.ZipFile(installed.origin).namelist())
     missing = []
     for target, folder in INSTALLED.items():
         for path in (ROOT / folder).rglob("*"):
@@ -86,10 +106,10 @@ def test_the_installed_files_are_the_ones_used_and_analysis_is_the_users(install
     called analysis/ is theirs (cutlab installs cutlab_analysis)."""
     (installed.work / "analysis").mkdir(exist_ok=True)
     (installed.work / "analysis" / "__init__.py").write_text("MINE = True\n")
-    probe = ("import json, analysis, cutlab, cutlab.conf, cutlab.sweeps, cutlab_analysis, hydra_plugins.cutlab_searchpath;"
+    probe = ("import json, analysis, cutlab, cutlab.conf, cutlab.sweeps, cutlab_analysis;"
              "from cutlab.config.paths import SLURM_PROFILES_DIR, SEARCH_DIR;"
              "print(json.dumps({'mine': analysis.MINE, 'files': [cutlab.__file__, cutlab.conf.__file__,"
-             "cutlab.sweeps.__file__, cutlab_analysis.__file__, hydra_plugins.cutlab_searchpath.__file__,"
+             "cutlab.sweeps.__file__, cutlab_analysis.__file__,"
              "str(SLURM_PROFILES_DIR), str(SEARCH_DIR)]}))")
     result = installed.run("python", "-c", probe)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -165,3 +185,16 @@ def test_a_checkout_maps_the_folders_the_wheel_installs():
 
     package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     assert {name: folder for name, folder in package_dir.items() if name} == FOLDERS
+
+
+def test_an_editable_install_works_from_another_folder(editable, source):
+    """`make setup`'s editable install, used from outside the checkout: the sweep files, search presets and the
+    analysis resolve to the checkout's folders."""
+    plan = editable.run("cutlab", "--plan", "-m", "--config-name", "smoke")
+    assert plan.returncode == 0 and "12 to run" in plan.stdout + plan.stderr, plan.stderr[-3000:]
+    search = editable.run("cutlab-search", "search=dust_video", "--dry-run")
+    assert search.returncode == 0, search.stderr[-3000:]
+    probe = editable.run("python", "-c", "import cutlab_analysis, cutlab.conf; print(cutlab_analysis.__file__); print(cutlab.conf.__file__)")
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    found = [Path(path).resolve() for path in probe.stdout.split()]
+    assert found == [(source / "analysis" / "__init__.py").resolve(), (source / "conf" / "__init__.py").resolve()]

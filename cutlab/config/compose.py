@@ -1,7 +1,7 @@
 """The one composer of the config tree: a run's config exactly as ``python -m cutlab <overrides>`` composes it.
 
 The package cutlab.conf (the repository's conf/) is the primary config module and cutlab.sweeps (sweeps/) joins it on
-Hydra's search path through hydra_plugins/cutlab_searchpath, so ``--config-name table3`` finds sweeps/table3.yaml.
+Hydra's search path through cutlab/config/searchpath.py, so ``--config-name table3`` finds sweeps/table3.yaml.
 The sweep plan, the search and the benchmarks compose through this module; ``python -m cutlab`` itself composes through ``hydra.main`` on the same folders.
 """
 
@@ -18,6 +18,7 @@ from cutlab.config.groups import check_group_choices
 from cutlab.config.naming import run_name
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
+from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 
 
@@ -31,9 +32,10 @@ def main_hydra() -> Iterator:
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    register_sweeps()
     version.setbase("1.3")  # as hydra.main(version_base="1.3") in cutlab.cli
     GlobalHydra.instance().clear()
-    search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")  # + cutlab.sweeps (the search-path plugin)
+    search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")  # + cutlab.sweeps (register_sweeps)
     try:
         yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
     finally:

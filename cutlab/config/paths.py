@@ -22,7 +22,7 @@ CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None
 
 CONFIG_MODULE = "cutlab.conf"             # Hydra's primary config module: pkg://cutlab.conf
 CONFIG_DIR = Path(str(files("cutlab.conf")))           # config.yaml and its groups (model/, data/, train/, launcher/)
-SWEEPS_DIR = Path(str(files("cutlab.sweeps")))         # --config-name NAME (hydra_plugins/cutlab_searchpath)
+SWEEPS_DIR = Path(str(files("cutlab.sweeps")))         # --config-name NAME (cutlab/config/searchpath.py)
 SEARCH_DIR = Path(str(files("cutlab.searches")))       # cutlab-search search=NAME (cutlab.search.preset)
 SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 
