@@ -2,7 +2,8 @@
 
 The package cutlab.conf (the repository's conf/) is the primary config module and cutlab.sweeps (sweeps/) joins it on
 Hydra's search path through cutlab/config/searchpath.py, so ``--config-name table3`` finds sweeps/table3.yaml.
-The sweep plan, the search and the benchmarks compose through this module; ``python -m cutlab`` itself composes through ``hydra.main`` on the same folders.
+The sweep plan, the search and the benchmarks compose through this module; ``python -m cutlab`` itself composes
+through ``hydra.main`` on the same packages.
 """
 
 from __future__ import annotations
