@@ -6,6 +6,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+# The real datasets and pretrained weights in ../shared beside the checkout (an installed cutlab reads $CUTLAB_DATA_DIR,
+# else ~/.local/share/cutlab/data); set either variable to use others.
+export CUTLAB_DATA_DIR ?= $(abspath ../shared/data)
+export CUTLAB_MODELS_DIR ?= $(abspath ../shared/models)
 
 .PHONY: setup services run test test-all bench clean
 

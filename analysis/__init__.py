@@ -2,7 +2,7 @@
 
 Public API::
 
-    from analysis import collect_runs, build_tables, make_figures, write_report
+    from . import collect_runs, build_tables, make_figures, write_report
 
     runs = collect_runs("runs/")                 # RunTable: .runs, .metrics, .history frames
     for table in build_tables(runs):             # Table 3 (video) and Table 4 (text)
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from analysis.collect import AnalysisError, RunTable, collect_runs
-from analysis.selection import select_best
-from analysis.tables import TABLE3, TABLE4, Table, build_table, build_tables
+from .collect import AnalysisError, RunTable, collect_runs
+from .selection import select_best
+from .tables import TABLE3, TABLE4, Table, build_table, build_tables
 
 __all__ = [
     "AnalysisError", "RunTable", "collect_runs", "select_best", "TABLE3", "TABLE4", "Table", "build_table",
@@ -33,9 +33,9 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # matplotlib loads only when figures are asked for: collecting and tables stay light
     if name == "make_figures":
-        from analysis.figures import make_figures
+        from .figures import make_figures
         return make_figures
     if name == "write_report":
-        from analysis.report import write_report
+        from .report import write_report
         return write_report
     raise AttributeError(f"module 'analysis' has no attribute {name!r}")

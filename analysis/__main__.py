@@ -20,7 +20,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from analysis.collect import AnalysisError, RunTable, collect_runs
+from .collect import AnalysisError, RunTable, collect_runs
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 
@@ -63,7 +63,7 @@ def collect(args: argparse.Namespace, out: Path) -> RunTable:
     """The runs named on the command line: run folders, or run folders rebuilt from W&B under ``out``."""
     if not args.wandb and not args.wandb_offline:
         return collect_runs(*args.folders)
-    from analysis.wandb_source import RECORDS_DIR, collect_wandb, records_from_api, records_from_offline
+    from .wandb_source import RECORDS_DIR, collect_wandb, records_from_api, records_from_offline
 
     records = out / RECORDS_DIR
     if records.exists():
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
         runs = collect(args, out)
-        from analysis.report import write_report  # matplotlib is imported only once the input is known good
+        from .report import write_report  # matplotlib is imported only once the input is known good
 
         command = "python -m analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         report = write_report(runs, out, gamma_train=args.gamma_train, command=command)

@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.selection import arm_of
-from analysis.record_values import CONFIG as CONFIG_RULES
-from analysis.record_values import MAX_DEPTH, checked
-from analysis.record_values import SUMMARY as SUMMARY_RULES
-from analysis.run_numbers import headline, summary_columns
+from .selection import arm_of
+from .record_values import CONFIG as CONFIG_RULES
+from .record_values import MAX_DEPTH, checked
+from .record_values import SUMMARY as SUMMARY_RULES
+from .run_numbers import headline, summary_columns
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)

@@ -21,9 +21,9 @@ import sys
 
 import pandas as pd
 
-from analysis.collect import AnalysisError, collect_runs
-from analysis.selection import DUAL_SETTING_KEYS as SETTING_KEYS
-from analysis.verdicts import INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE
+from .collect import AnalysisError, collect_runs
+from .selection import DUAL_SETTING_KEYS as SETTING_KEYS
+from .verdicts import INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE
 CELL_KEYS = ["model", "dataset", "L", "gamma_train"]
 
 

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.collect import RunTable
-from analysis import figure_marks, verdicts
-from analysis.selection import ARM_LABELS, reference_gamma_train, select_best, sort_cells
+from .collect import RunTable
+from . import figure_marks, verdicts
+from .selection import ARM_LABELS, reference_gamma_train, select_best, sort_cells
 
 ARM_STYLE = {
     "constrained": {"color": "#0072B2", "linestyle": "-", "marker": "o", "label": ARM_LABELS["constrained"]},

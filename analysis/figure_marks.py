@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.axis import Axis
 from matplotlib.ticker import MaxNLocator
 
-from analysis import verdicts
+from . import verdicts
 
 #: the line of a constrained run that misses its constraints on validation (infeasible, slack-only, degenerate)
 NOT_FEASIBLE_LINE = {"linestyle": (0, (1, 1.2)), "markerfacecolor": "white"}

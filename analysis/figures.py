@@ -16,15 +16,15 @@ import inspect
 from pathlib import Path
 from typing import Callable
 
-from analysis.collect import RunTable
-from analysis.figure_kit import ARM_STYLE, TITLES, FigureResult, distinguishing  # noqa: F401 (re-exported)
-from analysis.figures_metric import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
+from .collect import RunTable
+from .figure_kit import ARM_STYLE, TITLES, FigureResult, distinguishing  # noqa: F401 (re-exported)
+from .figures_metric import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
     rmse_vs_gamma, accuracy_vs_gamma, rmse_vs_depth, alpha_ablation, dual_lr_ablation, ablation_groups, ABLATION_LABEL,
 )
-from analysis.figures_layers import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
+from .figures_layers import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
     layerwise_loss, gamma_train_effect, descent_ratios, sample_ratios,
 )
-from analysis.figures_dual import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
+from .figures_dual import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
     dual_variables, dual_panel_title, satisfaction_by_setting, constraint_satisfaction,
 )
 

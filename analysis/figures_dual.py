@@ -11,11 +11,11 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.collect import RunTable
-from analysis import figure_marks, verdicts
-from analysis.figure_marks import integer_ticks, line_style
-from analysis.selection import cell_label, dual_setting_label, select_best, sort_cells
-from analysis.figure_kit import (
+from .collect import RunTable
+from . import figure_marks, verdicts
+from .figure_marks import integer_ticks, line_style
+from .selection import cell_label, dual_setting_label, select_best, sort_cells
+from .figure_kit import (
     ARM_STYLE, FigureResult, MAX_SETTINGS, MET_COLUMNS, OKABE_ITO, TITLES, _not_shown, _panels, _render, _title,
     _ylabel, distinguishing,
 )

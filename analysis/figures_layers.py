@@ -12,11 +12,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.collect import RunTable
-from analysis import figure_marks
-from analysis.figure_marks import integer_ticks, line_style
-from analysis.selection import ARM_LABELS, ARMS, cell_label
-from analysis.figure_kit import (
+from .collect import RunTable
+from . import figure_marks
+from .figure_marks import integer_ticks, line_style
+from .selection import ARM_LABELS, ARMS, cell_label
+from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, LOSS_LABEL, MARKS_CAPTION, MAX_PANELS, MAX_ROWS, TITLES, _at_reference,
     _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
 )

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.collect import RunTable
-from analysis import figure_marks
-from analysis.figure_marks import line_style
-from analysis.selection import ARMS, cell_label, cell_order, three_gammas
-from analysis.figure_kit import (
+from .collect import RunTable
+from . import figure_marks
+from .figure_marks import line_style
+from .selection import ARMS, cell_label, cell_order, three_gammas
+from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
     distinguishing,

@@ -34,7 +34,7 @@ class PublishedValue:
 @lru_cache(maxsize=None)
 def load_published(name: str) -> pd.DataFrame:
     """One of the shipped CSVs: model, dataset, L, gamma_train, constrained, <value column>."""
-    with resources.files("analysis").joinpath("published", name).open() as handle:
+    with resources.files(__package__).joinpath("published", name).open() as handle:
         frame = pd.read_csv(handle)
     frame["constrained"] = frame["constrained"].astype(str).str.lower().eq("true")
     return frame

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import RunTable
-from analysis.figures import STEMS, FigureResult, make_figures
-from analysis.html_report import write_html
-from analysis.markdown import inert
-from analysis.selection import (
+from .collect import RunTable
+from .figures import STEMS, FigureResult, make_figures
+from .html_report import write_html
+from .markdown import inert
+from .selection import (
     ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, sort_cells,
 )
-from analysis.tables import TABLES, Table, build_tables
-from analysis.verdicts import (
+from .tables import TABLES, Table, build_tables
+from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
     percent,
 )
@@ -67,7 +67,7 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
     report = Report(out_dir / REPORT, tables, table_files, figures)
-    from analysis.transfer import transfer_sections  # cutlab-eval's records of these runs, when there are any
+    from .transfer import transfer_sections  # cutlab-eval's records of these runs, when there are any
 
     text = "\n".join([*_sections(runs, report, gamma_train, command), "",
                       *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR)])

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collect import RunTable
-from analysis.markdown import inert
-from analysis.published import TABLE3 as PUBLISHED3
-from analysis.published import TABLE4 as PUBLISHED4
-from analysis.published import published_value
-from analysis.selection import ARM_LABELS, ARMS, PAPER_DUAL, cell_label, select_best
-from analysis.verdicts import (
+from .collect import RunTable
+from .markdown import inert
+from .published import TABLE3 as PUBLISHED3
+from .published import TABLE4 as PUBLISHED4
+from .published import published_value
+from .selection import ARM_LABELS, ARMS, PAPER_DUAL, cell_label, select_best
+from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, SLACK_FEASIBLE, SLACK_MEANING, mark, percent,
 )
 

@@ -20,11 +20,11 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.collect import RunTable
-from analysis.figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
-from analysis.markdown import inert
-from analysis.selection import ARM_LABELS
-from analysis.verdicts import CAPTION, mark
+from .collect import RunTable
+from .figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
+from .markdown import inert
+from .selection import ARM_LABELS
+from .verdicts import CAPTION, mark
 from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD
 
 STEM = "transfer"  # tables/transfer.{md,csv}, figures/transfer_<data>.{png,pdf}

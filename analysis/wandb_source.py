@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 import yaml
 
-from analysis.collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
+from .collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
 from cutlab.run.tracking import RUN_FOLDER_KEY, SUMMARY_SEPARATOR, history_column
 

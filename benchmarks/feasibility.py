@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+os.environ.setdefault("CUTLAB_DATA_DIR", str(REPO.parent / "shared" / "data"))  # the real data beside the checkout
 ARMS = ("constrained", "constrained_paper")
 TARGET = 1 / 3  # the goal: the default gets there in at most a third of the paper's steps
 

@@ -5,3 +5,7 @@ The core (``cutlab.core``) is plain torch/numpy; the Hydra app, records and W&B 
 """
 
 __version__ = "0.1.0"
+
+from cutlab import checkout as _checkout
+
+_checkout.install()  # a checkout reads its own conf/, sweeps/, ... (cutlab/checkout.py)

@@ -14,10 +14,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.compose import with_sweeps_dir
 from cutlab.config.groups import check_group_choices
-from cutlab.config.paths import CONFIG_DIR
+from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
+from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
@@ -26,9 +26,11 @@ SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised w
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
 
 register_resolvers()
+register_sweeps()  # --config-name NAME finds sweeps/NAME.yaml
 
 
-@hydra.main(version_base="1.3", config_path=str(CONFIG_DIR), config_name="config")
+# the package cutlab.conf (the repository's conf/); its sweep files join it through cutlab/config/searchpath.py
+@hydra.main(version_base="1.3", config_path=f"pkg://{CONFIG_MODULE}", config_name="config")
 def app(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -105,7 +107,7 @@ def main() -> None:
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None
-    sys.argv = [sys.argv[0], *with_sweeps_dir(argv)]
+    sys.argv = [sys.argv[0], *argv]
     app()
     _show_launcher_info(argv)
     if sweep is not None:

@@ -16,11 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from cutlab.config.paths import REPO
+from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
-from cutlab.reproduce_inputs import WEIGHTS, Inputs, data_dir, dataset_names, parse_pairs
+from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
 
 LEFT_OUT = {  # the paper's cells the smoke and cpu scales leave out: --scale paper runs them
@@ -92,7 +92,7 @@ def run(scale: str, planned, out: Path) -> int:
             continue
         print(f"cutlab-reproduce: {where}: {item.grid.runs} runs into {out / 'runs'} (complete ones are skipped)",
               file=sys.stderr)
-        result = subprocess.run([sys.executable, "-m", "cutlab", *item.argv], cwd=REPO)
+        result = subprocess.run([sys.executable, "-m", "cutlab", *item.argv])  # in this folder, like the user's command
         if result.returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {result.returncode}")
         ended = "finished" if result.returncode == 0 else f"ended with exit {result.returncode}"
@@ -102,11 +102,17 @@ def run(scale: str, planned, out: Path) -> int:
     (out / "skipped.md").write_text("# Cells not run\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))
     for cell, reason in skipped.items():
         print(f"cutlab-reproduce: not run: {cell}: {reason}", file=sys.stderr)
-    from analysis.__main__ import main as analysis_main
+    from cutlab_analysis.__main__ import main as analysis_main
 
+    report = out / "report" / "report.md"
+    report.unlink(missing_ok=True)  # an earlier reproduction's report must not pass for this one's
     status = analysis_main([str(out / "runs"), "--out", str(out / "report")])
-    print(f"cutlab-reproduce: {scale} scale finished in {time.perf_counter() - started:.0f} s; "
-          f"report at {out / 'report' / 'report.md'}", file=sys.stderr)
+    ended = f"cutlab-reproduce: {scale} scale finished in {time.perf_counter() - started:.0f} s; "
+    if report.is_file():
+        print(ended + f"report at {report}", file=sys.stderr)
+    else:  # analysis said why (no run records, ...) on the line above
+        print(ended + "no report was written", file=sys.stderr)
+        status = status or 1
     for line in stopped:
         print(f"cutlab-reproduce: error: {line}; the report is partial. Fix the messages above and run the same "
               "command again: finished runs are kept and skipped", file=sys.stderr)

@@ -89,7 +89,7 @@ def sweep_params(name: str) -> tuple[dict[str, list[str]], dict]:
 
 
 def fair_comparison_trials() -> int:
-    """The paper's runs per arm and setting (App. B: five), as conf/search/fair_comparison.yaml gives it."""
+    """The paper's runs per arm and setting (App. B: five), as searches/fair_comparison.yaml gives it."""
     return int(yaml.safe_load((SEARCH_DIR / "fair_comparison.yaml").read_text())["n_trials"])
 
 

@@ -10,13 +10,12 @@ from the local Hugging Face cache). Every missing input is reported with the fla
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from cutlab.config.paths import CONFIG_DIR, REPO
+from cutlab.config.paths import CONFIG_DIR, data_dir
 from cutlab.errors import CutlabError
 
 CONF_DATA = CONFIG_DIR / "data"
@@ -64,7 +63,7 @@ def dataset_names() -> list[str]:
 class Inputs:
     data: dict[str, str] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)
-    data_dir: Path = REPO.parent / "shared" / "data"
+    data_dir: Path = field(default_factory=data_dir)
 
     def for_data(self, name: str) -> tuple[list[str], str | None]:
         """(overrides pointing the runs at the dataset, None) or ([], why it is skipped, with the flag)."""
@@ -194,5 +193,3 @@ CHECKS = {"ucsd_ped1": _ucsd("ped1"), "ucsd_ped2": _ucsd("ped2"), "avenue": _ave
           "imdb": _text_files, "mnli": _text_files, "alpaca": _alpaca}
 
 
-def data_dir() -> Path:
-    return Path(os.environ.get("CUTLAB_DATA_DIR", REPO.parent / "shared" / "data"))

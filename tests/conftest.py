@@ -17,6 +17,10 @@ PED2_TINY = SHARED / "data" / "ucsd_ped2" / "ped2_gray160_tiny.npz"
 # W&B and any cache stay inside the test's own folders; nothing reaches the network.
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ["HF_HUB_OFFLINE"] = "1"
+# The real data and weights in ../shared beside the checkout, as the Makefile sets them (an installed cutlab's own
+# default is the per-user data folder); subprocesses inherit them.
+os.environ.setdefault("CUTLAB_DATA_DIR", str(SHARED / "data"))
+os.environ.setdefault("CUTLAB_MODELS_DIR", str(SHARED / "models"))
 
 
 def unavailable(reason: str) -> None:

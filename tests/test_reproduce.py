@@ -210,3 +210,17 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     _, reason = Inputs(weights={"vit": str(tmp_path / "empty")}).for_model("vit")
     assert reason.startswith("--weights vit=") and "lacks config.json, weights" in reason
     assert Inputs(weights={"roberta": "roberta-base"}).for_model("roberta") == (["model.source=roberta-base"], None)
+
+
+def test_no_report_is_announced_when_none_was_written(tmp_path, capsys):
+    """Every grid skipped (nothing ran): the analysis finds no run records, so no report is written, none is
+    announced, and the exit status says so."""
+    from cutlab.reproduce import run
+
+    out = tmp_path / "out"
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "report.md").write_text("an earlier reproduction's report\n")
+    status = run("smoke", [], out)
+    err = capsys.readouterr().err
+    assert status != 0 and "no report was written" in err and "report at" not in err, err
+    assert not (out / "report" / "report.md").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
@@ -41,6 +42,7 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 def check_config(cfg: DictConfig) -> None:
     """Raise CutlabError on the first value that cannot make a run."""
     kind = task_kind(cfg)
+    check_data_folder(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0, finite=True)
     _number("noise_mean", cfg.noise_mean, "0.0", finite=True)
     _integer("L", cfg.L, "5", 1)
@@ -80,3 +82,13 @@ def check_config(cfg: DictConfig) -> None:
         _integer("data.frames", cfg.data.frames, "10", 1)
         _integer("data.stride", cfg.data.stride, "10", 1)
         _integer("data.val_clips", cfg.data.val_clips, "2", 1)
+
+
+def check_data_folder(cfg: DictConfig) -> None:
+    """A dataset read from the default data folder (paths.data_dir) when that folder is not there: one line naming the
+    ways to say where the data is (an installed cutlab's default is a per-user folder that starts empty)."""
+    root, folder = cfg.data.get("root"), cfg.paths.get("data_dir")
+    if root is None or folder is None or not str(root).startswith(str(folder)) or Path(folder).exists():
+        return
+    raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
+                      f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")

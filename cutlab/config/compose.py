@@ -1,8 +1,9 @@
 """The one composer of the config tree: a run's config exactly as ``python -m cutlab <overrides>`` composes it.
 
-conf/ is the primary config folder and sweeps/ joins it on Hydra's search path (as ``--config-dir`` would), so
-``--config-name table3`` finds sweeps/table3.yaml. The sweep plan, the search and the benchmarks compose
-through this module; ``python -m cutlab`` itself composes through ``hydra.main`` on the same folders.
+The package cutlab.conf (the repository's conf/) is the primary config module and cutlab.sweeps (sweeps/) joins it on
+Hydra's search path through cutlab/config/searchpath.py, so ``--config-name table3`` finds sweeps/table3.yaml.
+The sweep plan, the search and the benchmarks compose through this module; ``python -m cutlab`` itself composes
+through ``hydra.main`` on the same packages.
 """
 
 from __future__ import annotations
@@ -16,32 +17,26 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cutlab.config.groups import check_group_choices
 from cutlab.config.naming import run_name
-from cutlab.config.paths import CONFIG_DIR, SWEEPS_DIR
+from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
+from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
-
-
-def with_sweeps_dir(argv: list[str]) -> list[str]:
-    """sweeps/ joins conf/ on Hydra's search path (as ``--config-dir``) for ``hydra.main``; a user's own
-    ``--config-dir`` is kept as given."""
-    if any(a in ("-cd", "--config-dir") or a.startswith("--config-dir=") for a in argv):
-        return argv
-    return ["--config-dir", str(SWEEPS_DIR), *argv]
 
 
 @contextmanager
 def main_hydra() -> Iterator:
-    """Hydra's composer over conf/ + sweeps/, as ``hydra.main`` builds it; Hydra's global state is cleared after."""
+    """Hydra's composer over cutlab.conf + cutlab.sweeps, as ``hydra.main`` builds it; Hydra's global state is cleared
+    after."""
     from hydra import version
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
     from hydra.core.global_hydra import GlobalHydra
 
     register_resolvers()
+    register_sweeps()
     version.setbase("1.3")  # as hydra.main(version_base="1.3") in cutlab.cli
     GlobalHydra.instance().clear()
-    search_path = create_config_search_path(str(CONFIG_DIR))
-    search_path.prepend("command-line", f"file://{SWEEPS_DIR}")  # what --config-dir does (with_sweeps_dir)
+    search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")  # + cutlab.sweeps (register_sweeps)
     try:
         yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
     finally:

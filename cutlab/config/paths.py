@@ -1,11 +1,47 @@
-"""Where the repository's config folders are: computed once, here."""
+"""Where cutlab's own files and a user's data are, computed once, here.
+
+The config tree, sweep files, search presets and SLURM profiles are packages (cutlab.conf, cutlab.sweeps,
+cutlab.searches, cutlab.slurm; the repository's conf/, sweeps/, searches/, slurm/ folders, mapped by pyproject.toml),
+so they are found the same way from a wheel, an editable install or a checkout (cutlab/checkout.py).
+"""
 
 from __future__ import annotations
 
+import os
+from importlib.resources import files
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIG_DIR = REPO / "conf"            # the Hydra config tree: config.yaml and its groups
-SWEEPS_DIR = REPO / "sweeps"          # sweep files (--config-name table3): on Hydra's search path beside conf/
-SEARCH_DIR = CONFIG_DIR / "search"    # search presets (cutlab-search), read by cutlab.search.preset
-SLURM_PROFILES_DIR = REPO / "slurm"   # SLURM profiles (launcher.profile)
+import cutlab
+from cutlab import checkout
+
+PACKAGE_ROOT = Path(cutlab.__file__).resolve().parents[1]  # the checkout, or site-packages when installed
+REPO = PACKAGE_ROOT  # (older name) the PYTHONPATH of child processes starts here
+# the source checkout cutlab runs from (its git commit is a run's provenance); None when installed from a wheel, whose
+# site-packages may sit inside some other git repository (a project's .venv/)
+CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None
+
+CONFIG_MODULE = "cutlab.conf"             # Hydra's primary config module: pkg://cutlab.conf
+CONFIG_DIR = Path(str(files("cutlab.conf")))           # config.yaml and its groups (model/, data/, train/, launcher/)
+SWEEPS_DIR = Path(str(files("cutlab.sweeps")))         # --config-name NAME (cutlab/config/searchpath.py)
+SEARCH_DIR = Path(str(files("cutlab.searches")))       # cutlab-search search=NAME (cutlab.search.preset)
+SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
+
+DATA_ENV, MODELS_ENV = "CUTLAB_DATA_DIR", "CUTLAB_MODELS_DIR"
+
+
+def user_dir(kind: str) -> Path:
+    """The per-user folder of ``kind`` (data, models): ~/.local/share/cutlab/<kind> on Linux (XDG_DATA_HOME),
+    ~/Library/Application Support/cutlab/<kind> on macOS, as platformdirs says."""
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("cutlab", appauthor=False)) / kind
+
+
+def data_dir() -> Path:
+    """Where datasets are looked for (paths.data_dir): $CUTLAB_DATA_DIR, else the per-user data folder."""
+    return Path(os.environ.get(DATA_ENV) or user_dir("data")).expanduser()
+
+
+def models_dir() -> Path:
+    """Where pretrained weights are looked for (paths.models_dir): $CUTLAB_MODELS_DIR, else the per-user folder."""
+    return Path(os.environ.get(MODELS_ENV) or user_dir("models")).expanduser()

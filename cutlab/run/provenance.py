@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from cutlab.config.paths import REPO
+from cutlab.config.paths import CHECKOUT
 from cutlab.redaction import redact_argv
 
 
@@ -23,8 +23,8 @@ def _git(args: list[str], cwd: Path) -> str | None:
 
 
 def provenance(seed: int, device: torch.device) -> dict:
-    source = REPO
-    status = _git(["status", "--porcelain", "--untracked-files=no"], source)
+    source = CHECKOUT
+    status = _git(["status", "--porcelain", "--untracked-files=no"], source) if source else None
     from importlib.metadata import version  # pandas' version without importing pandas (~0.2 s before step 1)
 
     import numpy
@@ -33,7 +33,7 @@ def provenance(seed: int, device: torch.device) -> dict:
     import cutlab
 
     return {
-        "git_commit": _git(["rev-parse", "HEAD"], source),
+        "git_commit": _git(["rev-parse", "HEAD"], source) if source else None,  # installed: the version says it
         "git_dirty": bool(status) if status is not None else None,
         "seed": seed,
         "host": socket.gethostname(),

@@ -2,7 +2,7 @@
 
 ``python -m cutlab.search search=<preset> [cutlab overrides...] [--workers N] [--n-trials N] [--dry-run]``
 
-- :mod:`cutlab.search.preset`  reads and checks a preset (conf/search/*.yaml): the space, budget, storage.
+- :mod:`cutlab.search.preset`  reads and checks a preset (searches/*.yaml): the space, budget, storage.
 - :mod:`cutlab.search.storage` opens the study storage (journal file, sqlite, PostgreSQL) with heartbeats.
 - :mod:`cutlab.search.compose` composes a run's config exactly as ``python -m cutlab`` would.
 - :mod:`cutlab.search.worker`  the trial loop one worker process runs.

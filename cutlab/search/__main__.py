@@ -37,7 +37,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="cutlab-search", description=__doc__.splitlines()[0],
                                      epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*",
-                        help="search=<preset> (conf/search/*.yaml or a file), search.KEY=VALUE for the preset, "
+                        help="search=<preset> (searches/*.yaml or a file), search.KEY=VALUE for the preset, "
                              "any cutlab override (model=ut L=5 train.epochs=10 ...), and where the workers run as "
                              "python -m cutlab takes it: launcher=slurm launcher.partition=gpu ... (default: "
                              "processes on this machine)")
@@ -72,7 +72,7 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
         from cutlab.search.preset import PRESET_DIR
 
         known = ",".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
-        raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (conf/search/)")
+        raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (searches/)")
     return preset, dotlist, cutlab
 
 

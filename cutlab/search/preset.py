@@ -1,4 +1,4 @@
-"""A search preset (conf/search/<name>.yaml): what to search, for how many trials, where to keep the study.
+"""A search preset (searches/<name>.yaml, installed as cutlab.searches): what to search, for how many trials, where to keep the study.
 
 A preset either has one ``space`` (a plain search) or ``arms`` (several studies under one name, e.g. the
 fair-comparison protocol: a constrained arm searched by TPE and an ERM arm of seeds, the same number of
@@ -72,7 +72,7 @@ class Preset:
 
 
 def preset_path(name: str) -> Path:
-    """``search=NAME`` is conf/search/NAME.yaml; a value with a slash or ending in .yaml is a file path."""
+    """``search=NAME`` is searches/NAME.yaml; a value with a slash or ending in .yaml is a file path."""
     if name.endswith(".yaml") or "/" in name:
         path = Path(name)
     else:

