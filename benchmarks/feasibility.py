@@ -10,7 +10,9 @@ per cell is the step from which the smoothed training constraints stayed met to 
 never gets there the ratio is not defined and the record says so with the budget. Evaluation runs at gamma_train
 only: this benchmark reads the training history, not the test metric.
 
-Writes ``benchmarks/feasibility.json`` and ``benchmarks/FEASIBILITY.md`` (committed).
+Writes ``benchmarks/feasibility.json``, ``benchmarks/FEASIBILITY.md`` and the figure ``benchmarks/feasibility.png``
+(committed): per cell, both arms' largest relative violation over the training steps, on the same smoothed losses
+the clock reads.
 """
 
 from __future__ import annotations
@@ -40,15 +42,10 @@ def run_cells(cells: list[tuple[str, int]], args: argparse.Namespace, runs_dir: 
         subprocess.run(command, cwd=REPO, check=True)
 
 
-def read_cell(runs_dir: Path, model: str, depth: int) -> dict:
-    """Both arms' summaries of one cell (each run's folder name holds its overrides)."""
-    found = {}
-    for summary_path in runs_dir.glob("*/summary.json"):
-        name = summary_path.parent.name
-        parts = dict(part.split("=", 1) for part in name.split(",") if "=" in part)
-        if parts.get("model") == model and parts.get("L") == str(depth) and parts.get("train") in ARMS:
-            found[parts["train"]] = json.loads(summary_path.read_text())
-    return found
+def read_cell(runs_dir: Path, model: str, depth: int, epochs: int) -> dict:
+    """Both arms' summaries of one cell at this budget."""
+    found = {arm: find_run(runs_dir, model, depth, arm, epochs) for arm in ARMS}
+    return {arm: json.loads((run_dir / "summary.json").read_text()) for arm, run_dir in found.items() if run_dir}
 
 
 def figure(model: str, depth: int, arms: dict, budget: int) -> dict:
@@ -67,6 +64,61 @@ def figure(model: str, depth: int, arms: dict, budget: int) -> dict:
         row["ratio"] = None
         row["status"] = f"the default never feasible within {budget} steps"
     return row
+
+
+def violation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
+    """Per step, max over constraints of (l - rhs) / rhs on the clock's smoothed losses (EMA 0.95): ℓ_0 <= ε,
+    ℓ_l <= (1 - α) ℓ_{l-1} (eq. 3 of the paper). The same quantity in every constraint form, so arms compare."""
+    import csv
+
+    import yaml
+
+    alpha = float(yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["alpha"])
+    epsilon = json.loads((run_dir / "summary.json").read_text())["epsilon"]
+    steps, worst, smoothed = [], [], None
+    with open(run_dir / "history.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            losses = [float(row[key]) for key in sorted((k for k in row if k.startswith("loss_")),
+                                                          key=lambda k: int(k.split("_")[1]))]
+            smoothed = losses if smoothed is None else [0.95 * s + 0.05 * x for s, x in zip(smoothed, losses)]
+            bounds = [epsilon] + [(1 - alpha) * previous for previous in smoothed[:-1]]
+            steps.append(int(row["step"]))
+            worst.append(max(loss / bound - 1 for loss, bound in zip(smoothed, bounds)))
+    return steps, worst
+
+
+def plot(cells: list[tuple[str, int]], runs_dir: Path, epochs: int, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 3.6), squeeze=False)
+    for axis, (model, depth) in zip(axes[0], cells):
+        for arm, style in zip(ARMS, ("-", "--")):
+            run_dir = find_run(runs_dir, model, depth, arm, epochs)
+            if run_dir is not None:
+                steps, worst = violation_curve(run_dir)
+                axis.plot(steps, worst, style, label=f"train={arm}")
+        axis.axhline(0.02, color="grey", linewidth=0.8)  # the verdict's tolerance
+        axis.set(title=f"{model}, L={depth}", xlabel="training step", ylabel="largest relative violation",
+                 )
+        axis.set_yscale("symlog", linthresh=0.1)
+        axis.xaxis.get_major_locator().set_params(integer=True)
+        axis.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def find_run(runs_dir: Path, model: str, depth: int, arm: str, epochs: int) -> Path | None:
+    """The run of one cell and arm at this budget (each run's folder name holds its overrides)."""
+    for summary_path in runs_dir.glob("*/summary.json"):
+        parts = dict(part.split("=", 1) for part in summary_path.parent.name.split(",") if "=" in part)
+        if (parts.get("model"), parts.get("L"), parts.get("train"), parts.get("train.epochs")) == \
+                (model, str(depth), arm, str(epochs)):
+            return summary_path.parent
+    return None
 
 
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
@@ -94,16 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cells", nargs="+", default=["dust:5", "ut:5"], help="model:L pairs")
     parser.add_argument("--runs-dir", type=Path, default=HERE / ".feasibility_runs",
                         help="where the runs go (complete runs are reused: rerunning resumes)")
-    parser.add_argument("--out", type=Path, default=HERE / "feasibility.json")
+    parser.add_argument("--out", type=Path, default=HERE / "feasibility.json",
+                        help="the JSON record; FEASIBILITY.md and feasibility.png go beside it, named after it")
     args = parser.parse_args(argv)
     cells = [(cell.split(":")[0], int(cell.split(":")[1])) for cell in args.cells]
     started = time.time()
     run_cells(cells, args, args.runs_dir)
     budget = args.epochs * args.steps
-    rows = [figure(model, depth, read_cell(args.runs_dir, model, depth), budget) for model, depth in cells]
+    rows = [figure(model, depth, read_cell(args.runs_dir, model, depth, args.epochs), budget) for model, depth in cells]
     args.out.write_text(json.dumps({"rows": rows, "command": sys.argv, "wall_time_s": time.time() - started},
                                    indent=2) + "\n")
-    (args.out.parent / "FEASIBILITY.md").write_text(markdown(rows, args))
+    (args.out.parent / f"{args.out.stem.upper()}.md").write_text(markdown(rows, args))
+    plot(cells, args.runs_dir, args.epochs, args.out.with_suffix(".png"))
     print(markdown(rows, args))
     return 0
 
