@@ -14,8 +14,7 @@ from pathlib import Path
 import cutlab
 from cutlab import checkout
 
-PACKAGE_ROOT = Path(cutlab.__file__).resolve().parents[1]  # the checkout, or site-packages when installed
-REPO = PACKAGE_ROOT  # (older name) the PYTHONPATH of child processes starts here
+PACKAGE_ROOT = Path(cutlab.__file__).resolve().parents[1]  # the checkout, or site-packages: where child processes import cutlab from
 # the source checkout cutlab runs from (its git commit is a run's provenance); None when installed from a wheel, whose
 # site-packages may sit inside some other git repository (a project's .venv/)
 CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None

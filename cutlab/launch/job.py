@@ -19,7 +19,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from cutlab.config.paths import REPO
+from cutlab.config.paths import PACKAGE_ROOT
 from cutlab.errors import CutlabError
 from cutlab.launch.outcome import RunFailed, RunInterrupted
 from cutlab.run.preemption import PREEMPTED_EXIT
@@ -81,7 +81,7 @@ class RunCommand(Checkpointable):
 
 def child_env(threads: int | None) -> dict:
     """The environment of a run's process: this checkout importable, and OMP's threads = the run's torch threads."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])))
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     return env

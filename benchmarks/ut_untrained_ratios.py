@@ -1,0 +1,54 @@
+"""The untrained UT's layer-to-layer loss ratios on UCSD Ped2 validation windows, for several attention steps β.
+
+    .venv/bin/python benchmarks/ut_untrained_ratios.py                  # L = 7, gamma 0.09, beta 0.1 0.2 0.3 0.5
+
+With its feed-forward weights at std 0.002 the untrained UT is its attention smoother, so these ratios
+ℓ_l / ℓ_{l-1} are what the constraint ℓ_l <= (1 - α) ℓ_{l-1} (eq. 3 of the paper) starts from
+(benchmarks/feasibility_study/STAGE5.md). Prints one line per β; nothing is trained or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("CUTLAB_DATA_DIR", str(ROOT.parent / "shared" / "data"))  # the real data beside the checkout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--depth", type=int, default=7)
+    parser.add_argument("--gamma", type=float, default=0.09)
+    parser.add_argument("--betas", type=float, nargs="+", default=[0.1, 0.2, 0.3, 0.5])
+    parser.add_argument("--windows", type=int, default=8, help="validation windows, spread over the split")
+    args = parser.parse_args()
+
+    from cutlab.config.compose import compose_run_config
+    from cutlab.config.resolvers import register_resolvers
+    from cutlab.core.perturbation import noise_generator, perturb
+    from cutlab.tasks.video import build_video_task
+
+    register_resolvers()
+    torch.set_num_threads(1)
+    cfg = compose_run_config(["data=ucsd_ped2", "model=ut", f"L={args.depth}", f"gamma={args.gamma}", "progress=false"])
+    task = build_video_task(cfg)
+    every = max(1, len(task.val_set) // args.windows)
+    frames = torch.stack([task.val_set[i] for i in range(0, len(task.val_set), every)][:args.windows])
+    clean, target = task.prepare(frames)
+    noisy = perturb(clean, args.gamma, task.sigma, 0.0, noise_generator(seed=0, stream=0, index=0))
+    for beta in args.betas:
+        torch.manual_seed(0)
+        model = task.model.__class__(args.depth, patch=cfg.model.patch, atoms=cfg.model.atoms, attention_step=beta,
+                                     feedforward_init_std=cfg.model.feedforward_init_std)
+        with torch.no_grad():
+            losses = [((output - target) ** 2).mean().item() for output in model(noisy)]
+        ratios = " ".join(f"{after / before:.3f}" for before, after in zip(losses, losses[1:]))
+        print(f"beta {beta}: l_l / l_(l-1), l = 1..{args.depth}: {ratios}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
