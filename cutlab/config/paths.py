@@ -11,10 +11,9 @@ import os
 from importlib.resources import files
 from pathlib import Path
 
-import cutlab
 from cutlab import checkout
 
-PACKAGE_ROOT = Path(cutlab.__file__).resolve().parents[1]  # the checkout, or site-packages: where child processes import cutlab from
+PACKAGE_ROOT = checkout.ROOT  # the checkout, or site-packages: where child processes import cutlab from
 # the source checkout cutlab runs from (its git commit is a run's provenance); None when installed from a wheel, whose
 # site-packages may sit inside some other git repository (a project's .venv/)
 CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None
@@ -25,7 +24,7 @@ SWEEPS_DIR = Path(str(files("cutlab.sweeps")))         # --config-name NAME (cut
 SEARCH_DIR = Path(str(files("cutlab.searches")))       # cutlab-search search=NAME (cutlab.search.preset)
 SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 
-DATA_ENV, MODELS_ENV = "CUTLAB_DATA_DIR", "CUTLAB_MODELS_DIR"
+DATA_ENV = "CUTLAB_DATA_DIR"
 
 
 def user_dir(kind: str) -> Path:
@@ -40,7 +39,3 @@ def data_dir() -> Path:
     """Where datasets are looked for (paths.data_dir): $CUTLAB_DATA_DIR, else the per-user data folder."""
     return Path(os.environ.get(DATA_ENV) or user_dir("data")).expanduser()
 
-
-def models_dir() -> Path:
-    """Where pretrained weights are looked for (paths.models_dir): $CUTLAB_MODELS_DIR, else the per-user folder."""
-    return Path(os.environ.get(MODELS_ENV) or user_dir("models")).expanduser()
