@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from suite.paths import ROOT as REPO  # also points cutlab at the real data and weights beside the checkout
+from suite.runs import overrides_of
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-os.environ.setdefault("CUTLAB_DATA_DIR", str(REPO.parent / "shared" / "data"))  # the real data beside the checkout
 ARMS = ("constrained", "constrained_paper")
 TARGET = 1 / 3  # the issue's goal: the default gets there in at most a third of the paper's steps
 
@@ -42,10 +42,23 @@ def run_cells(cells: list[tuple[str, int]], args: argparse.Namespace, runs_dir: 
         subprocess.run(command, cwd=REPO, check=True)
 
 
-def read_cell(runs_dir: Path, model: str, depth: int, epochs: int) -> dict:
-    """Both arms' summaries of one cell at this budget."""
-    found = {arm: find_run(runs_dir, model, depth, arm, epochs) for arm in ARMS}
-    return {arm: json.loads((run_dir / "summary.json").read_text()) for arm, run_dir in found.items() if run_dir}
+def find_runs(runs_dir: Path, cells: list[tuple[str, int]], epochs: int) -> dict[tuple[str, int, str], Path]:
+    """Each (model, L, arm) run of the cells at this budget, from one look at ``runs_dir`` (each run's folder name
+    holds its overrides); a run that has not completed is left out."""
+    wanted = {(model, str(depth), arm, str(epochs)): (model, depth, arm) for model, depth in cells for arm in ARMS}
+    found = {}
+    for summary_path in runs_dir.glob("*/summary.json"):
+        parts = overrides_of(summary_path.parent)
+        key = wanted.get((parts.get("model"), parts.get("L"), parts.get("train"), parts.get("train.epochs")))
+        if key is not None and key not in found:
+            found[key] = summary_path.parent
+    return found
+
+
+def read_cell(found: dict[tuple[str, int, str], Path], model: str, depth: int) -> dict:
+    """Both arms' summaries of one cell (those that ran)."""
+    return {arm: json.loads((found[model, depth, arm] / "summary.json").read_text())
+            for arm in ARMS if (model, depth, arm) in found}
 
 
 def figure(model: str, depth: int, arms: dict, budget: int) -> dict:
@@ -66,28 +79,32 @@ def figure(model: str, depth: int, arms: dict, budget: int) -> dict:
     return row
 
 
-def violation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
-    """Per step, max over constraints of (l - rhs) / rhs on the clock's smoothed losses (EMA 0.95): ℓ_0 <= ε,
-    ℓ_l <= (1 - α) ℓ_{l-1} (eq. 3 of the paper). The same quantity in every constraint form, so arms compare."""
+def violation_curve(run_dir: Path, epsilon: float | None) -> tuple[list[int], list[float], float]:
+    """Per step, max over the active constraints of (l - rhs) / rhs on the feasibility clock's own smoothed losses:
+    ℓ_0 <= ε, ℓ_l <= (1 - α) ℓ_{l-1} (eq. 3 of the paper), the run's constraints as the run built them. The same
+    quantity in every constraint form, so arms compare. Also the verdict's tolerance (eval.feasibility_tol)."""
     import csv
 
-    import yaml
+    import torch
+    from omegaconf import OmegaConf
 
-    alpha = float(yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["alpha"])
-    epsilon = json.loads((run_dir / "summary.json").read_text())["epsilon"]
-    steps, worst, smoothed = [], [], None
+    from cutlab.core.feasibility_clock import FeasibilityClock
+    from cutlab.run.build import constraints_of
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")  # resolved when the run started
+    clock = FeasibilityClock(constraints_of(cfg, epsilon), cfg.eval.feasibility_tol)
+    steps, worst = [], []
     with open(run_dir / "history.csv", newline="") as handle:
         for row in csv.DictReader(handle):
-            losses = [float(row[key]) for key in sorted((k for k in row if k.startswith("loss_")),
-                                                          key=lambda k: int(k.split("_")[1]))]
-            smoothed = losses if smoothed is None else [0.95 * s + 0.05 * x for s, x in zip(smoothed, losses)]
-            bounds = [epsilon] + [(1 - alpha) * previous for previous in smoothed[:-1]]
+            losses = torch.tensor([float(row[f"loss_{layer}"]) for layer in range(cfg.L + 1)], dtype=torch.float64)
+            clock.update(int(row["step"]), losses, torch.zeros_like(losses))
+            violations = clock.constraints.relative_violations(clock.smoothed)
             steps.append(int(row["step"]))
-            worst.append(max(loss / bound - 1 for loss, bound in zip(smoothed, bounds)))
-    return steps, worst
+            worst.append(float(violations[clock.constraints.active_mask(len(losses))].max()))
+    return steps, worst, clock.tolerance
 
 
-def plot(cells: list[tuple[str, int]], runs_dir: Path, epochs: int, path: Path) -> None:
+def plot(cells: list[tuple[str, int]], found: dict[tuple[str, int, str], Path], summaries: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,11 +113,11 @@ def plot(cells: list[tuple[str, int]], runs_dir: Path, epochs: int, path: Path) 
     fig, axes = plt.subplots(1, len(cells), figsize=(5 * len(cells), 3.6), squeeze=False)
     for axis, (model, depth) in zip(axes[0], cells):
         for arm, style in zip(ARMS, ("-", "--")):
-            run_dir = find_run(runs_dir, model, depth, arm, epochs)
-            if run_dir is not None:
-                steps, worst = violation_curve(run_dir)
+            if (model, depth, arm) in found:
+                epsilon = summaries[model, depth][arm]["epsilon"]
+                steps, worst, tolerance = violation_curve(found[model, depth, arm], epsilon)
                 axis.plot(steps, worst, style, label=f"train={arm}")
-        axis.axhline(0.02, color="grey", linewidth=0.8)  # the verdict's tolerance
+                axis.axhline(tolerance, color="grey", linewidth=0.8)  # the verdict's tolerance (the same run config)
         axis.set(title=f"{model}, L={depth}", xlabel="training step", ylabel="largest relative violation",
                  )
         axis.set_yscale("symlog", linthresh=0.1)
@@ -109,16 +126,6 @@ def plot(cells: list[tuple[str, int]], runs_dir: Path, epochs: int, path: Path) 
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def find_run(runs_dir: Path, model: str, depth: int, arm: str, epochs: int) -> Path | None:
-    """The run of one cell and arm at this budget (each run's folder name holds its overrides)."""
-    for summary_path in runs_dir.glob("*/summary.json"):
-        parts = dict(part.split("=", 1) for part in summary_path.parent.name.split(",") if "=" in part)
-        if (parts.get("model"), parts.get("L"), parts.get("train"), parts.get("train.epochs")) == \
-                (model, str(depth), arm, str(epochs)):
-            return summary_path.parent
-    return None
 
 
 def markdown(rows: list[dict], args: argparse.Namespace) -> str:
@@ -153,11 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     run_cells(cells, args, args.runs_dir)
     budget = args.epochs * args.steps
-    rows = [figure(model, depth, read_cell(args.runs_dir, model, depth, args.epochs), budget) for model, depth in cells]
+    found = find_runs(args.runs_dir, cells, args.epochs)
+    summaries = {(model, depth): read_cell(found, model, depth) for model, depth in cells}
+    rows = [figure(model, depth, summaries[model, depth], budget) for model, depth in cells]
     args.out.write_text(json.dumps({"rows": rows, "command": sys.argv, "wall_time_s": time.time() - started},
                                    indent=2) + "\n")
     (args.out.parent / f"{args.out.stem.upper()}.md").write_text(markdown(rows, args))
-    plot(cells, args.runs_dir, args.epochs, args.out.with_suffix(".png"))
+    plot(cells, found, summaries, args.out.with_suffix(".png"))
     print(markdown(rows, args))
     return 0
 

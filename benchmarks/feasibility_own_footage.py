@@ -20,8 +20,10 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from suite.paths import ROOT as REPO  # also points cutlab at the real data and weights beside the checkout
+from suite.runs import overrides_of
+
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 ARMS = ("constrained", "constrained_paper", "erm")
 
 
@@ -60,7 +62,7 @@ def main() -> int:
     subprocess.run(command, cwd=REPO, check=True)
     rows = []
     for summary_path in sorted(runs.glob("*/summary.json")):
-        parts = dict(p.split("=", 1) for p in summary_path.parent.name.split(",") if "=" in p)
+        parts = overrides_of(summary_path.parent)
         summary = json.loads(summary_path.read_text())
         ind = summary.get("in_distribution", {})
         rows.append({"model": parts.get("model"), "train": parts.get("train"), "verdict": summary.get("verdict"),

@@ -10,13 +10,10 @@ With its feed-forward weights at std 0.002 the untrained UT is its attention smo
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("CUTLAB_DATA_DIR", str(ROOT.parent / "shared" / "data"))  # the real data beside the checkout
+import suite.paths  # noqa: F401  points cutlab at the real data and weights beside the checkout
 
 
 def main() -> None:
@@ -27,12 +24,10 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8, help="validation windows, spread over the split")
     args = parser.parse_args()
 
-    from cutlab.config.compose import compose_run_config
-    from cutlab.config.resolvers import register_resolvers
+    from cutlab.config.compose import compose_run_config  # registers the config's resolvers itself
     from cutlab.core.perturbation import noise_generator, perturb
     from cutlab.tasks.video import build_video_task
 
-    register_resolvers()
     torch.set_num_threads(1)
     cfg = compose_run_config(["data=ucsd_ped2", "model=ut", f"L={args.depth}", f"gamma={args.gamma}", "progress=false"])
     task = build_video_task(cfg)

@@ -15,6 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from cutlab.config.groups import check_group_choices
+from cutlab.config.launcher import check_launcher_overrides
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
@@ -93,6 +94,7 @@ def main() -> None:
     command = parse_command(argv)
     started, sweep = time.perf_counter(), None
     try:
+        check_launcher_overrides(argv)
         check_group_choices(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher

@@ -84,19 +84,21 @@ def run(scale: str, planned, out: Path) -> int:
     # runs done out of the scale's and the time left, as each grid ends (at the rate so far: a resumed
     # reproduction's complete runs are skipped in no time, so its first estimate is low)
     done = tally(f"{scale} scale", sum(item.grid.runs for item in grids), "run", prefix="cutlab-reproduce: ")
+    position = 0  # of the grid among those that run
     for item in planned:
         where = f"{item.grid.entry.label}, data={item.grid.data} model={item.grid.model}"
         if item.skipped:
             skipped[f"{where} ({item.grid.runs} runs)"] = item.skipped
             print(f"cutlab-reproduce: skipping {where}: {item.skipped}", file=sys.stderr)
             continue
+        position += 1
         print(f"cutlab-reproduce: {where}: {item.grid.runs} runs into {out / 'runs'} (complete ones are skipped)",
               file=sys.stderr)
         result = subprocess.run([sys.executable, "-m", "cutlab", *item.argv])  # in this folder, like the user's command
         if result.returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {result.returncode}")
         ended = "finished" if result.returncode == 0 else f"ended with exit {result.returncode}"
-        done.update(done.done + item.grid.runs, f"grid {grids.index(item) + 1}/{len(grids)} ({where}) {ended}")
+        done.update(done.done + item.grid.runs, f"grid {position}/{len(grids)} ({where}) {ended}")
     skipped.update(notes(scale))
     out.mkdir(parents=True, exist_ok=True)
     (out / "skipped.md").write_text("# Cells not run\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))

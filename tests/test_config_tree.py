@@ -54,3 +54,21 @@ def test_no_module_outside_tests_is_over_400_lines():
     too_long = {str(path.relative_to(ROOT)): count for path in modules
                 if (count := len(path.read_text().splitlines())) > 400}
     assert not too_long, too_long
+
+
+@pytest.mark.parametrize("value", ["", "~/x"])
+def test_the_composed_data_and_models_folders_are_the_ones_cutlab_reproduce_reads(value, tmp_path, monkeypatch):
+    """paths.data_dir / paths.models_dir in the composed config (``cutlab``) and paths.data_dir() / models_dir()
+    (``cutlab-reproduce``) are one rule: ~ expanded, an empty variable taken as unset (the per-user folder)."""
+    from cutlab.config.compose import compose_run_config
+    from cutlab.config.paths import data_dir, models_dir
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("CUTLAB_DATA_DIR", value)
+    monkeypatch.setenv("CUTLAB_MODELS_DIR", value)
+    cfg = compose_run_config([])
+    assert (cfg.paths.data_dir, cfg.paths.models_dir) == (str(data_dir()), str(models_dir()))
+    expected = ((tmp_path / ".local" / "share" / "cutlab" / "data", tmp_path / ".local" / "share" / "cutlab" / "models")
+                if value == "" else (tmp_path / "x", tmp_path / "x"))
+    assert (cfg.paths.data_dir, cfg.paths.models_dir) == tuple(map(str, expected))

@@ -36,9 +36,9 @@ def test_every_launcher_yaml_holds_exactly_the_keys_cutlab_reads():
 
 
 def test_command_line_keys_override_the_profile_and_map_to_submitits_parameters():
-    from cutlab.launch.slurm_profile import load_profile, slurm_settings
+    from cutlab.launch.slurm_profile import slurm_settings
 
-    gpu = load_profile("gpu")
+    gpu = slurm_settings({"profile": "gpu"})  # the profile file alone: a launcher node that sets no other key
     settings = slurm_settings(composed_launcher(["launcher=slurm", "launcher.profile=gpu", *SETTINGS]))
     assert (settings.partition, settings.timeout_min, settings.mem_gb, settings.cpus_per_task, settings.qos) == \
         ("gpu", 30, 2.5, 3, "high")
@@ -47,7 +47,7 @@ def test_command_line_keys_override_the_profile_and_map_to_submitits_parameters(
     parameters = settings.executor_parameters("job")
     assert parameters["time"] == 30 and parameters["mem"] == "2560MB" and parameters["qos"] == "high"
     assert parameters["additional_parameters"] == {"comment": "paper"} and parameters["array_parallelism"] == 1
-    assert slurm_settings(composed_launcher(["launcher=slurm"])) == load_profile("default")
+    assert slurm_settings(composed_launcher(["launcher=slurm"])) == slurm_settings({"profile": "default"})
 
 
 def test_additional_parameters_merge_key_by_key_over_the_profiles(tmp_path):
@@ -78,13 +78,13 @@ def test_launcher_settings_never_change_a_runs_folder(tmp_path):
 
 def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp_path):
     from cutlab.errors import CutlabError
-    from cutlab.launch.slurm_profile import load_profile
+    from cutlab.launch.slurm_profile import slurm_settings
 
     old = tmp_path / "old.yaml"
     old.write_text("time_min: 30\nadditional: {qos: high}\n")
     with pytest.raises(CutlabError, match=r"rename additional: to additional_parameters:, time_min: to timeout_min: "
                                           r"in the SLURM profile"):
-        load_profile(str(old))
+        slurm_settings({"profile": str(old)})
 
 
 @pytest.mark.parametrize(

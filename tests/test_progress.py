@@ -123,6 +123,29 @@ def test_the_meter_counts_the_rate_and_time_left_of_this_session_only():
     assert stream.getvalue().splitlines()[-1].startswith("[cutlab] sweep s: 1/3 runs done (33%), ")
 
 
+def test_a_note_given_as_a_function_is_made_only_when_a_line_is_written_or_the_bar_drawn():
+    """A run reports every step; its note (layer losses) is formatted only for the lines and frames shown."""
+    from cutlab.core.progress import Meter
+
+    made = []
+
+    def note(step: int):
+        return lambda: made.append(step) or f"at {step}"
+
+    stream = io.StringIO()
+    meter = Meter("train", 10, "step", stream=stream, every_s=3600)
+    for step in range(1, 11):
+        meter.update(step, note(step))
+    assert made == [10], "only the line that was written made its note"
+    assert stream.getvalue().splitlines()[-1].endswith("; at 10")
+    drawn = io.StringIO()
+    with Meter("train", 10, "step", stream=drawn, bar=True) as bar:
+        for step in range(1, 11):
+            bar.update(step, note(step))
+    assert made[-1] == 10 and len(made) < 11, "the bar drew fewer frames than steps, each with the latest note"
+    assert drawn.getvalue().rstrip().endswith("at 10]"), drawn.getvalue()[-200:]
+
+
 @pytest.mark.parametrize("forced, expected", [("lines", False), ("bar", True)])
 def test_cutlab_progress_forces_lines_or_bars(monkeypatch, forced, expected):
     from cutlab.core.progress import MODE_ENV, wants_bar

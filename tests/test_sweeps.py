@@ -65,10 +65,10 @@ def test_the_users_form_plans_one_run_per_combination_with_stable_ids(tmp_path):
 
 
 def test_the_sbatch_script_of_a_profile_matches_its_golden_file():
-    from cutlab.launch.slurm_profile import load_profile, sbatch_script
+    from cutlab.launch.slurm_profile import sbatch_script, slurm_settings
 
-    script = sbatch_script(load_profile("gpu"), Path("/runs/_sweeps/table3-T/submitit"), "cutlab-table3", 180,
-                           "/venv/bin/python")
+    script = sbatch_script(slurm_settings({"profile": "gpu"}), Path("/runs/_sweeps/table3-T/submitit"), "cutlab-table3",
+                           180, "/venv/bin/python")
     assert script == (GOLDEN / "sbatch_gpu_table3.sh").read_text()
     assert "#SBATCH --array=0-179%8" in script and "#SBATCH --signal=USR2@120" in script
 

@@ -16,6 +16,7 @@ from typing import Iterator
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cutlab.config.groups import check_group_choices
+from cutlab.config.launcher import check_launcher_overrides
 from cutlab.config.naming import run_name
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
@@ -48,6 +49,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    check_launcher_overrides(overrides)
     check_group_choices(overrides)
     try:
         with main_hydra() as hydra:

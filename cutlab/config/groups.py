@@ -10,7 +10,6 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from cutlab.config.launcher import check_launcher_overrides
 from cutlab.config.naming import check_run_name
 from cutlab.config.paths import CONFIG_DIR, SWEEPS_DIR
 from cutlab.errors import CutlabError
@@ -43,8 +42,7 @@ def choices(group: str, folders: list[Path] | None = None) -> list[str]:
 
 def check_group_choices(arguments: list[str]) -> None:
     """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
-    not one folder name gets one line, and so does a launcher key that does not exist (before Hydra starts)."""
-    check_launcher_overrides(arguments)
+    not one folder name gets one line (before Hydra starts; launcher keys: config.launcher.check_launcher_overrides)."""
     folders = search_dirs(arguments)
     for argument in arguments:
         group, _, value = argument.lstrip("+~").partition("=")

@@ -35,6 +35,12 @@ def valid_keys_text() -> str:
                      for name, keys in KEYS.items())
 
 
+def is_launcher_override(argument: str) -> bool:
+    """``launcher=NAME`` or ``launcher.KEY=...`` (with + or ~): where runs go, never part of a run's config."""
+    key = argument.lstrip("+~").partition("=")[0]
+    return key == "launcher" or key.startswith("launcher.")
+
+
 def check_launcher_overrides(arguments: list[str]) -> None:
     """Before Hydra starts: every ``launcher.KEY=`` override names a key of some launcher, directly.
 

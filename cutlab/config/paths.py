@@ -25,6 +25,7 @@ SEARCH_DIR = Path(str(files("cutlab.searches")))       # cutlab-search search=NA
 SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 
 DATA_ENV = "CUTLAB_DATA_DIR"
+MODELS_ENV = "CUTLAB_MODELS_DIR"
 
 
 def user_dir(kind: str) -> Path:
@@ -35,7 +36,19 @@ def user_dir(kind: str) -> Path:
     return Path(user_data_dir("cutlab", appauthor=False)) / kind
 
 
+def _folder(env: str, kind: str) -> Path:
+    # $env, with ~ expanded; unset or empty means the per-user folder. conf/config.yaml reads these two functions
+    # through resolvers (cutlab/config/resolvers.py), so `cutlab` and `cutlab-reproduce` look in the same folder
+    return Path(os.environ.get(env) or user_dir(kind)).expanduser()
+
+
 def data_dir() -> Path:
     """Where datasets are looked for (paths.data_dir): $CUTLAB_DATA_DIR, else the per-user data folder."""
-    return Path(os.environ.get(DATA_ENV) or user_dir("data")).expanduser()
+    return _folder(DATA_ENV, "data")
+
+
+def models_dir() -> Path:
+    """Where pretrained weights are looked for (paths.models_dir): $CUTLAB_MODELS_DIR, else the per-user models
+    folder."""
+    return _folder(MODELS_ENV, "models")
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-CONFIG = "pkg://cutlab.conf"
+from cutlab.config.paths import CONFIG_MODULE
+
+CONFIG = f"pkg://{CONFIG_MODULE}"  # the primary config's entry, as cli.py and compose.py give it to Hydra
 SWEEPS = "pkg://cutlab.sweeps"
 
 

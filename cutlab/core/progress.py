@@ -15,13 +15,16 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TextIO
+from typing import Callable, TextIO, Union
 
 from tqdm import tqdm
 
 MODE_ENV = "CUTLAB_PROGRESS"
 PREFIX = "[cutlab] "
 LINE_EVERY_S = 10.0  # a plain line at most this often: a day-long SLURM run writes ~9000 lines, not 10^5
+# the text after the counts, or a function making it: called only when a line is written or the bar drawn, so a
+# loop that reports every step (a run's layer losses) formats one note per line, not one per step
+Note = Union[str, Callable[[], str]]
 
 
 def wants_bar(stream: TextIO) -> bool:
@@ -56,13 +59,32 @@ def rate_text(per_s: float | None, unit: str) -> str:
     return f"{per_s:.3g} {plural(unit)}/s" if per_s >= 1 else f"{1 / per_s:.3g} s/{unit}"
 
 
+def session_rate(done: int, initial: int, elapsed: float) -> float | None:
+    """Done per second in this session (``initial``: what was done before it started, e.g. the steps of a resumed
+    run); None until one has been done."""
+    return (done - initial) / elapsed if elapsed > 0 and done > initial else None
+
+
 def time_left(done: int, total: int, initial: int, elapsed: float) -> float | None:
-    """The remaining count at the rate of this session (``initial``: what was done before it started, e.g. the
-    steps of a resumed run); None until one has been done."""
+    """The remaining count at the rate of this session; None until one has been done."""
     if done >= total:
         return 0.0
-    rate = (done - initial) / elapsed if elapsed > 0 and done > initial else None
+    rate = session_rate(done, initial, elapsed)
     return (total - done) / rate if rate else None
+
+
+class _Bar(tqdm):
+    """tqdm's bar, whose postfix is made from the latest note only when the bar is drawn."""
+
+    pending: Callable[[], str] | None = None
+
+    @property
+    def format_dict(self):  # what tqdm reads at every draw (and at close)
+        if self.pending is not None:
+            note, self.pending = self.pending(), None
+            if note:
+                self.set_postfix_str(note, refresh=False)
+        return super().format_dict
 
 
 class Meter:
@@ -76,23 +98,33 @@ class Meter:
         self.counted = counted  # after the counts of a line: "2/3 runs done"
         self.enabled, self.every_s, self.prefix = enabled, every_s, prefix
         self.stream = stream or sys.stderr
-        self.done, self.note = initial, ""
+        self.done, self._note = initial, ""
         self.started = self.last = time.perf_counter()  # the first line once a rate can be told
         self.bar = None
         if enabled and (wants_bar(self.stream) if bar is None else bar):
             # a terminal that reports no size (a bare pseudo-terminal) would get no bar at all: 100 x 20 then
             sized = terminal_width(self.stream) > 0
-            self.bar = tqdm(total=self.total, initial=initial, desc=f"{prefix}{label}", unit=unit, file=self.stream,
+            self.bar = _Bar(total=self.total, initial=initial, desc=f"{prefix}{label}", unit=unit, file=self.stream,
                             dynamic_ncols=sized, ncols=None if sized else 100, nrows=None if sized else 20,
                             mininterval=0.2, smoothing=0.1, leave=True)
 
-    def update(self, done: int, note: str = "") -> None:
+    @property
+    def note(self) -> str:
+        """The latest note, made (once) when first asked for."""
+        if callable(self._note):
+            self._note = self._note()
+        return self._note
+
+    def update(self, done: int, note: Note = "") -> None:
         """``done`` so far (not an increment); ``note`` follows the counts (a run's layer losses)."""
-        self.done, self.note = done, note
+        self.done, self._note = done, note
         if not self.enabled:
             return
         if self.bar is not None:
-            if note:
+            if callable(note):
+                self.bar.pending = note
+            elif note:
+                self.bar.pending = None
                 self.bar.set_postfix_str(note, refresh=False)
             self.bar.update(done - self.bar.n)
             return
@@ -105,7 +137,7 @@ class Meter:
         """The plain line: counts, percent, rate, elapsed and time left."""
         elapsed = time.perf_counter() - self.started
         percent = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        rate = (self.done - self.initial) / elapsed if elapsed > 0 and self.done > self.initial else None
+        rate = session_rate(self.done, self.initial, elapsed)
         left = time_left(self.done, self.total, self.initial, elapsed)
         text = (f"{self.label}: {self.done}/{self.total} {plural(self.unit)}{self.counted}{percent}, {rate_text(rate, self.unit)}, "
                 f"{duration(elapsed)} elapsed, {duration(left)} left")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cutlab.config.compose import JobComposer, main_hydra
-from cutlab.config.launcher import valid_keys_text
+from cutlab.config.launcher import is_launcher_override, valid_keys_text
 from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.run.records import read_summary
@@ -135,7 +135,7 @@ def _composition_message(error: Exception) -> str:
     text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     if "Could not find" in text or "Cannot find primary config" in text:
         fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
-    elif "'launcher." in text:
+    elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
         fix = f"each launcher has its own keys: {valid_keys_text()}"
     else:
         fix = "check the key against conf/ (python -m cutlab --cfg job shows every key); a new key needs a leading +"
@@ -188,7 +188,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
             kinds = {run.cost_key: run for run in cost.unmeasured}
             example = [*plan.command.hydra_argv()[:2 if plan.command.config_name else 0],
                        *(o for o in next(iter(kinds.values())).overrides
-                          if not o.startswith("wandb.group=") and not o.lstrip("+~").startswith("launcher"))]
+                          if not o.startswith("wandb.group=") and not is_launcher_override(o))]
             lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "
                          f"of each first, e.g. python -m cutlab {' '.join(example)}")
     return "\n".join(lines)

@@ -34,7 +34,6 @@ from cutlab.config.launcher import RENAMED, SLURM_SETTINGS
 from cutlab.config.paths import SLURM_PROFILES_DIR
 from cutlab.errors import CutlabError
 
-PROFILES_DIR = SLURM_PROFILES_DIR
 WHOLE = ("timeout_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node")
 MAY_BE_ZERO = ("gpus_per_node", "max_requeues")
 
@@ -80,16 +79,12 @@ def profile_path(name_or_path: str) -> Path:
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml") or candidate.is_file():
         return candidate
-    return PROFILES_DIR / f"{name_or_path}.yaml"
-
-
-def load_profile(name_or_path: str) -> SlurmProfile:
-    """The profile ``slurm/<name>.yaml`` (or the file at a path); unknown keys and bad values name the fix."""
-    return SlurmProfile(**_profile_values(name_or_path))
+    return SLURM_PROFILES_DIR / f"{name_or_path}.yaml"
 
 
 def slurm_settings(launcher: dict) -> SlurmProfile:
-    """The settings of ``launcher=slurm``: its profile's, overridden by every key the launcher node sets (not null)."""
+    """The settings of ``launcher=slurm``: its profile's (``slurm/<name>.yaml`` or the file at a path; unknown keys and
+    bad values name the fix), overridden by every key the launcher node sets (not null)."""
     values = _profile_values(str(launcher.get("profile") or "default"))
     given = {key: launcher[key] for key in SLURM_SETTINGS if launcher.get(key) is not None}
     _check_values(given, lambda key: f"launcher.{key}")
@@ -104,7 +99,7 @@ def _profile_values(name_or_path: str) -> dict[str, Any]:
 
     path = profile_path(name_or_path)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PROFILES_DIR.glob("*.yaml")))
+        known = ", ".join(sorted(p.stem for p in SLURM_PROFILES_DIR.glob("*.yaml")))
         raise CutlabError(f"no SLURM profile {name_or_path!r} ({path} not found); choose one of "
                           f"launcher.profile={known}, or give a path to your own profile file")
     try:

@@ -66,12 +66,15 @@ class ProgressReporter:
     def step(self, progress: Progress, result: StepResult, seconds: float) -> None:
         if self.meter is None:
             return
-        losses = result.layer_losses.tolist()
-        epoch, lam = f"epoch {progress.epoch + 1}/{self.epochs}", float(result.multipliers.max())
-        if self.meter.bar is not None:  # one terminal line: the last layer's loss; a log line has room for all
-            note = f"{epoch}, loss {losses[-1]:.3g}, max lambda {lam:.3g}"
-        else:
-            note = f"{epoch}, layer losses [{' '.join(f'{v:.3g}' for v in losses)}], max lambda {lam:.3g}"
+        short = self.meter.bar is not None  # one terminal line: the last layer's loss; a log line has room for all
+        epoch = f"epoch {progress.epoch + 1}/{self.epochs}"  # now: the trainer moves ``progress`` on
+
+        def note() -> str:  # made only when a line is written or the bar drawn (cutlab.core.progress.Note);
+            # the step's tensors are its own copies (StepResult), so a later note reads this step's values
+            losses, lam = result.layer_losses.tolist(), float(result.multipliers.max())
+            if short:
+                return f"{epoch}, loss {losses[-1]:.3g}, max lambda {lam:.3g}"
+            return f"{epoch}, layer losses [{' '.join(f'{v:.3g}' for v in losses)}], max lambda {lam:.3g}"
         self.meter.update(progress.step, note)
 
     def evaluating(self, split: str):

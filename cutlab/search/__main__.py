@@ -81,7 +81,7 @@ def build_plan(args: argparse.Namespace):
     from omegaconf import OmegaConf
 
     from cutlab.config.checks import check_config
-    from cutlab.config.launcher import check_launcher_node
+    from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys
     from cutlab.search.preset import as_override, load_preset
@@ -100,7 +100,7 @@ def build_plan(args: argparse.Namespace):
     launcher = OmegaConf.to_container(base.launcher, resolve=True)
     check_launcher_node(launcher)
     # where the workers run is not part of any trial's config: launcher overrides stay out of the trials' overrides
-    overrides = [o for o in overrides if not o.lstrip("+~").startswith("launcher")]
+    overrides = [o for o in overrides if not is_launcher_override(o)]
     for arm in preset.arms:
         cfg = compose_run_config([*arm.overrides, *overrides])
         check_space_keys(cfg, arm.space)
@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             work(plan, args.worker_index)
             return 0
         say(describe(plan, args.workers))
-        if plan.launcher.get("name") == "slurm":
+        slurm = plan.launcher.get("name") == "slurm"
+        if slurm:
             say(slurm_description(plan, args.workers))
         if args.dry_run:
             say("dry run: nothing was run and no storage was opened")
@@ -250,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
-        if plan.launcher.get("name") == "slurm":
+        if slurm:
             run_slurm_workers(args, plan)
         elif args.workers == 1:
             work(plan, 0)
