@@ -306,6 +306,14 @@ def test_a_second_lock_on_a_run_folder_names_the_holder_and_temp_files_are_per_p
     with RunLock(tmp_path / "fresh"):
         pass
     assert not (tmp_path / "fresh").exists()  # a lock that created its folder and wrote nothing leaves nothing
+    with RunLock(tmp_path / "runs" / "fresh"):
+        pass
+    assert not (tmp_path / "runs").exists()  # nor the runs folder it made for it
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "earlier").mkdir()
+    with RunLock(tmp_path / "runs" / "fresh"):
+        pass
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["earlier"]  # a folder it found is kept
 
 
 # ------------------------------------------------------------------------------ 5. analysis of a stranger's folder

@@ -19,19 +19,19 @@ LOCK = ".lock"
 class RunLock:
     """Hold ``run_dir``'s lock from ``acquire()`` to ``release()`` (or the end of a ``with`` block).
 
-    The folder is created if needed; ``release`` removes the lock file, and the folder too when this lock
-    created it and nothing else was written there (a run refused at the door leaves nothing behind).
+    The folder is created if needed; ``release`` removes the lock file, and the folders too (the run's and any
+    parents, such as ``runs/``) that this lock created and nothing else was written to (a run refused at the door
+    leaves nothing behind).
     """
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir, self.path = Path(run_dir), Path(run_dir) / LOCK
         self._descriptor: int | None = None
-        self._created_dir = False
+        self._created: list[Path] = []  # the folders acquire() made, deepest first
 
     def acquire(self) -> RunLock:
-        if not self.run_dir.exists():
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self._created_dir = True
+        self._created = [folder for folder in (self.run_dir, *self.run_dir.parents) if not folder.exists()]
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
             descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -39,7 +39,7 @@ class RunLock:
             except BlockingIOError:
                 holder = os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
                 os.close(descriptor)
-                self._remove_created_dir()
+                self._remove_created_folders()
                 raise CutlabError(f"{self.run_dir} is being written by {holder}; wait for it to end (or stop it), then "
                                   "run the same command again: a run folder takes one writer at a time") from None
             if self._still_the_lock_file(descriptor):
@@ -62,14 +62,15 @@ class RunLock:
         self.path.unlink(missing_ok=True)  # removed while still held: a waiter then sees a stale file and retries
         os.close(self._descriptor)
         self._descriptor = None
-        self._remove_created_dir()
+        self._remove_created_folders()
 
-    def _remove_created_dir(self) -> None:
-        if self._created_dir:
+    def _remove_created_folders(self) -> None:
+        for folder in self._created:
             try:
-                self.run_dir.rmdir()
+                folder.rmdir()
             except OSError:
-                pass  # the run wrote its record there: kept
+                return  # the run wrote its record there (or another run shares the parent): kept
+        self._created = []
 
     def __enter__(self) -> RunLock:
         return self.acquire()
