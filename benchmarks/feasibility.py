@@ -66,7 +66,8 @@ def figure(model: str, depth: int, arms: dict, budget: int) -> dict:
     row = {"model": model, "L": depth, "budget_steps": budget,
            **{f"{arm}_steps_to_feasibility": arms[arm].get("steps_to_strict_feasibility") for arm in ARMS},
            **{f"{arm}_verdict": arms[arm].get("verdict") for arm in ARMS},
-           **{f"{arm}_wall_time_s": arms[arm].get("wall_time_s") for arm in ARMS}}
+           **{f"{arm}_wall_time_s": arms[arm].get("wall_time_s") for arm in ARMS},
+           **{f"{arm}_test_metric": arms[arm].get("test_mean_metric") for arm in ARMS}}  # at gamma_train only
     if new is not None and paper is not None:
         row["ratio"] = new / paper
         row["status"] = "met" if row["ratio"] <= TARGET else "NOT met"
@@ -128,20 +129,39 @@ def plot(cells: list[tuple[str, int]], found: dict[tuple[str, int, str], Path], 
     plt.close(fig)
 
 
-def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+NOTES = "## Notes"  # a written section after this heading is kept when the record is regenerated
+
+
+def markdown(rows: list[dict], args: argparse.Namespace, figure_name: str, notes: str) -> str:
     lines = ["# Steps to feasibility: train=constrained ÷ train=constrained_paper", "",
              f"{args.data}, gamma_train {args.gamma}, {args.epochs} epochs x {args.steps} steps (the first epoch is the "
              "primal warm-up). Steps to feasibility: the first step from which the smoothed training constraints "
              f"stayed strictly met to the end. Goal: ratio <= {TARGET:.2f}.", "",
-             "| model | L | default: steps | paper: steps | ratio | status | verdicts (default / paper) |",
-             "|---|---:|---:|---:|---:|---|---|"]
+             "| model | L | default: steps | paper: steps | ratio | status | verdicts (default / paper) "
+             "| test RMSE at gamma_train (default / paper) | wall time per run, s (default / paper) |",
+             "|---|---:|---:|---:|---:|---|---|---|---|"]
+    both = lambda row, key, form: " / ".join("—" if row[f"{arm}_{key}"] is None else form.format(row[f"{arm}_{key}"])  # noqa: E731
+                                             for arm in ARMS)
     for row in rows:
         ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "—"
         never = lambda v: "never" if v is None else str(v)  # noqa: E731
         lines.append(f"| {row['model']} | {row['L']} | {never(row['constrained_steps_to_feasibility'])} | "
                      f"{never(row['constrained_paper_steps_to_feasibility'])} | {ratio} | {row['status']} | "
-                     f"{row['constrained_verdict']} / {row['constrained_paper_verdict']} |")
-    return "\n".join(lines) + "\n"
+                     f"{row['constrained_verdict']} / {row['constrained_paper_verdict']} | "
+                     f"{both(row, 'test_metric', '{:.2f}')} | {both(row, 'wall_time_s', '{:.0f}')} |")
+    command = " ".join(["benchmarks/feasibility.py", *sys.argv[1:]])
+    lines += ["", f"Command: `.venv/bin/python {command}` (complete runs in the runs folder are reused).", "",
+              f"![largest relative violation over training, both arms]({figure_name})", "",
+              "The figure: per cell, each arm's largest relative violation (l - bound) / bound over the training "
+              "steps, on the smoothed losses the feasibility clock reads; the grey line is the verdict's tolerance.",
+              ""]
+    return "\n".join(lines) + (f"\n{notes}" if notes else "")
+
+
+def kept_notes(path: Path) -> str:
+    """The written ``## Notes`` section of an earlier record, to carry into the regenerated one."""
+    text = path.read_text() if path.is_file() else ""
+    return text[text.index(NOTES):] if NOTES in text else ""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,11 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     found = find_runs(args.runs_dir, cells, args.epochs)
     summaries = {(model, depth): read_cell(found, model, depth) for model, depth in cells}
     rows = [figure(model, depth, summaries[model, depth], budget) for model, depth in cells]
-    args.out.write_text(json.dumps({"rows": rows, "command": sys.argv, "wall_time_s": time.time() - started},
+    # each run's own wall time is in its row; a rerun that reuses complete runs takes seconds
+    args.out.write_text(json.dumps({"rows": rows, "command": sys.argv, "this_invocation_s": time.time() - started},
                                    indent=2) + "\n")
-    (args.out.parent / f"{args.out.stem.upper()}.md").write_text(markdown(rows, args))
+    record = args.out.parent / f"{args.out.stem.upper()}.md"
+    text = markdown(rows, args, args.out.with_suffix(".png").name, kept_notes(record))
+    record.write_text(text)
     plot(cells, found, summaries, args.out.with_suffix(".png"))
-    print(markdown(rows, args))
+    print(text)
     return 0
 
 

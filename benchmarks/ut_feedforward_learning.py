@@ -18,6 +18,7 @@ import time
 import torch
 
 import suite.paths  # noqa: F401  points cutlab at the real data and weights beside the checkout
+from suite.ped2_windows import ut_on_validation_windows
 
 
 def main() -> None:
@@ -29,17 +30,10 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8, help="validation windows, spread over the split")
     args = parser.parse_args()
 
-    from cutlab.config.compose import compose_run_config  # registers the config's resolvers itself
     from cutlab.core.perturbation import noise_generator, perturb
-    from cutlab.tasks.video import build_video_task
 
     torch.set_num_threads(1)
-    cfg = compose_run_config(["data=ucsd_ped2", "model=ut", "L=1", f"gamma={args.gamma}", "progress=false"])
-    task = build_video_task(cfg)
-    every = max(1, len(task.val_set) // args.windows)
-    val_clean, val_target = task.prepare(
-        torch.stack([task.val_set[i] for i in range(0, len(task.val_set), every)][:args.windows]))
-    val_noisy = perturb(val_clean, args.gamma, task.sigma, 0.0, noise_generator(seed=0, stream=0, index=0))
+    cfg, task, val_noisy, val_target = ut_on_validation_windows(1, args.gamma, args.windows)
 
     for setting in args.settings:
         lr, std = (float(part) for part in setting.split(":"))

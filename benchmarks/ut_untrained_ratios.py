@@ -14,6 +14,7 @@ import argparse
 import torch
 
 import suite.paths  # noqa: F401  points cutlab at the real data and weights beside the checkout
+from suite.ped2_windows import ut_on_validation_windows
 
 
 def main() -> None:
@@ -24,17 +25,8 @@ def main() -> None:
     parser.add_argument("--windows", type=int, default=8, help="validation windows, spread over the split")
     args = parser.parse_args()
 
-    from cutlab.config.compose import compose_run_config  # registers the config's resolvers itself
-    from cutlab.core.perturbation import noise_generator, perturb
-    from cutlab.tasks.video import build_video_task
-
     torch.set_num_threads(1)
-    cfg = compose_run_config(["data=ucsd_ped2", "model=ut", f"L={args.depth}", f"gamma={args.gamma}", "progress=false"])
-    task = build_video_task(cfg)
-    every = max(1, len(task.val_set) // args.windows)
-    frames = torch.stack([task.val_set[i] for i in range(0, len(task.val_set), every)][:args.windows])
-    clean, target = task.prepare(frames)
-    noisy = perturb(clean, args.gamma, task.sigma, 0.0, noise_generator(seed=0, stream=0, index=0))
+    cfg, task, noisy, target = ut_on_validation_windows(args.depth, args.gamma, args.windows)
     for beta in args.betas:
         torch.manual_seed(0)
         model = task.model.__class__(args.depth, patch=cfg.model.patch, atoms=cfg.model.atoms, attention_step=beta,

@@ -88,7 +88,7 @@ def check_data_folder(cfg: DictConfig) -> None:
     """A dataset read from the default data folder (paths.data_dir) when that folder is not there: one line naming the
     ways to say where the data is (an installed cutlab's default is a per-user folder that starts empty)."""
     root, folder = cfg.data.get("root"), cfg.paths.get("data_dir")
-    if root is None or folder is None or not str(root).startswith(str(folder)) or Path(folder).exists():
+    if root is None or folder is None or not Path(root).is_relative_to(folder) or Path(folder).exists():
         return
     raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
                       f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")

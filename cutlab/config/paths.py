@@ -19,8 +19,9 @@ PACKAGE_ROOT = checkout.ROOT  # the checkout, or site-packages: where child proc
 CHECKOUT = PACKAGE_ROOT if checkout.is_checkout() else None
 
 CONFIG_MODULE = "cutlab.conf"             # Hydra's primary config module: pkg://cutlab.conf
-CONFIG_DIR = Path(str(files("cutlab.conf")))           # config.yaml and its groups (model/, data/, train/, launcher/)
-SWEEPS_DIR = Path(str(files("cutlab.sweeps")))         # --config-name NAME (cutlab/config/searchpath.py)
+SWEEPS_MODULE = "cutlab.sweeps"           # on Hydra's search path beside it (cutlab/config/searchpath.py)
+CONFIG_DIR = Path(str(files(CONFIG_MODULE)))           # config.yaml and its groups (model/, data/, train/, launcher/)
+SWEEPS_DIR = Path(str(files(SWEEPS_MODULE)))           # --config-name NAME
 SEARCH_DIR = Path(str(files("cutlab.searches")))       # cutlab-search search=NAME (cutlab.search.preset)
 SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 

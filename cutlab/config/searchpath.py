@@ -12,10 +12,10 @@ from __future__ import annotations
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from cutlab.config.paths import CONFIG_MODULE
+from cutlab.config.paths import CONFIG_MODULE, SWEEPS_MODULE
 
 CONFIG = f"pkg://{CONFIG_MODULE}"  # the primary config's entry, as cli.py and compose.py give it to Hydra
-SWEEPS = "pkg://cutlab.sweeps"
+SWEEPS = f"pkg://{SWEEPS_MODULE}"
 
 
 class CutlabSweepsSearchPath(SearchPathPlugin):

@@ -11,7 +11,7 @@ from cutlab.core.errors import CutlabError
 EXTRAS = {  # top-level module -> (pip extra, what needs it)
     "transformers": ("hf", "model=vit and the text and instruction runs (Hugging Face models and tokenizers)"),
     "av": ("video", "the video-file datasets (.avi/.mp4: data=avenue, data=shanghaitech, data=video_folder)"),
-    "peft": ("lora", "LoRA fine-tuning (model.lora)"),
+    "peft": ("lora", "LoRA fine-tuning (model.lora.enabled=true; set it false for full fine-tuning)"),
 }
 
 

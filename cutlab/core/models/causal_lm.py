@@ -118,12 +118,8 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
 
 def with_lora(network, lora_cfg):
     """LoRA adapters (peft) on ``lora.target_modules``; the base weights, embeddings, norm and head stay frozen."""
-    try:
-        peft = optional_import("peft")
-        LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
-    except ImportError:
-        raise CutlabError("model.lora.enabled=true needs peft: pip install 'cutlab[lora]' "
-                          "(or set model.lora.enabled=false for full fine-tuning)") from None
+    peft = optional_import("peft")  # missing: one line naming cutlab[lora] and model.lora.enabled=false
+    LoraConfig, get_peft_model = peft.LoraConfig, peft.get_peft_model
 
     config = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                         target_modules=list(lora_cfg.target_modules), task_type="CAUSAL_LM")
