@@ -168,16 +168,47 @@ def _infeasible(frame: pd.DataFrame) -> list[str]:
         constrained = int((frame["usable"] & (frame["constrained"] == True)).sum())  # noqa: E712 (either arm)
         return lines + ["None: every complete constrained run satisfies its constraints on held-out data."
                         if constrained else "None (no complete constrained runs)."]
+    lowest = lowest_last_layer_loss(frame)
     lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
-              "at γ_train). They stay in the tables, marked †, when best on validation.", "",
-              "| run | setting | seed | violated layers | test metric |", "|---|---|---:|---|---:|"]
+              "at γ_train). They stay in the tables, marked †, when best on validation. Chained together, the "
+              "constraints allow the last layer at most ε (1 − α)^L; the last column is the lowest validation ℓ_L "
+              "that any complete run in this report reached on the same data at the same γ_train, either arm, any "
+              "model or depth.", "",
+              "| run | setting | seed | violated layers | test metric | validation ℓ_L | ε (1 − α)^L | lowest ℓ_L here |",
+              "|---|---|---:|---|---:|---:|---:|---:|"]
+    below = 0
     for _, run in infeasible.iterrows():
         layers = ", ".join(str(layer) for layer in run["violated_layers"]) or "?"
         value = run["test_auc"] if run["task"] == "text" else run["test_mean_metric"]
         name = "accuracy AUC" if run["task"] == "text" else f"mean {METRIC_NAME.get(run['metric'], run['metric'])}"
+        floor = lowest.get((run["dataset"], _rounded(run["gamma_train"])), math.nan)
+        asks_below = bool(run["last_layer_bound"] < floor)  # False where either is unknown (NaN)
+        below += asks_below
         lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {_int(run['seed'])} | {layers} | "
-                     f"{name} {value:.3f} |")
+                     f"{name} {value:.3f} | {_loss(run['val_last_layer_loss'])} | "
+                     f"{_loss(run['last_layer_bound'])}{' ‡' if asks_below else ''} | {_loss(floor)} |")
+    if below:
+        lines += ["", f"‡ {below} of {len(infeasible)} ask for a last-layer loss below the lowest that any run in "
+                  "this report reached at their data and γ_train: more total descent than anything trained here "
+                  "delivered, so another dual setting cannot be expected to meet them. What can: a larger ε (a worse "
+                  "Φ_0 for the layers to descend from), a smaller α, or a model that reaches lower."]
     return lines
+
+
+def lowest_last_layer_loss(frame: pd.DataFrame) -> dict[tuple, float]:
+    """(dataset, gamma_train) -> the lowest validation l_L any complete run reached there (an estimate, from above,
+    of the task's floor at this budget)."""
+    reached = frame[frame["usable"] & frame["val_last_layer_loss"].notna()]
+    return {(dataset, _rounded(gamma)): float(group["val_last_layer_loss"].min())
+            for (dataset, gamma), group in reached.groupby(["dataset", "gamma_train"])}
+
+
+def _rounded(gamma) -> float:
+    return round(float(gamma), 6)
+
+
+def _loss(value) -> str:
+    return "?" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4g}"
 
 
 def _partial(frame: pd.DataFrame) -> list[str]:

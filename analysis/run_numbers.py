@@ -8,6 +8,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from cutlab.core.primal_dual import chain_bound
+
+from .record_values import number_or_nan
+
 # Records of older cutlab versions lack data.task in their config and some lack the metric in their summary: the
 # task and direction are then inferred from the metric's name or the dataset's (new records never need these).
 TASK_OF_METRIC = {"rmse": "video", "accuracy": "text", "token_accuracy": "instruction"}
@@ -73,6 +77,7 @@ def headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
                                              else TASK_OF_DATASET.get(row.get("dataset"))),
         "selection_mode": row.get("selection_mode") or DEFAULT_MODE.get(metric),
         "test_mean_metric": math.nan, "test_auc": math.nan, "selection_metric": row.get("selection_metric_summary"),
+        "val_last_layer_loss": math.nan, "last_layer_bound": math.nan,
         "usable": row["state"] == "complete",
         "partial": row["state"] == "partial",
     }
@@ -83,12 +88,25 @@ def headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
     if len(test):
         out["test_mean_metric"] = float(test.mean())  # Table 3's number: mean over the gamma_test grid
         out["test_auc"] = area_under(test)  # Table 4's number
+    out.update(_last_layer_against_chain(row, evaluation, last))
     if out["selection_metric"] is None:
         # older summaries without it: the validation metric averaged over the test grid, as cutlab does
         val = _last_layer(evaluation, "val", metric, last)
         val = val[val.index.isin(test.index)]
         out["selection_metric"] = float(val.mean()) if len(val) else math.nan
     return out
+
+
+def _last_layer_against_chain(row: dict, evaluation: pd.DataFrame, last: int) -> dict[str, Any]:
+    """The validation l_L at gamma_train (the loss the verdict reads) and epsilon (1 - alpha)^L, the most the
+    constraints allow it in all: a cell whose bound lies below every l_L reached at its data and gamma_train asks
+    for more descent than anything trained there gave (cutlab.core.primal_dual.chain_bound)."""
+    gamma, alpha, epsilon = row.get("gamma_train"), row.get("alpha"), row.get("epsilon")
+    rows = evaluation[(evaluation["split"] == "val") & (evaluation["metric"] == "loss") & (evaluation["layer"] == last)]
+    at_gamma = rows[np.isclose(rows["gamma_test"], gamma)] if gamma is not None else rows.iloc[:0]
+    bound = chain_bound(epsilon, alpha, last) if alpha is not None and number_or_nan(epsilon) else None
+    return {"val_last_layer_loss": float(at_gamma["value"].iloc[0]) if len(at_gamma) else math.nan,
+            "last_layer_bound": math.nan if bound is None else bound}
 
 
 def _last_layer(evaluation: pd.DataFrame, split: str, metric: str, last: int) -> pd.Series:

@@ -124,6 +124,28 @@ def test_degenerate_cell_gets_its_own_note(runs, report):
     assert "∅ degenerate: no descent possible" in report.split("## Feasibility")[1]
 
 
+def test_infeasible_runs_say_whether_their_chain_of_constraints_asks_below_anything_reached(tmp_path):
+    from analysis.collect import collect_runs
+    from analysis.report import write_report
+
+    # gamma_train 0.5 is on the grid, so eval.csv has validation rows there, as cutlab writes them
+    cell = dict(model="ut", dataset="ucsd_ped2", L=3, gamma=0.5)
+    write_run(tmp_path / "runs", "erm", **cell, constrained=False, test=10.0, selection=10.0)
+    # epsilon 40 (the writer's summary): alpha 0.9 allows l_3 <= 40 * 0.1^3 = 0.04, alpha 0.25 allows 16.875
+    write_run(tmp_path / "runs", "steep", **cell, constrained=True, alpha=0.9, test=14.0, selection=14.0,
+              verdict="infeasible", violated=(1, 2, 3))
+    write_run(tmp_path / "runs", "gentle", **cell, constrained=True, seed=1, test=14.0, selection=14.0,
+              verdict="infeasible", violated=(2,))
+    report = write_report(collect_runs(tmp_path / "runs"), tmp_path / "out").path.read_text()
+    section = report.split("## Runs that ended infeasible")[1].split("\n## ")[0]
+    rows = {cells[0].strip(): [c.strip() for c in cells] for cells in
+            (line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ") and "---" not in line)}
+    reached = lambda rmse: f"{1280 * (rmse / 255) ** 2:.4g}"  # noqa: E731  the writer's loss at the last layer
+    assert rows["steep"][-3:] == [reached(14.0), "0.04 ‡", reached(10.0)]  # ERM reached 1.968: the bound is below it
+    assert rows["gentle"][-3:] == [reached(14.0), "16.88", reached(10.0)]
+    assert "‡ 1 of 2 ask for a last-layer loss below the lowest that any run in this report reached" in section
+
+
 def feasibility_rows(report: str) -> dict[str, list[str]]:
     section = report.split("## Feasibility")[1].split("\n## ")[0]
     rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")]

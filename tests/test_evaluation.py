@@ -87,3 +87,16 @@ def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
     assert erm.status == "unconstrained" and erm.violated_layers == [1]
     no_reference = feasibility_verdict(torch.tensor([9.0, 4.0]), Constraints(alpha=0.5), torch.zeros(2), 0.0, True)
     assert no_reference.status == "feasible"  # epsilon off: l_0 = 9 is not a violation
+    assert no_reference.last_layer_bound is None  # nothing bounds l_L without the reference constraint
+
+
+@pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
+def test_verdict_records_what_the_chain_of_constraints_allows_the_last_layer(form):
+    # epsilon 2, alpha 0.5, L = 3: l_3 <= 2 * 0.5^3 = 0.25 for every form of the same constraints
+    constraints = Constraints(alpha=0.5, epsilon=2.0, form=form)
+    short = feasibility_verdict(torch.tensor([1.0, 0.6, 0.35, 0.3]), constraints, torch.zeros(4), 0.02, True)
+    assert short.last_layer_bound == pytest.approx(0.25) and short.last_layer_loss == pytest.approx(0.3)
+    assert short.status == "infeasible" and short.violated_layers == [1, 2, 3]
+    # the chain's bound is necessary, not sufficient: l_3 = 0.1 is well below it and layer 2 still misses its step
+    out_of_step = feasibility_verdict(torch.tensor([1.0, 0.4, 0.3, 0.1]), constraints, torch.zeros(4), 0.02, True)
+    assert out_of_step.violated_layers == [2] and out_of_step.last_layer_loss < out_of_step.last_layer_bound

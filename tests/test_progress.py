@@ -158,3 +158,30 @@ def test_cutlab_progress_forces_lines_or_bars(monkeypatch, forced, expected):
         monkeypatch.delenv(MODE_ENV)
         assert wants_bar(terminal) is True and wants_bar(io.StringIO()) is False
     os.close(leader)
+
+
+def test_an_infeasible_run_is_told_whether_it_lacks_total_descent_or_a_layer_is_out_of_step():
+    from cutlab.run.progress import chain_note
+
+    short = {"last_layer_loss": 0.26, "last_layer_bound": 0.155, "violated_layers": [1, 2, 3]}
+    assert chain_note(short) == ("infeasible at layers 1, 2, 3: validation l_L is 0.26, and the constraints together "
+                                 "allow at most epsilon (1 - alpha)^L = 0.155, so the layers must descend further in all")
+    spaced = {"last_layer_loss": 0.34, "last_layer_bound": 2.1, "violated_layers": [4, 7]}
+    assert chain_note(spaced).endswith("= 2.1, so the total descent is there and those layers miss their own step")
+
+
+def test_an_infeasible_run_says_why_on_the_line_before_its_verdict(tmp_path):
+    import json
+
+    from cutlab.run.progress import chain_note
+
+    # alpha 0.99 asks every layer to remove 99 % of the loss before it: no model meets that in 18 steps
+    result = cutlab([*TINY, "wandb.mode=disabled", "run_name=steep", "train.alpha=0.99"], tmp_path / "runs")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((tmp_path / "runs" / "steep" / "summary.json").read_text())
+    feasibility = summary["feasibility"]
+    assert feasibility["status"] == "infeasible"
+    assert feasibility["last_layer_bound"] == pytest.approx(summary["epsilon"] * 0.01 ** 3)  # L = 3
+    lines = result.stderr.strip().splitlines()
+    assert lines[-2] == "[cutlab] " + chain_note(feasibility) and "descend further in all" in lines[-2]
+    assert lines[-1].startswith("[cutlab] done: ") and "verdict infeasible" in lines[-1]

@@ -125,6 +125,8 @@ class Verdict:
     slack_layers: list[int]
     degenerate_layers: list[int]
     tolerance: float
+    last_layer_loss: float  # l_L on the held-out data the verdict reads
+    last_layer_bound: float | None  # epsilon (1 - alpha)^L: the most the constraints allow l_L together (None: no epsilon)
 
     def as_dict(self) -> dict:
         return vars(self).copy()
@@ -174,4 +176,5 @@ def feasibility_verdict(
         else torch.full_like(losses, float("nan"))
     return Verdict(status, [float(v) for v in values], [float(v) for v in violation],
                    [float(v) for v in relative_slack], indices(violated & ~degenerate_rhs),
-                   indices(missed & ~violated), indices(degenerate), tolerance)
+                   indices(missed & ~violated), indices(degenerate), tolerance, float(losses[-1]),
+                   constraints.last_layer_bound(len(losses) - 1))

@@ -50,6 +50,14 @@ DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
 
 
+def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
+    """epsilon (1 - alpha)^L: chaining the descent constraints l_l <= (1 - alpha) l_{l-1} (the paper's eq. (4)) down
+    to the reference l_0 <= epsilon (its Sec. 5) bounds the last layer's loss, in every constraint form. Where the
+    lowest l_L a model can reach lies above it, no model is feasible at any budget (the paper notes that the
+    reference value makes constrained runs start higher than ERM's); None when the reference constraint is off."""
+    return None if epsilon is None else float(epsilon) * (1.0 - float(alpha)) ** int(depth)
+
+
 @dataclass(frozen=True)
 class Constraints:
     """The descent constraints of (P-CUT). ``epsilon=None`` drops the reference constraint on l_0."""
@@ -93,6 +101,10 @@ class Constraints:
         else:
             reference = torch.log(layer_losses[:1]) - math.log(self.epsilon)
         return torch.cat([reference, descent])
+
+    def last_layer_bound(self, depth: int) -> float | None:
+        """The largest l_L the constraints allow together (None without the reference constraint): see chain_bound."""
+        return chain_bound(self.epsilon, self.alpha, depth)
 
     def right_hand_sides(self, layer_losses: torch.Tensor) -> torch.Tensor:
         """Each constraint's bound in loss units, [L+1]: epsilon for l_0 (0 when off), (1 - alpha) l_{l-1} after."""

@@ -109,8 +109,21 @@ class ProgressReporter:
         print_line(f"run complete; record in {shown_path(run_dir)}{os.sep}")
         for line in next_commands(run_dir, summary.get("wandb_mode", "disabled"), wandb_url):
             print_line(f"  {line}")
+        if summary["verdict"] == "infeasible" and summary["feasibility"].get("last_layer_bound") is not None:
+            print_line(chain_note(summary["feasibility"]))
         ind = summary["in_distribution"]
         losses = " > ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) if ind["strictly_decreasing"] else \
             ", ".join(f"{v:.4g}" for v in ind["test_layer_loss"]) + " (not decreasing)"
         print_line(f"done: test mean {summary['metric']} over gamma_test {summary['test_mean_metric']:.3f}, "
                    f"verdict {summary['verdict']}; test loss by layer at gamma_test={ind['gamma']:g}: {losses}")
+
+
+def chain_note(feasibility: dict) -> str:
+    """Why an infeasible run missed: short of the total descent the constraints ask, or some layers out of step."""
+    reached, bound = feasibility["last_layer_loss"], feasibility["last_layer_bound"]
+    layers = ", ".join(str(layer) for layer in feasibility["violated_layers"])
+    where = (f"infeasible at layers {layers}: validation l_L is {reached:.4g}, and the constraints together allow at "
+             f"most epsilon (1 - alpha)^L = {bound:.4g}")
+    if reached > bound:
+        return f"{where}, so the layers must descend further in all"
+    return f"{where}, so the total descent is there and those layers miss their own step"
