@@ -203,8 +203,9 @@ def lowest_last_layer_loss(frame: pd.DataFrame) -> dict[tuple, float]:
             for (dataset, gamma), group in reached.groupby(["dataset", "gamma_train"])}
 
 
-def _rounded(gamma) -> float:
-    return round(float(gamma), 6)
+def _rounded(gamma) -> float | None:
+    """gamma_train as a lookup key (None where a record lacks it)."""
+    return None if gamma is None or pd.isna(gamma) else round(float(gamma), 6)
 
 
 def _loss(value) -> str:
