@@ -10,8 +10,6 @@ import pandas as pd
 
 from cutlab.core.primal_dual import chain_bound
 
-from .record_values import number_or_nan
-
 # Records of older cutlab versions lack data.task in their config and some lack the metric in their summary: the
 # task and direction are then inferred from the metric's name or the dataset's (new records never need these).
 TASK_OF_METRIC = {"rmse": "video", "accuracy": "text", "token_accuracy": "instruction"}
@@ -104,7 +102,7 @@ def _last_layer_against_chain(row: dict, evaluation: pd.DataFrame, last: int) ->
     gamma, alpha, epsilon = row.get("gamma_train"), row.get("alpha"), row.get("epsilon")
     rows = evaluation[(evaluation["split"] == "val") & (evaluation["metric"] == "loss") & (evaluation["layer"] == last)]
     at_gamma = rows[np.isclose(rows["gamma_test"], gamma)] if gamma is not None else rows.iloc[:0]
-    bound = chain_bound(epsilon, alpha, last) if alpha is not None and number_or_nan(epsilon) else None
+    bound = chain_bound(epsilon, alpha, last) if alpha is not None else None  # both already checked on reading
     return {"val_last_layer_loss": float(at_gamma["value"].iloc[0]) if len(at_gamma) else math.nan,
             "last_layer_bound": math.nan if bound is None else bound}
 
