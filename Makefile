@@ -34,7 +34,7 @@ run: setup
 services:
 	bash tests/install_services.sh
 
-# The default test run (slow tests excluded; `make test-all` runs them too).
+# The default test run (a sample of the slow tests, chosen by commit; `make test-all` runs them all).
 test: setup services
 	$(BIN)/python -m pytest
 

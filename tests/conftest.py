@@ -47,3 +47,39 @@ def ped2_tokens() -> torch.Tensor:
     clips = np.load(require_shared(PED2_TINY))
     frames = torch.from_numpy(np.stack([clips["training_01"][:4], clips["training_02"][:4]]))
     return to_patch_tokens(frames, patch=16)[:, :, :30].contiguous()
+
+
+# ------------------------------------------------------------------ slow tests: a sample in every default run
+SLOW_SAMPLE = pytest.StashKey[tuple]()  # (seed, the chosen test ids, how many slow tests were collected)
+
+def pytest_addoption(parser):
+    from helpers import slow_sample
+
+    parser.addoption("--slow-sample", type=int, default=slow_sample.SIZE, metavar="N",
+                     help="how many slow tests a run without -m includes, chosen by commit (0: none; "
+                          "`-m 'slow or not slow'` runs them all)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Without -m: drop the slow tests but a sample (helpers/slow_sample.py); any -m expression decides alone."""
+    from helpers import slow_sample
+
+    if config.option.markexpr:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow")]
+    seed = slow_sample.seed(ROOT)
+    chosen = slow_sample.choose([item.nodeid for item in slow], seed, config.getoption("--slow-sample"))
+    dropped = [item for item in slow if item.nodeid not in chosen]
+    items[:] = [item for item in items if item not in dropped]
+    config.hook.pytest_deselected(items=dropped)
+    config.stash[SLOW_SAMPLE] = (seed, chosen, len(slow))
+
+
+def pytest_collection_finish(session):
+    if SLOW_SAMPLE not in session.config.stash or not session.config.stash[SLOW_SAMPLE][2]:
+        return
+    seed, chosen, total = session.config.stash[SLOW_SAMPLE]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"slow tests: {len(chosen)} of {total} in this run (sample of {seed[:12]}; all of them: "
+                            f"make test-all; this sample again: CUTLAB_SLOW_SEED={seed}): {', '.join(chosen) or 'none'}")

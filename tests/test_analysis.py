@@ -226,6 +226,7 @@ def test_report_end_to_end_on_the_golden_folder(golden_report):
     assert "## Skipped figures\n\nNone" in report
 
 
+@pytest.mark.slow
 def test_report_on_a_real_cutlab_sweep(tmp_path):
     """Tiny real runs through ``python -m cutlab`` (ERM, the paper's dual, another dual), then the report."""
     runs = tmp_path / "runs"

@@ -343,7 +343,7 @@ def tiny_run(root, tokenizer) -> list[str]:
             "eval.gamma_test=[0,0.5,1]", "data.val_fraction=0.1", "data.test_fraction=0.2", "wandb.mode=disabled"]
 
 
-@pytest.mark.parametrize("extra", [[], ["model.lora.enabled=true"]], ids=["full", "lora"])
+@pytest.mark.parametrize("extra", [pytest.param([], marks=pytest.mark.slow), ["model.lora.enabled=true"]], ids=["full", "lora"])
 def test_cli_run_writes_token_accuracy_per_gamma(tmp_path, alpaca_file, tiny_tokenizer, extra):
     runs = tmp_path / "runs"
     cutlab(tiny_run(alpaca_file, tiny_tokenizer) + extra, runs)

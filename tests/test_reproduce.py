@@ -27,6 +27,7 @@ def reproduce(out: Path) -> subprocess.CompletedProcess:
     return result
 
 
+@pytest.mark.slow
 def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_path):
     out = tmp_path / "smoke"
     first = reproduce(out)
@@ -142,6 +143,7 @@ def golden_text(runs: dict[str, list[tuple[str, str]]], root: Path) -> str:
                                                           for state, run_id in items) for sweep, items in runs.items())
 
 
+@pytest.mark.slow
 def test_the_paper_plan_with_every_input_given_matches_its_golden_file(inputs, tmp_path, monkeypatch, capsys):
     root, flags = inputs
     (tmp_path / "no-data").mkdir()
@@ -162,6 +164,7 @@ def test_the_paper_plan_with_every_input_given_matches_its_golden_file(inputs, t
     assert golden_text(runs, root) == (GOLDEN / "plan_paper.txt").read_text()
 
 
+@pytest.mark.slow
 def test_the_paper_plan_skips_each_missing_input_visibly_and_plans_the_rest(inputs, tmp_path, capsys):
     """Here: the shipped UCSD Ped2 and IMDb, RoBERTa and Alpaca given; no Avenue, ShanghaiTech, full MNLI, ViT,
     DistilBERT or Llama."""

@@ -148,6 +148,7 @@ def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_sto
     assert report["trials"]["complete"] == 3 and report["best"]["validation"] == best_value(study)
 
 
+@pytest.mark.slow
 def test_sqlite_storage_total_is_per_study_not_per_invocation(tmp_path, monkeypatch, capsys):
     url = f"sqlite:///{tmp_path / 'study.db'}"
     args = ["search=dust_video", "--storage", url, "search.pruner=null", "--study", "lite", *TINY]

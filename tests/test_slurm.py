@@ -140,6 +140,7 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
     assert not runs.exists()
 
 
+@pytest.mark.slow
 def test_launcher_settings_on_the_command_line_reach_the_submitted_job_and_leave_the_run_ids_unchanged(cluster, tmp_path):
     """launcher.partition/timeout_min/mem_gb/additional_parameters win over the profile (which names a partition this
     cluster lacks), are in the sbatch script submitit wrote and in SLURM's record of each job, and the runs' folders
@@ -168,6 +169,7 @@ def test_launcher_settings_on_the_command_line_reach_the_submitted_job_and_leave
         assert job["MinMemoryNode"] == "1.50G", job  # 1536 MB as SLURM prints it
 
 
+@pytest.mark.slow
 def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_path):
     """``cutlab.search launcher=slurm``: two workers as array tasks fill the study's total between them."""
     from helpers.search import TINY, run_search, study_of

@@ -45,6 +45,7 @@ def test_the_table3_plan_matches_its_golden_file(tmp_path):
     assert not runs.exists(), "a plan launches nothing and writes nothing"
 
 
+@pytest.mark.slow
 def test_the_text_sweeps_train_with_the_papers_language_settings(tmp_path):
     """Table 4 and the ablations use train=constrained_text/erm_text (the paper's per-model, per-data epsilon,
     dual lr and resilience), not the video presets."""
@@ -132,7 +133,8 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
 
 
-@pytest.mark.parametrize("warm_workers", ["true", "false"], ids=["warm-workers", "process-per-run"])
+@pytest.mark.parametrize("warm_workers", ["true", pytest.param("false", marks=pytest.mark.slow)],
+                         ids=["warm-workers", "process-per-run"])
 def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inprocess_sweep, warm_workers):
     reference, _ = inprocess_sweep
     runs = reference.parent.parent / f"local-{warm_workers}" / "runs"
@@ -150,6 +152,7 @@ def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inp
         assert "threads: 1" in (ours / "config.yaml").read_text(), "local runs get one torch thread each"
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_the_same_result(tmp_path):
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=6", "checkpoint.every_steps=1000", "eval.gamma_test=[0]", "wandb.mode=offline",

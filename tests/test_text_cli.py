@@ -76,7 +76,8 @@ def test_imdb_records_are_complete(imdb_runs, model, layers, steps, train):
     assert "imdb_train_tiny100.jsonl" in summary["data_source"]
 
 
-@pytest.mark.parametrize("model_args, layers", [(DISTILBERT, 7), pytest.param(ROBERTA, 13, marks=pytest.mark.slow)],
+@pytest.mark.parametrize("model_args, layers", [pytest.param(DISTILBERT, 7, marks=pytest.mark.slow),
+                                               pytest.param(ROBERTA, 13, marks=pytest.mark.slow)],
                          ids=["distilbert", "roberta"])
 def test_random_init_encoders_of_the_real_architecture_run_on_mnli(tmp_path, model_args, layers):
     require_shared(SHARED / "data" / "mnli")
@@ -86,6 +87,7 @@ def test_random_init_encoders_of_the_real_architecture_run_on_mnli(tmp_path, mod
     assert "mnli_tiny.jsonl" in summary["data_source"]
 
 
+@pytest.mark.slow
 def test_a_killed_text_run_resumes_and_ends_identical_to_an_uninterrupted_one(tmp_path):
     runs = tmp_path / "runs"
     args = ["model=hf_encoder", "L=6", "train=constrained_text", "train.epochs=2", "train.max_steps_per_epoch=4",
@@ -111,11 +113,12 @@ def write_bad_mnli(folder: Path) -> Path:
     [
         (["model=distilbert", "L=6", "data=imdb"], "cannot load the tokenizer of 'distilbert-base-uncased'"),
         (["model=ut_text", "data=imdb", "data.root=WRONG"], "is not an IMDb folder: expected JSON lines"),
-        ([*DISTILBERT, f"model.tokenizer={SHARED / 'models' / 'roberta-base-tokenizer'}", "data=imdb"],
-         "has 50265 tokens but the model"),
-        (["model=ut_text", "data=mnli", "data.root=BAD_MNLI", "data.train_file=mnli_bad.jsonl",
-          "data.test_file=mnli_bad.jsonl"], "mnli_bad.jsonl:2: MNLI label must be one of entailment"),
-        (["model=hf_encoder", "data=imdb"], "has 6 layers but L=3: pass L=6"),
+        pytest.param([*DISTILBERT, f"model.tokenizer={SHARED / 'models' / 'roberta-base-tokenizer'}", "data=imdb"],
+                     "has 50265 tokens but the model", marks=pytest.mark.slow),
+        pytest.param(["model=ut_text", "data=mnli", "data.root=BAD_MNLI", "data.train_file=mnli_bad.jsonl",
+                      "data.test_file=mnli_bad.jsonl"], "mnli_bad.jsonl:2: MNLI label must be one of entailment",
+                     marks=pytest.mark.slow),
+        pytest.param(["model=hf_encoder", "data=imdb"], "has 6 layers but L=3: pass L=6", marks=pytest.mark.slow),
         (["model=ut_text", "data=imdb", "data.root=hf:imdb"], "pip install datasets"),
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets"],

@@ -203,6 +203,7 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
 # ------------------------------------------------------------------------------ 3. run identity
 
 
+@pytest.mark.slow
 def test_two_data_root_spellings_never_share_a_folder_or_its_results(tmp_path):
     """Before: ``data.root=/d/a/b.npz`` then ``data.root=/d/a_b.npz`` (other data, the same folder name) answered
     "complete; skipped", exit 0, with the first file's results; so did another ``eval.batch_size``."""
@@ -273,6 +274,7 @@ def test_two_identical_commands_at_once_leave_one_clean_record(tmp_path):
     assert "complete; skipped" in again.stdout + again.stderr  # and the same command afterwards just skips
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_first_checkpoint_starts_a_fresh_history(tmp_path):
     """Before: the restart (from step 0) appended to the killed attempt's history.csv: steps 1-5, then 1-18."""
     runs = tmp_path / "runs"
@@ -371,6 +373,7 @@ def test_unusable_devices_and_infinite_gamma_test_stop_at_the_door(tmp_path, arg
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_in_one_line_and_the_same_command_resumes_once_space_is_back(tmp_path):
     """Before: a 54-line chained traceback, no "disk full" sentence, summary left ``running`` and a 2 MB
     ``.checkpoint.pt.tmp`` left behind. Here a tmpfs holds one checkpoint (about 4.7 MB) but not a second."""

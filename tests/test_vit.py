@@ -129,6 +129,7 @@ TINY_VIT = [
 ]
 
 
+@pytest.mark.slow
 def test_cli_vit_on_ped2_writes_a_complete_record_and_a_killed_run_resumes_identically(tmp_path):
     """python -m cutlab model=vit data=ucsd_ped2 with the real DINOv2 weights, then kill + resume."""
     require_shared(PED2_TINY), require_shared(DINOV2)

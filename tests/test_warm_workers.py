@@ -102,6 +102,7 @@ def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout_s
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_fails_that_run_only_and_the_sweep_goes_on(tmp_path):
     runs = tmp_path / "runs"
     sweep = start_sweep(["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=1"], runs)
@@ -118,13 +119,17 @@ def test_a_worker_killed_mid_run_fails_that_run_only_and_the_sweep_goes_on(tmp_p
     assert "2 complete, 1 failed" in stderr
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize("stop", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["ctrl-c", "sigterm"])
 def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_resumes_them(tmp_path, stop):
     runs = tmp_path / "runs"
-    args = ["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=2"]
+    # 80 steps (about 7 s) and a stop only once both running runs are past step 3: on 2 busy cores one worker
+    # can start seconds after the other, and a run that had already finished would rightly end complete
+    stoppable = [o.replace("=40", "=80") if o.startswith("train.max_steps") else o for o in LONGER]
+    args = ["gamma=0,0.09,0.15", *stoppable, "launcher=local", "launcher.max_parallel=2"]
     sweep = start_sweep(args, runs)
-    first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=40"
-    wait_for_rows(first, 3, sweep)
+    first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=80"
+    for running in (first, runs / first.name.replace("gamma=0,", "gamma=0.09,")):
+        wait_for_rows(running, 3, sweep)
     sweep.send_signal(stop)  # Ctrl-C reaches only the launcher: the workers have their own session
     _, stderr = sweep.communicate(timeout=120)
     assert sweep.returncode == 1, stderr[-2000:]
@@ -139,5 +144,5 @@ def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_
         return  # the same handler as Ctrl-C's: resuming is checked once
     resumed = cutlab(["-m", *args], runs)
     assert f"from step {steps_done}" in resumed.stderr and "3 complete" in resumed.stderr
-    cutlab(["gamma=0", *LONGER, "threads=1", "run_name=reference"], runs)
+    cutlab(["gamma=0", *stoppable, "threads=1", "run_name=reference"], runs)
     assert_same_records(first, runs / "reference")
