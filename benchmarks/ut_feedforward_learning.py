@@ -39,13 +39,15 @@ def main() -> None:
 
     for setting in args.settings:
         lr, std, *bias = (float(part) for part in setting.split(":"))
+        bias_init = bias[0] if bias else 0.0  # UT's own init is 0
         started = time.time()
         torch.manual_seed(0)
         model = task.model.__class__(1, patch=cfg.model.patch, atoms=cfg.model.atoms,
                                      attention_step=cfg.model.attention_step, feedforward_init_std=std)
-        with torch.no_grad():
-            for layer_bias in model.biases:
-                layer_bias.fill_(bias[0] if bias else 0.0)
+        if bias:
+            with torch.no_grad():
+                for layer_bias in model.biases:
+                    layer_bias.fill_(bias_init)
         optimizer = torch.optim.Adam([*model.weights, *model.biases], lr=lr)
         draw = torch.Generator().manual_seed(1)
         ratios = []
@@ -63,7 +65,7 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        print(f"lr {lr:g}, init std {std:g}, bias init {bias[0] if bias else 0:g}: l_1 / l_0 at step {', '.join(ratios)}; "
+        print(f"lr {lr:g}, init std {std:g}, bias init {bias_init:g}: l_1 / l_0 at step {', '.join(ratios)}; "
               f"ReLU units active at the end {active_share(model, val_noisy):.1%} ({time.time() - started:.0f} s)",
               flush=True)
 

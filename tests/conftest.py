@@ -52,6 +52,7 @@ def ped2_tokens() -> torch.Tensor:
 # ------------------------------------------------------------------ slow tests: a sample in every default run
 SLOW_SAMPLE = pytest.StashKey[tuple]()  # (seed, the chosen test ids, how many slow tests were collected)
 
+
 def pytest_addoption(parser):
     from helpers import slow_sample
 
@@ -64,19 +65,20 @@ def pytest_collection_modifyitems(config, items):
     """Without -m: drop the slow tests but a sample (helpers/slow_sample.py); any -m expression decides alone."""
     from helpers import slow_sample
 
-    if config.option.markexpr:
-        return
     slow = [item for item in items if item.get_closest_marker("slow")]
+    if config.option.markexpr or not slow:
+        return
     seed = slow_sample.seed(ROOT)
     chosen = slow_sample.choose([item.nodeid for item in slow], seed, config.getoption("--slow-sample"))
-    dropped = [item for item in slow if item.nodeid not in chosen]
-    items[:] = [item for item in items if item not in dropped]
+    dropped_ids = {item.nodeid for item in slow} - set(chosen)
+    dropped = [item for item in slow if item.nodeid in dropped_ids]
+    items[:] = [item for item in items if item.nodeid not in dropped_ids]
     config.hook.pytest_deselected(items=dropped)
     config.stash[SLOW_SAMPLE] = (seed, chosen, len(slow))
 
 
 def pytest_collection_finish(session):
-    if SLOW_SAMPLE not in session.config.stash or not session.config.stash[SLOW_SAMPLE][2]:
+    if SLOW_SAMPLE not in session.config.stash:
         return
     seed, chosen, total = session.config.stash[SLOW_SAMPLE]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")

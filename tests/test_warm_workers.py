@@ -95,11 +95,17 @@ def start_sweep(args: list[str], runs: Path) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for_rows(run_dir: Path, rows: int, process: subprocess.Popen, timeout_s: float = 300) -> None:
+def rows_of(run_dir: Path) -> int:
+    return len(pd.read_csv(run_dir / "history.csv")) if (run_dir / "history.csv").exists() else 0
+
+
+def wait_for_rows(run_dirs: list[Path], rows: int, process: subprocess.Popen, timeout_s: float = 300) -> Path:
+    """The first of ``run_dirs`` to have ``rows`` history rows, as soon as it has them."""
     deadline = time.time() + timeout_s
-    while not (run_dir / "history.csv").exists() or len(pd.read_csv(run_dir / "history.csv")) < rows:
+    while not (ready := [run_dir for run_dir in run_dirs if rows_of(run_dir) >= rows]):
         assert process.poll() is None and time.time() < deadline, "the run ended before the test could act"
         time.sleep(0.05)
+    return ready[0]
 
 
 @pytest.mark.slow
@@ -107,7 +113,7 @@ def test_a_worker_killed_mid_run_fails_that_run_only_and_the_sweep_goes_on(tmp_p
     runs = tmp_path / "runs"
     sweep = start_sweep(["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=1"], runs)
     first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=40"
-    wait_for_rows(first, 2, sweep)
+    wait_for_rows([first], 2, sweep)
     (killed,) = worker_pids(sweep.pid)
     os.kill(killed, signal.SIGKILL)  # what the kernel's OOM killer does
     _, stderr = sweep.communicate(timeout=300)
@@ -122,27 +128,28 @@ def test_a_worker_killed_mid_run_fails_that_run_only_and_the_sweep_goes_on(tmp_p
 @pytest.mark.parametrize("stop", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["ctrl-c", "sigterm"])
 def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_resumes_them(tmp_path, stop):
     runs = tmp_path / "runs"
-    # 80 steps (about 7 s) and a stop only once both running runs are past step 3: on 2 busy cores one worker
-    # can start seconds after the other, and a run that had already finished would rightly end complete
-    stoppable = [o.replace("=40", "=80") if o.startswith("train.max_steps") else o for o in LONGER]
-    args = ["gamma=0,0.09,0.15", *stoppable, "launcher=local", "launcher.max_parallel=2"]
+    args = ["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=2"]
     sweep = start_sweep(args, runs)
-    first = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=80"
-    for running in (first, runs / first.name.replace("gamma=0,", "gamma=0.09,")):
-        wait_for_rows(running, 3, sweep)
+    running = {gamma: runs / f"L=2,eval.gamma_test=_0_,gamma={gamma},train.epochs=1,train.max_steps_per_epoch=40"
+               for gamma in ("0", "0.09")}
+    # stop as soon as either running run is past step 3: on 2 busy cores one worker can start seconds after the
+    # other, and waiting on one chosen run let the other finish its 40 steps (and rightly end complete)
+    stopped = wait_for_rows(list(running.values()), 3, sweep)
+    gamma = next(g for g, run_dir in running.items() if run_dir == stopped)
     sweep.send_signal(stop)  # Ctrl-C reaches only the launcher: the workers have their own session
     _, stderr = sweep.communicate(timeout=120)
     assert sweep.returncode == 1, stderr[-2000:]
     outcome = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
     assert outcome["0"]["status"] == outcome["0.09"]["status"] == outcome["0.15"]["status"] == "interrupted", outcome
-    assert "not started" in outcome["0.15"]["error"] and not (runs / first.name.replace("gamma=0,", "gamma=0.15,")).exists()
-    steps_done = len(pd.read_csv(first / "history.csv"))
-    assert json.loads((first / "summary.json").read_text())["status"] == "interrupted"
-    assert torch.load(first / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done, \
+    assert "not started" in outcome["0.15"]["error"]
+    assert not (runs / stopped.name.replace(f"gamma={gamma},", "gamma=0.15,")).exists()
+    steps_done = rows_of(stopped)
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "interrupted"
+    assert torch.load(stopped / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done, \
         "checkpointed at the step it stopped after (every_steps=1000 would not have)"
     if stop == signal.SIGTERM:
         return  # the same handler as Ctrl-C's: resuming is checked once
     resumed = cutlab(["-m", *args], runs)
     assert f"from step {steps_done}" in resumed.stderr and "3 complete" in resumed.stderr
-    cutlab(["gamma=0", *stoppable, "threads=1", "run_name=reference"], runs)
-    assert_same_records(first, runs / "reference")
+    cutlab([f"gamma={gamma}", *LONGER, "threads=1", "run_name=reference"], runs)
+    assert_same_records(stopped, runs / "reference")
