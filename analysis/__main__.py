@@ -15,12 +15,14 @@ unknown record format) are reported, never silently dropped.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
 from .collect import AnalysisError, RunTable, collect_runs
+from .selection import SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 
@@ -45,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--wandb-group", metavar="G", default=None, help="with --wandb: only the runs of group G")
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
                         help="folder for report.md, tables/ and figures/ (created; earlier outputs replaced)")
+    parser.add_argument("--select", choices=SELECTION_RULES, default=VALIDATION,
+                        help="how each cell's run is chosen among its seeds and trials: 'validation' (the paper: best "
+                             "validation metric) or 'feasible-first' (strictly feasible runs first, then "
+                             "slack-feasible, then the rest; validation decides within each). Default: validation")
     parser.add_argument("--gamma-train", type=float, default=None, metavar="G",
                         help="the γ_train of the figures drawn at one level (default: the level with the most cells)")
     args = parser.parse_args(argv)
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
-        runs = collect(args, out)
+        runs = dataclasses.replace(collect(args, out), selection=args.select)
         from .report import write_report  # matplotlib is imported only once the input is known good
 
         command = "python -m analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))

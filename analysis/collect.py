@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from .selection import arm_of
+from .selection import VALIDATION, arm_of
 from .record_values import CONFIG as CONFIG_RULES
 from .record_values import MAX_DEPTH, checked
 from .record_values import SUMMARY as SUMMARY_RULES
@@ -70,6 +70,7 @@ class RunTable:
     history: pd.DataFrame
     folders: list[Path] = field(default_factory=list)
     source: str | None = None  # where the records came from when not run folders (analysis.wandb_source)
+    selection: str = VALIDATION  # how tables and figures choose each cell's run (analysis.selection.SELECTION_RULES)
 
     @property
     def results(self) -> pd.DataFrame:

@@ -156,9 +156,9 @@ def _at_reference(runs: RunTable, task: str, gamma_train: float | None) -> tuple
     return results[np.isclose(results["gamma_train"].astype(float), gamma)], gamma
 
 
-def _best_per(results: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Best run by validation per ``keys`` (+ arm); among different gamma_test grids, the densest grid wins."""
-    best = select_best(results, keys=keys + ["arm", "gamma_test_grid"])
+def _best_per(results: pd.DataFrame, keys: list[str], rule: str) -> pd.DataFrame:
+    """Best run by ``rule`` (analysis.selection) per ``keys`` (+ arm); among gamma_test grids, the densest wins."""
+    best = select_best(results, keys=keys + ["arm", "gamma_test_grid"], rule=rule)
     if best.empty:
         return best
     best["_points"] = best["gamma_test_grid"].map(lambda grid: len(grid) if isinstance(grid, tuple) else 0)

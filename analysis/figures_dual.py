@@ -34,7 +34,7 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
         result.skipped = "no constrained run with a history.csv holding multipliers (lambda_l)"
         return result
     # the runs the tables report first, then the failed and partial ones (what a user debugs), then the rest
-    selected = set(select_best(runs.runs)["run"])
+    selected = set(select_best(runs.runs, rule=runs.selection)["run"])
     frame = sort_cells(frame)
     priority = [0 if r in selected else 1 if s != "complete" else 2 for r, s in zip(frame["run"], frame["state"])]
     frame = frame.assign(_priority=priority).sort_values("_priority", kind="stable").drop(columns="_priority")

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from .collect import RunTable
 from . import figure_marks
 from .figure_marks import integer_ticks, line_style
-from .selection import ARM_LABELS, ARMS, cell_label
+from .selection import ARM_LABELS, ARMS, CHOSEN_BY, cell_label
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, LOSS_LABEL, MARKS_CAPTION, MAX_PANELS, MAX_ROWS, TITLES, _at_reference,
     _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
@@ -33,7 +33,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     for task in ("video", "text"):
         results, _ = _at_reference(runs, task, gamma_train)
         if not results.empty:
-            cells.append(_best_per(results, ["task", "model", "dataset", "L"]))
+            cells.append(_best_per(results, ["task", "model", "dataset", "L"], runs.selection))
     best = pd.concat(cells) if cells else pd.DataFrame()
     if best.empty:
         result.skipped = "no complete runs" + (f" at γ_train = {gamma_train:g}" if gamma_train is not None else "")
@@ -41,9 +41,9 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     keys = list(dict.fromkeys(zip(best["task"], best["model"], best["dataset"], best["L"], best["gamma_train"])))
     hidden = len(keys) - MAX_PANELS
     keys = keys[:MAX_PANELS]
-    result.caption = ("Mean test loss ℓ_l at every layer l (l = 0: before the first block) for the run best on "
-                      "validation per arm, at the lowest γ_test (filled markers) and the highest (hollow, lighter); "
-                      "a constrained model should descend monotonically. " + MARKS_CAPTION
+    result.caption = ("Mean test loss ℓ_l at every layer l (l = 0: before the first block) for the run "
+                      f"{CHOSEN_BY[runs.selection]} per arm, at the lowest γ_test (filled markers) and the highest "
+                      "(hollow, lighter); a constrained model should descend monotonically. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells"))
 
     def draw() -> Figure:
@@ -84,8 +84,8 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
 def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
     """Fig 9: test metric vs gamma_test for every gamma_train of a cell, constrained and ERM side by side."""
     result = FigureResult("fig09_gamma_train_effect", TITLES["fig09_gamma_train_effect"])
-    best = (_best_per(runs.results, ["task", "model", "dataset", "L", "gamma_train"]) if len(runs.results)
-            else pd.DataFrame())
+    cell = ["task", "model", "dataset", "L", "gamma_train"]
+    best = _best_per(runs.results, cell, runs.selection) if len(runs.results) else pd.DataFrame()
     if best.empty:
         result.skipped = "no complete runs"
         return result
@@ -99,8 +99,8 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
     arms = [arm for arm in ARMS if arm != "constrained_paper" or (best["arm"] == arm).any()]  # its panel: where it ran
     result.caption = ("Test metric of the last layer against γ_test, one curve per training perturbation γ_train "
                       "(lighter = larger), one panel per arm (" + ", ".join(ARM_LABELS[arm] for arm in arms)
-                      + "); per γ_train the run "
-                      "best on validation. " + MARKS_CAPTION + _not_shown(hidden, "cells"))
+                      + f"); per γ_train the run {CHOSEN_BY[runs.selection]}. " + MARKS_CAPTION
+                      + _not_shown(hidden, "cells"))
     colours = matplotlib.colormaps["viridis"]
 
     def draw() -> Figure:
@@ -144,7 +144,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
         results = results[results["has_sample_losses"].astype(bool)]
         if results.empty:
             continue
-        best = _best_per(results, ["task", "model", "dataset", "L"])
+        best = _best_per(results, ["task", "model", "dataset", "L"], runs.selection)
         for _, run in best[best["arm"] != "erm"].iterrows():
             if len(panels) >= MAX_PANELS:
                 hidden += 1
@@ -160,9 +160,9 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
         result.skipped = "no complete constrained run with a readable sample_losses.csv"
         return result
     result.caption = ("Per-sample ratios ℓ_l / ℓ_{l−1} over every test sample and layer l = 1…L, at the "
-                      "γ_test nearest γ_train (in distribution), for the constrained run best on validation "
-                      "(filled) and its ERM counterpart (outline). A ratio below 1 is a layer that lowers the loss; "
-                      "the constraint asks for 1 − α. " + MARKS_CAPTION
+                      "γ_test nearest γ_train (in distribution), for the constrained run "
+                      f"{CHOSEN_BY[runs.selection]} (filled) and its ERM counterpart (outline). A ratio below 1 is "
+                      "a layer that lowers the loss; the constraint asks for 1 − α. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells"))
 
     def stats(values: np.ndarray) -> str:

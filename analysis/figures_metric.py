@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from .collect import RunTable
 from . import figure_marks
 from .figure_marks import line_style
-from .selection import ARMS, cell_label, cell_order, three_gammas
+from .selection import ARMS, CHOSEN_BY, cell_label, cell_order, three_gammas
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
@@ -40,14 +40,14 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
         result.skipped = (f"no complete {task} runs{at}"
                           + (" (text classification runs, metric accuracy)" if task == "text" else ""))
         return result
-    best = _best_per(results, ["task", "model", "dataset"])
+    best = _best_per(results, ["task", "model", "dataset"], runs.selection)
     models = list(dict.fromkeys(best["model"]))
     datasets = list(dict.fromkeys(best["dataset"]))
     metric = best["metric"].iloc[0]
     result.caption = (f"Test {METRIC_NAME.get(metric, metric)} of the last layer against the test perturbation "
                       f"γ_test, at γ_train = {gamma:g}. "
-                      "Per model, dataset and arm: the run best on validation over depths L and seeds (its L in the "
-                      "legend). " + MARKS_CAPTION)
+                      f"Per model, dataset and arm: the run {CHOSEN_BY[runs.selection]} over depths L and seeds (its L "
+                      "in the legend). " + MARKS_CAPTION)
 
     def draw() -> Figure:
         figure, axes = _panels(len(models), len(datasets))
@@ -82,7 +82,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
     if results.empty:
         result.skipped = "no complete video runs"
         return result
-    best = _best_per(results, ["task", "model", "dataset", "L"])
+    best = _best_per(results, ["task", "model", "dataset", "L"], runs.selection)
     depths = best.groupby(["model", "dataset"], sort=False)["L"].nunique()
     pairs = [pair for pair, count in depths.items() if count >= 2]
     if not pairs:
@@ -96,8 +96,8 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
     columns = [(f"γ_test = {low:g} (in distribution)", low), ("mean over the γ_test grid", None),
                (f"γ_test = {high:g} (most out of distribution)", high)]
     result.caption = (f"Test RMSE of the last layer against depth L at γ_train = {gamma:g}: at the lowest γ_test, "
-                      "averaged over the grid, and at the highest γ_test. Per depth and arm: the run best on "
-                      "validation. " + MARKS_CAPTION + _not_shown(hidden, "model/dataset pairs"))
+                      "averaged over the grid, and at the highest γ_test. Per depth and arm: the run "
+                      f"{CHOSEN_BY[runs.selection]}. " + MARKS_CAPTION + _not_shown(hidden, "model/dataset pairs"))
 
     def draw() -> Figure:
         figure, axes = _panels(len(pairs), len(columns))

@@ -26,7 +26,8 @@ from .figures import STEMS, FigureResult, make_figures
 from .html_report import write_html
 from .markdown import inert
 from .selection import (
-    ARM_LABELS, ARMS, cell_label, cell_order, dual_setting_label, reference_gamma_train, sort_cells,
+    ARM_LABELS, ARMS, CHOSEN_BY, VALIDATION, cell_label, cell_order, dual_setting_label, reference_gamma_train,
+    sort_cells,
 )
 from .tables import TABLES, Table, build_tables
 from .verdicts import (
@@ -100,6 +101,8 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     else:
         lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
                      "sample_losses.csv); W&B is not read.")
+    lines.append(f"Selection (`--select {runs.selection}`): tables and figures show, per cell and arm, the run "
+                 f"{CHOSEN_BY[runs.selection]}. The paper's rule is `--select {VALIDATION}`.")
     lines += ["", *_what_ran(frame, runs, gamma_train)]
     lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
     for table in report.tables:
@@ -170,8 +173,8 @@ def _infeasible(frame: pd.DataFrame) -> list[str]:
                         if constrained else "None (no complete constrained runs)."]
     lowest = lowest_last_layer_loss(frame)
     lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
-              "at γ_train). They stay in the tables, marked †, when best on validation. Chained together, the "
-              "constraints allow the last layer at most ε (1 − α)^L; the last column is the lowest validation ℓ_L "
+              "at γ_train). They stay in the tables, marked †, when the selection chooses them. Chained together, "
+              "the constraints allow the last layer at most ε (1 − α)^L; the last column is the lowest validation ℓ_L "
               "that any complete run in this report reached on the same data at the same γ_train, either arm, any "
               "model or depth.", "",
               "| run | setting | seed | violated layers | test metric | validation ℓ_L | ε (1 − α)^L | lowest ℓ_L here |",

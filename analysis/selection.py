@@ -1,12 +1,14 @@
-"""Cells of the paper's grid and best-of-N selection by validation.
+"""Cells of the paper's grid and best-of-N selection by validation (or feasible-first).
 
 A *cell* is one (task, model, dataset, L, gamma_train) setting; each cell has up to three *arms*: ERM, the
 constrained runs with the paper's dual dynamics (``constrained_paper``: Algorithm 1 as published, see
 ``PAPER_DUAL``) and the constrained runs with any other dual dynamics (``constrained``: cutlab's defaults, a
 study's settings), so that a report never merges the two into one number. The paper reports, per cell and
-arm, the run that is best on validation among its seeds / search trials (SPEC section 1: "the best of each
-arm by validation is reported") and so does this module: selection never looks at test numbers. Only
-complete runs take part.
+arm, the run that is best on validation among its seeds / search trials ("the best of each arm by validation
+is reported") and so does this module by default (rule ``validation``). Rule ``feasible-first`` is the
+constrained problem's own choice: a strictly feasible run before a slack-feasible one before any other, and
+validation decides within each group. Either way selection never looks at test numbers (the verdict is
+taken on validation data too). Only complete runs take part.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
 
 CELL = ["task", "model", "dataset", "L", "gamma_train"]
 # Runs are compared only on the same gamma_test grid: the mean over a grid (and its validation
@@ -33,6 +37,15 @@ DUAL_SETTING_KEYS = ["constraint_form", "detach_prev", "dual_optimizer", "dual_l
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
+#: how each cell's run is chosen among its seeds and trials (``python -m analysis --select``); the first is the paper's
+VALIDATION, FEASIBLE_FIRST = "validation", "feasible-first"
+SELECTION_RULES = (VALIDATION, FEASIBLE_FIRST)
+#: the rule in the words of captions and notes ("the run ... per arm")
+CHOSEN_BY = {VALIDATION: "best on validation",
+             FEASIBLE_FIRST: "chosen feasible-first (strictly feasible, then slack-feasible, then the rest; best on "
+                             "validation within each)"}
+#: feasible-first's order of verdicts; every other verdict (infeasible, degenerate, ERM's) comes after, level
+VERDICT_PRIORITY = {STRICTLY_FEASIBLE: 0, SLACK_FEASIBLE: 1}
 
 
 def arm_of(row: dict) -> str | None:
@@ -73,13 +86,16 @@ def dual_setting_label(row: pd.Series | dict) -> str:
     return " · ".join(parts)
 
 
-def select_best(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFrame:
-    """One row per group of ``keys`` (default: cell, arm and gamma_test grid): its best complete run by validation.
+def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = VALIDATION) -> pd.DataFrame:
+    """One row per group of ``keys`` (default: cell, arm and gamma_test grid): its best complete run by ``rule``.
 
-    ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; ties go to
-    the first run by name, so the choice is deterministic. Adds ``n_runs`` (complete runs in the group)
-    and ``n_infeasible`` (how many of them ended infeasible).
+    ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; under
+    ``feasible-first`` the verdict ranks first (``VERDICT_PRIORITY``). Ties go to the first run by name, so
+    the choice is deterministic. Adds ``n_runs`` (complete runs in the group) and ``n_infeasible`` (how many
+    of them ended infeasible).
     """
+    if rule not in SELECTION_RULES:
+        raise ValueError(f"unknown selection rule {rule!r}; use one of {', '.join(SELECTION_RULES)}")
     keys = keys or ARM_CELL
     usable = runs[runs["usable"]].copy()
     if usable.empty:
@@ -87,13 +103,15 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None) -> pd.DataFra
     sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
     # a run without a selection metric can still be reported, but never beats one that has it
     usable["_score"] = (sign * usable["selection_metric"].astype(float)).fillna(math.inf)
-    usable = usable.sort_values(["_score", "run"], kind="stable")
+    priority = usable["verdict"].map(VERDICT_PRIORITY).fillna(len(VERDICT_PRIORITY))
+    usable["_priority"] = priority if rule == FEASIBLE_FIRST else 0
+    usable = usable.sort_values(["_priority", "_score", "run"], kind="stable")
     grouped = usable.groupby(keys, dropna=False, sort=False)
     best = grouped.head(1).copy()
     counts = grouped.size().rename("n_runs").reset_index()
     infeasible = grouped["verdict"].apply(lambda v: int((v == "infeasible").sum())).rename("n_infeasible").reset_index()
     best = best.merge(counts, on=keys, how="left").merge(infeasible, on=keys, how="left")
-    return sort_cells(best.drop(columns="_score"))
+    return sort_cells(best.drop(columns=["_score", "_priority"]))
 
 
 def cell_order(row: pd.Series | dict) -> tuple:

@@ -103,6 +103,40 @@ def test_paper_and_new_dual_arms_are_selected_and_shown_separately(runs):
     assert r"$\Delta$ constr. (paper's dual)" in table.to_latex()
 
 
+def test_feasible_first_chooses_a_strictly_feasible_seed_over_a_better_validation_score(runs, tmp_path, capsys):
+    """By validation (the paper) the slack-feasible seed wins; feasible-first takes the strictly feasible one."""
+    import dataclasses
+
+    from analysis.selection import select_best
+    from analysis.tables import TABLE3, build_table
+    from helpers.analysis import run_main
+
+    strict_first = dataclasses.replace(runs, selection="feasible-first")
+    row = build_table(strict_first, TABLE3).frame.set_index(["model", "L"]).loc[("dust", 3)]
+    assert row["constrained_run"] == "new_dual_worse" and row["constrained_verdict"] == "feasible"
+    assert row["constrained_mean_rmse"] == 13.0 and row["constrained_n_runs"] == 2
+    # a lone run, or ERM (no verdict to rank), is chosen the same way under either rule
+    assert (row["constrained_paper_run"], row["erm_run"]) == ("paper_dual", "erm")
+    notes = "\n".join(build_table(strict_first, TABLE3).notes)
+    assert "the run chosen feasible-first (strictly feasible, then slack-feasible, then the rest" in notes
+    assert "--select feasible-first" in notes
+    # slack-feasible ranks before infeasible whatever their validation scores
+    both = runs.runs[runs.runs["run"].isin(["new_dual", "paper_dual"])].assign(arm="constrained")
+    assert select_best(both, rule="feasible-first")["run"].tolist() == ["new_dual"]
+    assert select_best(both)["run"].tolist() == ["paper_dual"]  # validation 13.9 < 14.1
+    with pytest.raises(ValueError, match="unknown selection rule 'best'"):
+        select_best(both, rule="best")
+
+    code, err = run_main(str(runs.folders[0]), "--out", str(tmp_path / "r"), "--select", "feasible-first",
+                         capsys=capsys)
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert code == 0 and "Selection (`--select feasible-first`): tables and figures show" in text
+    assert "| 13.000 | 16.000 † | 15.000 | 2/1/1 |" in text
+    # every figure that shows one run per arm says how it was chosen
+    assert "layer l (l = 0: before the first block) for the run chosen feasible-first (" in text
+    assert "Per depth and arm: the run chosen feasible-first (" in text
+
+
 def test_slack_feasible_is_marked_and_never_counted_as_feasible(runs, report):
     table, row = video_row(runs)
     assert row["constrained_verdict"] == "slack_feasible"
