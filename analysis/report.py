@@ -174,8 +174,8 @@ def _infeasible(frame: pd.DataFrame) -> list[str]:
     lowest = lowest_last_layer_loss(frame)
     lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
               "at γ_train). They stay in the tables, marked †, when the selection chooses them. Chained together, "
-              "the constraints allow the last layer at most ε (1 − α)^L; the last column is the lowest validation ℓ_L "
-              "that any complete run in this report reached on the same data at the same γ_train, either arm, any "
+              "the constraints allow the last layer at most ε (1 − α)^L; the last column is the lowest validation "
+              "ℓ_L that any complete run in this report reached on the same data at the same γ_train, either arm, any "
               "model or depth.", "",
               "| run | setting | seed | violated layers | test metric | validation ℓ_L | ε (1 − α)^L | lowest ℓ_L here |",
               "|---|---|---:|---|---:|---:|---:|---:|"]

@@ -6,8 +6,8 @@
 One row per cell (model, dataset, L, gamma_train), its arms side by side (constrained, the paper's dual
 when such runs exist, ERM); each entry is the arm's best run by validation, or feasible-first
 (``analysis.selection``). A selected run that is not strictly feasible is shown and marked
-(``analysis.verdicts``: infeasible, feasible only within its slack, degenerate). Where the paper has the same cell its number stands beside
-ours, with the difference ours - paper.
+(``analysis.verdicts``: infeasible, feasible only within its slack, degenerate). Where the paper has the same
+cell its number stands beside ours, with the difference ours - paper.
 """
 
 from __future__ import annotations
