@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from .collect import AnalysisError, RunTable, collect_runs
-from .selection import SELECTION_RULES, VALIDATION
+from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 
@@ -48,9 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
                         help="folder for report.md, tables/ and figures/ (created; earlier outputs replaced)")
     parser.add_argument("--select", choices=SELECTION_RULES, default=VALIDATION,
-                        help="how each cell's run is chosen among its seeds and trials: 'validation' (the paper: best "
-                             "validation metric) or 'feasible-first' (strictly feasible runs first, then "
-                             "slack-feasible, then the rest; validation decides within each). Default: validation")
+                        help="how each cell's run is chosen among its seeds and trials: "
+                             + "; ".join(f"'{rule}': {CHOSEN_BY[rule]}" for rule in SELECTION_RULES)
+                             + f". Default: {VALIDATION}, the paper's rule")
     parser.add_argument("--gamma-train", type=float, default=None, metavar="G",
                         help="the γ_train of the figures drawn at one level (default: the level with the most cells)")
     args = parser.parse_args(argv)

@@ -5,8 +5,8 @@ Every figure function takes a :class:`~analysis.collect.RunTable` and an output 
 Constrained runs are always blue, solid, circles; constrained runs with the paper's dual dynamics
 bluish green, dash-dotted, triangles; ERM runs vermillion, dashed, squares (Okabe-Ito colours,
 distinguishable in grey-scale print and by colour-blind readers). Curves show the run that
-is best on validation per arm (``analysis.selection``), as the paper's figures do, or feasible-first; the ablations
-show every seed (mean and error bars). Only ``matplotlib.figure.Figure`` is used, never pyplot, so
+is best on validation per arm, as the paper's figures do, or feasible-first (``analysis.selection``); the
+ablations show every seed (mean and error bars). Only ``matplotlib.figure.Figure`` is used, never pyplot, so
 nothing depends on (or changes) a global backend: PNG is written by Agg, PDF by the PDF backend.
 """
 

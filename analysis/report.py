@@ -101,8 +101,9 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     else:
         lines.append("Numbers come from the run records alone (config.yaml, summary.json, eval.csv, history.csv, "
                      "sample_losses.csv); W&B is not read.")
+    paper = " (the paper's rule)" if runs.selection == VALIDATION else f"; the paper's rule is `--select {VALIDATION}`"
     lines.append(f"Selection (`--select {runs.selection}`): tables and figures show, per cell and arm, the run "
-                 f"{CHOSEN_BY[runs.selection]}. The paper's rule is `--select {VALIDATION}`.")
+                 f"{CHOSEN_BY[runs.selection]}{paper}.")
     lines += ["", *_what_ran(frame, runs, gamma_train)]
     lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
     for table in report.tables:
@@ -236,18 +237,22 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
               f"{MARKS[SLACK_FEASIBLE]} {SLACK_MEANING}, with the largest violation the slack covers as a fraction "
               "of the constraint's right-hand side); the first step of the final streak in which the smoothed "
               "training constraints were met, strictly and within the slack (never: not met when training ended); "
+              "the largest α that every descent constraint meets on validation, 1 − max_l ℓ_l / ℓ_{l−1} (below 0: "
+              "a layer raises the loss), beside the α the run was given; "
               "and the largest test ratio ℓ_l / ℓ_{l−1} at γ_test = γ_train (above 1: a layer that raises the "
               "loss in distribution). ERM runs get the same checks, for comparison. ? = not in the run's record "
               "(written before it was measured).", "",
               "| run | setting | arm | dual setting | verdict | slack used | steps to strict feasibility | "
-              "steps to feasibility (within slack) | steps | max ℓ_l / ℓ_{l−1} in distribution | descends |",
-              "|---|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+              "steps to feasibility (within slack) | steps | α met on validation (given) | max ℓ_l / ℓ_{l−1} in distribution | "
+              "descends |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for _, run in complete.iterrows():
         slack = percent(run["max_relative_slack_used"]) if run["verdict"] == SLACK_FEASIBLE else "—"
         lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {ARM_LABELS.get(run['arm'], '?')} | "
                      f"{_cell(dual_setting_label(run))} | {_verdict(run['verdict'])} | {slack} | "
                      f"{_steps(run, 'steps_to_strict_feasibility')} | {_steps(run, 'steps_to_feasibility')} | "
-                     f"{_int(run['steps'])} | {_ratio(run['max_layer_ratio_id'])} | {_yes_no(run['descends_id'])} |")
+                     f"{_int(run['steps'])} | {_alpha_column(run)} | {_ratio(run['max_layer_ratio_id'])} | "
+                     f"{_yes_no(run['descends_id'])} |")
     if (complete["verdict"] == DEGENERATE).any():
         lines += ["", f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}."]
     return lines
@@ -305,6 +310,14 @@ def _steps(run: pd.Series, column: str) -> str:
     if not run.get("has_time_to_feasibility"):
         return "?"
     return "never" if _missing(run[column]) else str(int(run[column]))
+
+
+def _alpha_column(run: pd.Series) -> str:
+    """``0.27 (0.25)``: 1 − max_l ℓ_l/ℓ_{l−1} on validation, from the largest relative violation and the run's α."""
+    if _missing(run.get("max_descent_violation")) or _missing(run.get("alpha")):
+        return "?"
+    alpha = float(run["alpha"])
+    return f"{1 - (1 - alpha) * (1 + float(run['max_descent_violation'])):.3g} ({alpha:g})"
 
 
 def _ratio(value) -> str:

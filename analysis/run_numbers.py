@@ -27,6 +27,12 @@ def _max_slack_used(feasibility: dict) -> float | None:
     return max(used) if used else None
 
 
+def _max_descent_violation(feasibility: dict) -> float | None:
+    """The largest relative violation among the descent constraints l = 1..L (slot 0 is l_0 <= epsilon)."""
+    violations = feasibility.get("relative_violations") or ()
+    return max(violations[1:]) if len(violations) > 1 else None
+
+
 def summary_columns(summary: dict | None) -> dict[str, Any]:
     """The columns one run contributes from its summary.json (the verdict, time to feasibility, the headline)."""
     summary = summary or {}
@@ -41,6 +47,9 @@ def summary_columns(summary: dict | None) -> dict[str, Any]:
         # each right-hand side (cutlab.core.evaluation.Verdict)
         "slack_layers": tuple(feasibility.get("slack_layers") or ()),
         "max_relative_slack_used": _max_slack_used(feasibility),
+        # (l_l - rhs_l) / rhs_l with rhs_l = (1 - alpha) l_{l-1} in every form: the run's largest validation ratio
+        # l_l / l_{l-1} is (1 - alpha)(1 + this), so the report can say which alpha the run would have met
+        "max_descent_violation": _max_descent_violation(feasibility),
         # records written before time to feasibility was measured lack the keys: unknown, not "never"
         "has_time_to_feasibility": "steps_to_feasibility" in summary,
         "steps_to_feasibility": summary.get("steps_to_feasibility"),

@@ -103,8 +103,8 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
     # a run without a selection metric can still be reported, but never beats one that has it
     usable["_score"] = (sign * usable["selection_metric"].astype(float)).fillna(math.inf)
-    priority = usable["verdict"].map(VERDICT_PRIORITY).fillna(len(VERDICT_PRIORITY))
-    usable["_priority"] = priority if rule == FEASIBLE_FIRST else 0
+    usable["_priority"] = (usable["verdict"].map(VERDICT_PRIORITY).fillna(len(VERDICT_PRIORITY))
+                           if rule == FEASIBLE_FIRST else 0)
     usable = usable.sort_values(["_priority", "_score", "run"], kind="stable")
     grouped = usable.groupby(keys, dropna=False, sort=False)
     best = grouped.head(1).copy()

@@ -111,13 +111,13 @@ def test_feasible_first_chooses_a_strictly_feasible_seed_over_a_better_validatio
     from analysis.tables import TABLE3, build_table
     from helpers.analysis import run_main
 
-    strict_first = dataclasses.replace(runs, selection="feasible-first")
-    row = build_table(strict_first, TABLE3).frame.set_index(["model", "L"]).loc[("dust", 3)]
+    table = build_table(dataclasses.replace(runs, selection="feasible-first"), TABLE3)
+    row = table.frame.set_index(["model", "L"]).loc[("dust", 3)]
     assert row["constrained_run"] == "new_dual_worse" and row["constrained_verdict"] == "feasible"
     assert row["constrained_mean_rmse"] == 13.0 and row["constrained_n_runs"] == 2
     # a lone run, or ERM (no verdict to rank), is chosen the same way under either rule
     assert (row["constrained_paper_run"], row["erm_run"]) == ("paper_dual", "erm")
-    notes = "\n".join(build_table(strict_first, TABLE3).notes)
+    notes = "\n".join(table.notes)
     assert "the run chosen feasible-first (strictly feasible, then slack-feasible, then the rest" in notes
     assert "--select feasible-first" in notes
     # slack-feasible ranks before infeasible whatever their validation scores
@@ -196,6 +196,9 @@ def test_feasibility_section_lists_time_to_feasibility_and_in_distribution_ratio
                  row["max ℓ_l / ℓ_{l−1} in distribution"], row["descends"])
         assert shown == (strict, within, ratio, descends), run
     assert rows["new_dual"]["verdict"] == "slack-feasible ≈" and rows["new_dual"]["slack used"] == "12.3 %"
+    # layer 2 misses its bound 0.75 l_1 by 12.3 %: its ratio is 0.75 * 1.123, so it meets alpha up to 0.158
+    assert rows["new_dual"]["α met on validation (given)"] == "0.158 (0.25)"
+    assert rows["erm"]["α met on validation (given)"] == "?"  # its record holds no relative violations
     assert rows["paper_dual"]["arm"] == "constrained (paper's dual)"
     assert rows["paper_dual"]["dual setting"] == "difference · adam lr=0.01 · simultaneous · resilience slack"
     assert rows["new_dual"]["dual setting"] == "ratio · sgd lr=0.01 · simultaneous · resilience slack"
