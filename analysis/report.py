@@ -243,8 +243,8 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
               "loss in distribution). ERM runs get the same checks, for comparison. ? = not in the run's record "
               "(written before it was measured).", "",
               "| run | setting | arm | dual setting | verdict | slack used | steps to strict feasibility | "
-              "steps to feasibility (within slack) | steps | α met on validation (given) | max ℓ_l / ℓ_{l−1} in distribution | "
-              "descends |",
+              "steps to feasibility (within slack) | steps | α met on validation (given) | "
+              "max ℓ_l / ℓ_{l−1} in distribution | descends |",
               "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for _, run in complete.iterrows():
         slack = percent(run["max_relative_slack_used"]) if run["verdict"] == SLACK_FEASIBLE else "—"

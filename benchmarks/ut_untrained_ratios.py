@@ -6,7 +6,8 @@
 With its feed-forward weights at std 0.002 the untrained UT is its attention smoother, so these ratios
 ℓ_l / ℓ_{l-1} are what the constraint ℓ_l <= (1 - α) ℓ_{l-1} (eq. 3 of the paper) starts from
 (benchmarks/feasibility_study/STAGE5.md). ``--scales`` sets the softmax scale s of softmax(s Q Q^T) (UT's
-``model.attention_scale``; its default is 1/n = 1/256). Prints one line per (s, β); nothing is trained or written.
+``model.attention_scale``; its default is 1/n = 1/256). Prints, per s, how far the first layer's attention is
+from a plain mean over the frames, and one line per (s, β); nothing is trained or written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,19 @@ import torch
 
 import suite.paths  # noqa: F401  points cutlab at the real data and weights beside the checkout
 from suite.ped2_windows import ut_on_validation_windows
+
+
+def first_layer_attention(model, noisy: torch.Tensor) -> str:
+    """How far the untrained first layer's attention over the T frames is from uniform: its mean largest weight
+    (uniform: 1/T) and its mean entropy ÷ log T (uniform: 1)."""
+    from cutlab.core.models.base import attention_weights, to_sequences
+
+    codes = to_sequences(noisy) @ model.encoder
+    weights = attention_weights(codes @ model.attention.T, model.attention_scale)
+    frames = weights.shape[-1]
+    entropy = -(weights * weights.clamp_min(1e-30).log()).sum(-1) / torch.log(torch.tensor(float(frames)))
+    return (f"largest weight {weights.max(-1).values.mean():.3f} of {frames} frames (uniform {1 / frames:.3f}), "
+            f"entropy / log T {entropy.mean():.3f}")
 
 
 def main() -> None:
@@ -38,6 +52,9 @@ def main() -> None:
                                          attention_scale=scale, feedforward_init_std=cfg.model.feedforward_init_std)
             with torch.no_grad():
                 losses = [((output - target) ** 2).mean().item() for output in model(noisy)]
+                if beta == args.betas[0]:  # the first layer's weights do not depend on β
+                    print(f"scale {model.attention_scale:.4g}: first layer's attention: "
+                          f"{first_layer_attention(model, noisy)}", flush=True)
             ratios = " ".join(f"{after / before:.3f}" for before, after in zip(losses, losses[1:]))
             print(f"scale {model.attention_scale:.4g}, beta {beta}: l_l / l_(l-1), l = 1..{args.depth}: {ratios}",
                   flush=True)

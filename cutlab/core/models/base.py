@@ -34,8 +34,12 @@ def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float
     projection and there is no value matrix (Yang et al. 2022), which keeps the layer a descent step of
     a symmetric energy. tokens: [N, T, k]; queries: [N, T, q] (already projected).
     """
-    weights = torch.softmax(scale * queries @ queries.transpose(-1, -2), dim=-1)
-    return (1.0 - step) * tokens + step * (weights @ tokens)
+    return (1.0 - step) * tokens + step * (attention_weights(queries, scale) @ tokens)
+
+
+def attention_weights(queries: torch.Tensor, scale: float) -> torch.Tensor:
+    """``softmax(scale * Q Q^T)`` over the sequence axis: [N, T, q] -> [N, T, T], each row summing to 1."""
+    return torch.softmax(scale * queries @ queries.transpose(-1, -2), dim=-1)
 
 
 def to_sequences(tokens: torch.Tensor) -> torch.Tensor:
