@@ -240,22 +240,32 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
               "the largest α that every descent constraint meets on validation, 1 − max_l ℓ_l / ℓ_{l−1} (below 0: "
               "a layer raises the loss), beside the α the run was given; "
               "and the largest test ratio ℓ_l / ℓ_{l−1} at γ_test = γ_train (above 1: a layer that raises the "
-              "loss in distribution). ERM runs get the same checks, for comparison. ? = not in the run's record "
-              "(written before it was measured).", "",
+              "loss in distribution); the iterate evaluated (the last, or with eval.iterate=best the step that "
+              "validation chose, which makes the validation verdict optimistic) and the same verdict on test. ERM "
+              "runs get the same checks, for comparison. ? = not in the run's record (written before it was "
+              "measured).", "",
               "| run | setting | arm | dual setting | verdict | slack used | steps to strict feasibility | "
               "steps to feasibility (within slack) | steps | α met on validation (given) | "
-              "max ℓ_l / ℓ_{l−1} in distribution | descends |",
-              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
+              "max ℓ_l / ℓ_{l−1} in distribution | descends | iterate | test verdict |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
     for _, run in complete.iterrows():
         slack = percent(run["max_relative_slack_used"]) if run["verdict"] == SLACK_FEASIBLE else "—"
         lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {ARM_LABELS.get(run['arm'], '?')} | "
                      f"{_cell(dual_setting_label(run))} | {_verdict(run['verdict'])} | {slack} | "
                      f"{_steps(run, 'steps_to_strict_feasibility')} | {_steps(run, 'steps_to_feasibility')} | "
                      f"{_int(run['steps'])} | {_alpha_column(run)} | {_ratio(run['max_layer_ratio_id'])} | "
-                     f"{_yes_no(run['descends_id'])} |")
+                     f"{_yes_no(run['descends_id'])} | {_iterate(run)} | "
+                     f"{_verdict(run['test_verdict'])} |")
     if (complete["verdict"] == DEGENERATE).any():
         lines += ["", f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}."]
     return lines
+
+
+def _iterate(run) -> str:
+    """``last``, ``best: step N`` (eval.iterate=best), or ? for a record written before iterates were selectable."""
+    if run["iterate"] == "best":
+        return f"best: step {_int(run['selected_step'])}"
+    return run["iterate"] if isinstance(run["iterate"], str) else "?"
 
 
 # ------------------------------------------------------------------------------------------- tables, figures

@@ -56,6 +56,10 @@ def summary_columns(summary: dict | None) -> dict[str, Any]:
         "steps_to_strict_feasibility": summary.get("steps_to_strict_feasibility"),
         "max_layer_ratio_id": (summary.get("in_distribution") or {}).get("max_layer_ratio"),
         "descends_id": (summary.get("in_distribution") or {}).get("strictly_decreasing"),
+        # eval.iterate: which iterate was evaluated (best: the step validation chose), and the verdict on test
+        "iterate": (summary.get("iterate") or {}).get("mode"),
+        "selected_step": (summary.get("iterate") or {}).get("selected_step"),
+        "test_verdict": (summary.get("in_distribution") or {}).get("test_verdict"),
         "fraction_decreasing_id": (summary.get("in_distribution") or {}).get("fraction_decreasing"),
         "error": summary.get("error"),
         "metric": summary.get("metric"),

@@ -8,6 +8,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
@@ -56,6 +57,8 @@ def check_config(cfg: DictConfig) -> None:
         _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0, finite=True)  # noise of std inf: NaN
     _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
     _number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
+    _choice("eval.iterate", cfg.eval.iterate, ITERATES)
+    _integer("eval.check_every_steps", cfg.eval.check_every_steps, "25", 1)
     _integer("checkpoint.every_steps", cfg.checkpoint.every_steps, "100", 1)
     train = cfg.train
     _integer("train.epochs", train.epochs, "20", 1)

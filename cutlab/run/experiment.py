@@ -12,6 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from cutlab.config.checks import check_config
 from cutlab.config.naming import check_run_folder_name
 from cutlab.core.feasibility_clock import FeasibilityClock
+from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import Evaluator, build_trainer, constraints_of, perturbation_of, pick_device, reference_epsilon
@@ -69,6 +70,19 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
                                  wandb_service)
 
 
+def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: Evaluator, constraints,
+                      checkpoint: dict | None) -> IterateSelector | None:
+    """eval.iterate=best: the selector of the best validation iterate (cutlab.core.iterate_selection), resumed."""
+    if cfg.eval.iterate != "best":
+        return None
+    gamma = float(cfg.gamma)
+    selector = IterateSelector(task.model, constraints if trainer.primal_dual.constrained else None,
+                               cfg.eval.feasibility_tol, lambda: evaluator(task.val_set, [gamma]).mean_loss[0])
+    if checkpoint and "iterate_selection" in checkpoint:
+        selector.load_state_dict(checkpoint["iterate_selection"])
+    return selector
+
+
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
     """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
     device = pick_device(cfg.device)
@@ -119,14 +133,25 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
         return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
 
+    selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
     history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
-                            started, validate, on_epoch_end)
+                            started, validate, on_epoch_end, selector, cfg.eval.check_every_steps)
     try:
         with stop_on_signals() as recorder.stop:
             trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
         history.close()
-        summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter, constraints))
+        slacks = trainer.primal_dual.effective_slacks()
+        if selector:  # the last iterate is a candidate too; then the best one is what gets evaluated
+            recorder.check_iterate(trainer.progress.step)
+            recorder.checkpoint()  # the choice in the checkpoint is the final one (cutlab-eval loads it)
+            selector.restore_best()
+            slacks = selector.best_slacks
+            summary.update(iterate=selector.summary(cfg.eval.check_every_steps))
+        else:
+            summary.update(iterate={"mode": "last"})
+        summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter, constraints,
+                                          slacks))
         # time to feasibility: the first step of the met streak that lasted to the end (None: never reached)
         summary.update(steps_to_feasibility=clock.since, steps_to_strict_feasibility=clock.strictly_since)
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,

@@ -23,7 +23,19 @@ MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one
 
 def comparable(config: dict) -> dict:
     """The config without the keys that may differ between a run and its resumption (cutlab.config.neutral)."""
-    return {key: _normalised(value) for key, value in without_result_neutral_keys(config).items()}
+    return _iterate_settled({key: _normalised(value) for key, value in without_result_neutral_keys(config).items()})
+
+
+def _iterate_settled(config: dict) -> dict:
+    """eval.iterate came after the first records: a config without it evaluated the last iterate, and with the last
+    iterate, eval.check_every_steps changes nothing (no checks run), so it is left out of the comparison."""
+    evaluation = config.get("eval")
+    if not isinstance(evaluation, dict):
+        return config
+    evaluation = {**evaluation, "iterate": evaluation.get("iterate", "last")}
+    if evaluation["iterate"] == "last":
+        evaluation.pop("check_every_steps", None)
+    return {**config, "eval": evaluation}
 
 
 def _normalised(value: Any) -> Any:

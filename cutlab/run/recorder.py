@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from cutlab.core.feasibility_clock import FeasibilityClock
+from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.primal_dual import StepResult
 from cutlab.core.training import Progress, Trainer
 from cutlab.run.checkpoints import save_checkpoint
@@ -46,17 +47,20 @@ class StepRecorder:
 
     def __init__(self, run_dir: Path, trainer: Trainer, history: HistoryWriter, tracker, reporter: ProgressReporter,
                  clock: FeasibilityClock, epsilon: float | None, every_steps: int, started: float,
-                 validate: Callable[[], float] | None = None, on_epoch_end: EpochEndHook | None = None) -> None:
+                 validate: Callable[[], float] | None = None, on_epoch_end: EpochEndHook | None = None,
+                 selector: IterateSelector | None = None, check_every_steps: int = 0) -> None:
         self.run_dir, self.trainer, self.history, self.tracker = run_dir, trainer, history, tracker
         self.reporter, self.clock, self.epsilon, self.every_steps = reporter, clock, epsilon, every_steps
         self.started, self.validate, self.hook = started, validate, on_epoch_end
+        self.selector, self.check_every_steps = selector, check_every_steps  # eval.iterate=best
         self.stop = None
 
     def checkpoint(self) -> None:
         save_checkpoint(self.run_dir, {"trainer": self.trainer.state_dict(), "wandb_id": self.tracker.run_id,
                                        "epsilon": self.epsilon, "record_version": RECORD_VERSION,
                                        "feasibility_clock": self.clock.state_dict(),
-                                       "wall_time_s": time.perf_counter() - self.started})
+                                       "wall_time_s": time.perf_counter() - self.started,
+                                       **({"iterate_selection": self.selector.state_dict()} if self.selector else {})})
 
     def on_step(self, progress: Progress, result: StepResult, seconds: float) -> None:
         row = history_row(progress, result, self.trainer, seconds)
@@ -66,11 +70,23 @@ class StepRecorder:
         self.history.write(row)
         self.tracker.log({k: v for k, v in row.items() if k != "step"}, step=progress.step)
         self.reporter.step(progress, result, seconds)
+        if self.selector and progress.step % self.check_every_steps == 0 and self.candidate(progress):
+            self.check_iterate(progress.step)
         stopping = self.stop is not None and self.stop.requested
         if progress.step % self.every_steps == 0 or stopping:
             self.checkpoint()
         if stopping:  # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
             raise Preempted(f"stopped by {self.stop.signal_name} after step {progress.step} (checkpoint saved)")
+
+    def candidate(self, progress: Progress) -> bool:
+        """Iterates of the primal-dual algorithm are candidates; those of the primal warm-up (lambda frozen at 0, the
+        constraints not yet enforced) are not. Every ERM iterate is."""
+        return not self.trainer.primal_dual.constrained or self.trainer.dual_active(progress.epoch)
+
+    def check_iterate(self, step: int) -> None:
+        """eval.iterate=best: validate the iterate after ``step`` (cutlab.core.iterate_selection; the checks reach
+        summary.json, and W&B through it)."""
+        self.selector.check(step, self.trainer.primal_dual.effective_slacks())
 
     def on_epoch_end(self, progress: Progress) -> None:
         self.checkpoint()

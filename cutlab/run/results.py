@@ -16,8 +16,10 @@ from cutlab.run.records import evaluation_rows, write_evaluation, write_sample_l
 
 
 def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, primal_dual: PrimalDual, tracker,
-                       reporter: ProgressReporter, constraints: Constraints) -> dict:
-    """Evaluate on validation and test, write eval.csv and sample_losses, and return the summary's results."""
+                       reporter: ProgressReporter, constraints: Constraints, slacks: torch.Tensor) -> dict:
+    """Evaluate on validation and test, write eval.csv and sample_losses, and return the summary's results.
+
+    ``slacks``: the resilience slack of the evaluated iterate's multipliers (PrimalDual.effective_slacks)."""
     task = evaluator.task
     grid = [float(g) for g in cfg.eval.gamma_test]
     gamma = float(cfg.gamma)
@@ -28,13 +30,16 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     # point stays out of eval.csv so that means over the grid are the grid's
     test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test"))
     in_distribution = descent_in_distribution(test, val_grid.index(gamma), constraints)
+    # the same verdict on test: the validation one may have chosen the iterate (eval.iterate=best), this one did not
+    in_distribution["test_verdict"] = feasibility_verdict(test.mean_loss[val_grid.index(gamma)], constraints, slacks,
+                                                          cfg.eval.feasibility_tol, primal_dual.constrained).status
     test = test.restricted(len(grid))
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
     tracker.log_evaluation(rows)  # the table, scalars per gamma_test and a line plot
-    verdict = feasibility_verdict(validation.mean_loss[val_grid.index(gamma)], constraints,
-                                  primal_dual.effective_slacks(), cfg.eval.feasibility_tol, primal_dual.constrained)
+    verdict = feasibility_verdict(validation.mean_loss[val_grid.index(gamma)], constraints, slacks,
+                                  cfg.eval.feasibility_tol, primal_dual.constrained)
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}
 
 

@@ -62,12 +62,18 @@ def split_of(task: Task, split: str):
 
 
 def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
-    """The final model weights into ``task.model`` and the run's primal-dual state (multipliers: the slack)."""
+    """The evaluated weights into ``task.model`` and their resilience slacks: the final iterate and its multipliers'
+    slack, or with eval.iterate=best the iterate the run selected on validation (what its own evaluation used)."""
     trainer = checkpoint["trainer"]
+    selected = checkpoint.get("iterate_selection") or {}
     try:
         task.model.load_state_dict(trainer["model"])
         primal_dual = build_primal_dual(cfg, task.model, checkpoint["epsilon"])
         primal_dual.load_state_dict(trainer["primal_dual"])
+        slacks = primal_dual.effective_slacks()
+        if selected.get("best_state") is not None:
+            task.model.load_state_dict(selected["best_state"])
+            slacks = selected["best_slacks"]
         # DUST's LISTA step size c = margin * ||D||_2^2 (paper App. C.3-C.4) is tracked by a power iteration refined at
         # every forward, so the checkpoint's estimate depends on how many forwards came before it; converged here, the
         # evaluation of the final weights does not depend on that history (nor on the order of the evaluations)
@@ -79,7 +85,7 @@ def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
         raise CutlabError(f"{run_name}: its weights do not fit the model its config builds with this data "
                           f"({type(error).__name__}: {reason[:200]}); the model's source, tokenizer or vocabulary "
                           "differs from the one it was trained with") from None
-    return primal_dual
+    return primal_dual, slacks
 
 
 def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Request,
@@ -92,7 +98,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
     task.model.to(device)
-    primal_dual = load_weights(task, cfg, checkpoint, run_name)
+    primal_dual, slacks = load_weights(task, cfg, checkpoint, run_name)
     sigma = task.sigma if request.sigma == "data" else float(summary["sigma_x"])
     grid = list(request.gamma_test)
     gamma_train = float(cfg.gamma)
@@ -104,7 +110,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
                           progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"))
     constraints = constraints_of(cfg, checkpoint["epsilon"])
     index = full.index(gamma_train)
-    verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, primal_dual.effective_slacks(),
+    verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, slacks,
                                   cfg.eval.feasibility_tol, primal_dual.constrained)
     at_gamma_train = descent_in_distribution(evaluation, index, constraints)
     table = evaluation.restricted(len(grid))
