@@ -63,8 +63,6 @@ class IterateSelector:
 
     def check(self, step: int, slacks: torch.Tensor) -> Check:
         """Validate the current iterate after ``step``; keep it when it ranks above the best so far (ties: earlier)."""
-        if self.checks and self.checks[-1].step == step:
-            return self.checks[-1]
         buffers = {name: buffer.detach().clone() for name, buffer in self.model.named_buffers()}
         losses = self.validation_losses().detach().cpu().double()
         with torch.no_grad():
@@ -85,6 +83,10 @@ class IterateSelector:
         active = self.constraints.active_mask(len(losses))
         violations = self.constraints.relative_violations(losses)[active]
         return Check(step, [float(v) for v in losses], not bool(missed.any()), float(violations.max()))
+
+    def checked(self, step: int) -> bool:
+        """Whether the iterate after ``step`` was checked already (a resumed run's checks come from its checkpoint)."""
+        return bool(self.checks) and self.checks[-1].step == step
 
     def restore_best(self) -> None:
         """Load the best iterate's parameters into the model (a no-op before any check)."""

@@ -143,8 +143,9 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
         history.close()
         slacks = trainer.primal_dual.effective_slacks()
         if selector:  # the last iterate is a candidate too; then the best one is what gets evaluated
-            recorder.check_iterate(trainer.progress.step)
-            recorder.checkpoint()  # the choice in the checkpoint is the final one (cutlab-eval loads it)
+            if not selector.checked(trainer.progress.step):  # not on the check cadence: check it, and checkpoint
+                recorder.check_iterate(trainer.progress.step)  # the final choice (cutlab-eval loads it)
+                recorder.checkpoint()
             selector.restore_best()
             slacks = selector.best_slacks
             summary.update(iterate=selector.summary(cfg.eval.check_every_steps))
