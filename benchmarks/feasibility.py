@@ -42,14 +42,15 @@ def run_cells(cells: list[tuple[str, int]], args: argparse.Namespace, runs_dir: 
         subprocess.run(command, cwd=REPO, check=True)
 
 
-def find_runs(runs_dir: Path, cells: list[tuple[str, int]], epochs: int) -> dict[tuple[str, int, str], Path]:
-    """Each (model, L, arm) run of the cells at this budget, from one look at ``runs_dir`` (each run's folder name
-    holds its overrides); a run that has not completed is left out."""
-    wanted = {(model, str(depth), arm, str(epochs)): (model, depth, arm) for model, depth in cells for arm in ARMS}
+def find_runs(runs_dir: Path, cells: list[tuple[str, int]], epochs: int, gamma: str) -> dict[tuple[str, int, str], Path]:
+    """Each (model, L, arm) run of the cells at this budget and gamma_train, from one look at ``runs_dir`` (each run's
+    folder name holds its overrides); a run that has not completed is left out."""
+    wanted = {(model, str(depth), arm, str(epochs), gamma): (model, depth, arm) for model, depth in cells for arm in ARMS}
     found = {}
     for summary_path in runs_dir.glob("*/summary.json"):
         parts = overrides_of(summary_path.parent)
-        key = wanted.get((parts.get("model"), parts.get("L"), parts.get("train"), parts.get("train.epochs")))
+        key = wanted.get((parts.get("model"), parts.get("L"), parts.get("train"), parts.get("train.epochs"),
+                          parts.get("gamma")))
         if key is not None and key not in found:
             found[key] = summary_path.parent
     return found
@@ -180,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     run_cells(cells, args, args.runs_dir)
     budget = args.epochs * args.steps
-    found = find_runs(args.runs_dir, cells, args.epochs)
+    found = find_runs(args.runs_dir, cells, args.epochs, args.gamma)
     summaries = {(model, depth): read_cell(found, model, depth) for model, depth in cells}
     rows = [figure(model, depth, summaries[model, depth], budget) for model, depth in cells]
     # each run's own wall time is in its row; a rerun that reuses complete runs takes seconds

@@ -117,6 +117,40 @@ def test_a_record_from_before_eval_iterate_is_still_the_same_run_with_the_last_i
     assert refused.returncode != 0 and "eval.iterate: 'last' -> 'best'" in refused.stderr
 
 
+def test_every_added_or_inert_key_exists_and_compares_as_the_behaviour_it_names() -> None:
+    """identity's tables: a key missing from an older config compares equal to its stated value, an inert key's
+    value is ignored while its switch holds; a misspelt key in either table would match nothing, so each must exist."""
+    import copy
+
+    from omegaconf import OmegaConf
+
+    from cutlab.config.compose import compose_run_config
+    from cutlab.run.identity import ADDED_KEYS, INERT_KEYS, comparable, differences
+
+    current = OmegaConf.to_container(compose_run_config(["wandb.mode=disabled"]))
+
+    def edited(**changes) -> dict:  # dotted key (with "__" for ".") -> value; None deletes the key
+        config = copy.deepcopy(current)
+        for dotted, value in changes.items():
+            *parents, leaf = dotted.split("__")
+            node = config
+            for part in parents:
+                node = node[part]
+            assert leaf in node, f"{dotted} is not a key of the composed config"
+            node.pop(leaf) if value is None else node.__setitem__(leaf, value)
+        return config
+
+    for key, then in ADDED_KEYS.items():
+        key = key.replace(".", "__")
+        assert differences(comparable(edited(**{key: None})), comparable(edited(**{key: then}))) == []
+    for key, (switch, value) in INERT_KEYS.items():
+        key, switch = key.replace(".", "__"), switch.replace(".", "__")
+        inert = comparable(edited(**{switch: value})), comparable(edited(**{switch: value, key: 987654}))
+        assert differences(*inert) == []
+        live = comparable(edited(**{switch: "another"})), comparable(edited(**{switch: "another", key: 987654}))
+        assert differences(*live) != []  # compared wherever the switch holds another value
+
+
 def test_feasible_beats_a_lower_loss_then_smaller_violation_then_lower_loss_and_ties_keep_the_earlier() -> None:
     model = TinyUnrolled()
     scripted: list[torch.Tensor] = []

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import ROOT
@@ -185,6 +186,15 @@ def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatc
     assert summary["status"] == "pruned" and summary["steps"] == 2  # stopped after its first epoch
     assert "worse than the median" in summary["error"]
     assert_run_complete(Path(sane.user_attrs["run_dir"]), steps=8)
+    # the pruner's validation after each epoch leaves training as it was: the same overrides run without a pruner
+    # give the same history to the last digit (DUST's power iteration updates a buffer at every forward)
+    from cutlab.config.compose import compose_run_config
+    from cutlab.run.experiment import run_experiment
+
+    unpruned = tmp_path / "runs" / "unpruned"
+    run_experiment(compose_run_config(sane.user_attrs["overrides"]), unpruned)
+    history = lambda run: pd.read_csv(run / "history.csv").drop(columns=["step_time"])  # noqa: E731
+    pd.testing.assert_frame_equal(history(unpruned), history(Path(sane.user_attrs["run_dir"])), check_exact=True)
 
 
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,

@@ -6,8 +6,9 @@ layer at once (no per-layer recomputation).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Iterator, Protocol
 
 import torch
 
@@ -53,6 +54,22 @@ class Evaluation:
             "ratio_median": float(ratios.median()),
             "fraction_decreasing": float((ratios < 1.0).float().mean()),
         }
+
+
+@contextmanager
+def buffers_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Put back, on leaving, every buffer a forward pass inside updated (DUST's power-iteration vectors).
+
+    For evaluations made *during* training (a search pruner's epoch-end validation, eval.iterate=best's checks):
+    without this, validating would change the training that follows it, and a run resumed from the checkpoint
+    written before the validation would not continue as the run that validated."""
+    kept = {name: buffer.detach().clone() for name, buffer in model.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, buffer in model.named_buffers():
+                buffer.copy_(kept[name])
 
 
 @torch.no_grad()

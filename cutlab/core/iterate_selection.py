@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from cutlab.core.evaluation import misses
+from cutlab.core.evaluation import buffers_kept, misses
 from cutlab.core.primal_dual import Constraints
 
 ITERATES = ("last", "best")
@@ -63,11 +63,8 @@ class IterateSelector:
 
     def check(self, step: int, slacks: torch.Tensor) -> Check:
         """Validate the current iterate after ``step``; keep it when it ranks above the best so far (ties: earlier)."""
-        buffers = {name: buffer.detach().clone() for name, buffer in self.model.named_buffers()}
-        losses = self.validation_losses().detach().cpu().double()
-        with torch.no_grad():
-            for name, buffer in self.model.named_buffers():
-                buffer.copy_(buffers[name])
+        with buffers_kept(self.model):
+            losses = self.validation_losses().detach().cpu().double()
         check = self._judge(step, losses)
         self.checks.append(check)
         if self.best is None or check.rank < self.best.rank:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.checks import check_config
 from cutlab.config.naming import check_run_folder_name
+from cutlab.core.evaluation import buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.training import Trainer
@@ -131,7 +132,8 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.eval.batch_size, trainer.device)
 
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
-        return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
+        with buffers_kept(task.model):  # validating must not change the training that follows
+            return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
 
     selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
     history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)

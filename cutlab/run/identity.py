@@ -21,21 +21,50 @@ from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
 MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one is kept)"
 
 
+# Keys added to the config after runs were first recorded, each with the value that gives what a config written
+# before it computed: a stored config without the key is compared as if it held that value, so its folder is still
+# skipped or resumed rather than refused.
+ADDED_KEYS = {"eval.iterate": "last"}
+# Keys that change nothing while another key holds a given value: left out of the comparison then
+# (with the last iterate evaluated, no checks run, so their cadence is moot).
+INERT_KEYS = {"eval.check_every_steps": ("eval.iterate", "last")}
+
+
 def comparable(config: dict) -> dict:
-    """The config without the keys that may differ between a run and its resumption (cutlab.config.neutral)."""
-    return _iterate_settled({key: _normalised(value) for key, value in without_result_neutral_keys(config).items()})
+    """The config as compared: without the keys that may differ between a run and its resumption
+    (cutlab.config.neutral), with ADDED_KEYS filled in where absent and INERT_KEYS left out where inert."""
+    config = {key: _normalised(value) for key, value in without_result_neutral_keys(config).items()}
+    for key, then in ADDED_KEYS.items():
+        if _lookup(config, key) is _ABSENT:
+            config = _with(config, key, then)
+    for key, (switch, value) in INERT_KEYS.items():
+        if _lookup(config, switch) == value:
+            config = _with(config, key, _ABSENT)
+    return config
 
 
-def _iterate_settled(config: dict) -> dict:
-    """eval.iterate came after the first records: a config without it evaluated the last iterate, and with the last
-    iterate, eval.check_every_steps changes nothing (no checks run), so it is left out of the comparison."""
-    evaluation = config.get("eval")
-    if not isinstance(evaluation, dict):
+_ABSENT = object()
+
+
+def _lookup(config: dict, dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _ABSENT
+        node = node[part]
+    return node
+
+
+def _with(config: dict, dotted: str, value: Any) -> dict:
+    """A copy of ``config`` with ``dotted`` set to ``value`` (removed for _ABSENT); a missing parent section is
+    left alone, since a config without the section cannot hold the key."""
+    head, _, rest = dotted.partition(".")
+    if not rest:
+        return {k: v for k, v in config.items() if k != head} if value is _ABSENT else {**config, head: value}
+    section = config.get(head)
+    if not isinstance(section, dict):
         return config
-    evaluation = {**evaluation, "iterate": evaluation.get("iterate", "last")}
-    if evaluation["iterate"] == "last":
-        evaluation.pop("check_every_steps", None)
-    return {**config, "eval": evaluation}
+    return {**config, head: _with(section, rest, value)}
 
 
 def _normalised(value: Any) -> Any:
