@@ -241,13 +241,17 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
               "a layer raises the loss), beside the α the run was given; "
               "and the largest test ratio ℓ_l / ℓ_{l−1} at γ_test = γ_train (above 1: a layer that raises the "
               "loss in distribution); the iterate evaluated (the last, or with eval.iterate=best the step that "
-              "validation chose, which makes the validation verdict optimistic) and the same verdict on test. ERM "
+              "validation chose, which makes the validation verdict optimistic) and the same verdict on test; the "
+              "largest relative violation on validation and on test at γ_train with its 90 % bootstrap interval "
+              "over the held-out samples (an interval that straddles the tolerance: the split is too small to "
+              "decide that constraint). ERM "
               "runs get the same checks, for comparison. ? = not in the run's record (written before it was "
               "measured).", "",
               "| run | setting | arm | dual setting | verdict | slack used | steps to strict feasibility | "
               "steps to feasibility (within slack) | steps | α met on validation (given) | "
-              "max ℓ_l / ℓ_{l−1} in distribution | descends | iterate | test verdict |",
-              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|"]
+              "max ℓ_l / ℓ_{l−1} in distribution | descends | iterate | test verdict | "
+              "largest violation, validation [90 %] | largest violation, test [90 %] |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|"]
     for _, run in complete.iterrows():
         slack = percent(run["max_relative_slack_used"]) if run["verdict"] == SLACK_FEASIBLE else "—"
         lines.append(f"| {_cell(run['run'])} | {_setting(run)} | {ARM_LABELS.get(run['arm'], '?')} | "
@@ -255,10 +259,19 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
                      f"{_steps(run, 'steps_to_strict_feasibility')} | {_steps(run, 'steps_to_feasibility')} | "
                      f"{_int(run['steps'])} | {_alpha_column(run)} | {_ratio(run['max_layer_ratio_id'])} | "
                      f"{_yes_no(run['descends_id'])} | {_iterate(run)} | "
-                     f"{_verdict(run['test_verdict'])} |")
+                     f"{_verdict(run['test_verdict'])} | {_with_interval(run['val_largest_violation'])} | "
+                     f"{_with_interval(run['test_largest_violation'])} |")
     if (complete["verdict"] == DEGENERATE).any():
         lines += ["", f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}."]
     return lines
+
+
+def _with_interval(largest) -> str:
+    """``+2.7 % [−2.6, +7.2]``: a relative violation and its interval in percent; ``?`` for an older record."""
+    if not isinstance(largest, (tuple, list)):
+        return "?"
+    value, (low, high) = largest
+    return f"{100 * value:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]".replace("-", "−")
 
 
 def _iterate(run) -> str:

@@ -33,6 +33,15 @@ def _max_descent_violation(feasibility: dict) -> float | None:
     return max(violations[1:]) if len(violations) > 1 else None
 
 
+def largest_violation(violations, interval) -> tuple[float, list[float]] | None:
+    """The active constraint with the largest relative violation and its sampling interval (Verdict.
+    violation_interval), or None for a record written before intervals were measured."""
+    if not violations or not isinstance(interval, dict) or not interval.get("layers"):
+        return None
+    entries = zip(interval["layers"], interval["low"], interval["high"])
+    return max(((violations[layer], [low, high]) for layer, low, high in entries), key=lambda pair: pair[0])
+
+
 def summary_columns(summary: dict | None) -> dict[str, Any]:
     """The columns one run contributes from its summary.json (the verdict, time to feasibility, the headline)."""
     summary = summary or {}
@@ -60,6 +69,12 @@ def summary_columns(summary: dict | None) -> dict[str, Any]:
         "iterate": (summary.get("iterate") or {}).get("mode"),
         "selected_step": (summary.get("iterate") or {}).get("selected_step"),
         "test_verdict": (summary.get("in_distribution") or {}).get("test_verdict"),
+        # the largest violation with its bootstrap interval over the held-out samples: is a miss beyond sampling?
+        "val_largest_violation": largest_violation(feasibility.get("relative_violations"),
+                                                   feasibility.get("violation_interval")),
+        "test_largest_violation": largest_violation(
+            (summary.get("in_distribution") or {}).get("test_relative_violations"),
+            (summary.get("in_distribution") or {}).get("test_violation_interval")),
         "fraction_decreasing_id": (summary.get("in_distribution") or {}).get("fraction_decreasing"),
         "error": summary.get("error"),
         "metric": summary.get("metric"),

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from cutlab.core.evaluation import evaluate, feasibility_verdict
+from cutlab.core.evaluation import evaluate, feasibility_verdict, violation_intervals
 from cutlab.core.models import DUST
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, Perturbation, noise_generator, perturb
@@ -100,3 +100,35 @@ def test_verdict_records_what_the_chain_of_constraints_allows_the_last_layer(for
     # the chain's bound is necessary, not sufficient: l_3 = 0.1 is well below it and layer 2 still misses its step
     out_of_step = feasibility_verdict(torch.tensor([1.0, 0.4, 0.3, 0.1]), constraints, torch.zeros(4), 0.02, True)
     assert out_of_step.violated_layers == [2] and out_of_step.last_layer_loss < out_of_step.last_layer_bound
+
+
+def test_violation_intervals_are_a_percentile_bootstrap_of_the_relative_violations():
+    """Against a plain numpy bootstrap of the formula (l_l / ((1 - alpha) l_{l-1}) - 1, l_0 / epsilon - 1), with
+    the interval collapsing onto the point when every sample is the same and narrowing as 1/sqrt(N)."""
+    import numpy as np
+
+    constraints = Constraints(alpha=0.25, epsilon=2.0, form="ratio")
+    rng = np.random.default_rng(1)
+    samples = rng.gamma(2.0, 1.0, size=(800, 4)) * np.array([1.5, 1.2, 0.9, 0.7])  # [N, L+1], skewed like losses
+    as_pairs = lambda found: np.array([found["low"], found["high"]]).T  # noqa: E731
+    intervals = as_pairs(violation_intervals(torch.tensor(samples), constraints, resamples=4000))
+
+    def violations(means):
+        return np.concatenate([means[:1] / 2.0 - 1, means[1:] / (0.75 * means[:-1]) - 1])
+    draws = np.stack([violations(samples[rng.integers(0, 800, 800)].mean(0)) for _ in range(4000)])
+    expected = np.percentile(draws, [5, 95], axis=0).T
+    width = expected[:, 1] - expected[:, 0]
+    np.testing.assert_allclose(intervals, expected, atol=0.08 * width.max())
+    point = violations(samples.mean(0))
+    assert all(low < p < high for (low, high), p in zip(intervals, point))
+
+    same = torch.tensor(samples[:1]).repeat(50, 1)
+    for (low, high), p in zip(as_pairs(violation_intervals(same, constraints, resamples=50)), violations(samples[0])):
+        assert low == pytest.approx(p) and high == pytest.approx(p)
+
+    quarter = as_pairs(violation_intervals(torch.tensor(samples[:200]), constraints, resamples=4000))
+    ratio = (np.diff(quarter, axis=1) / np.diff(intervals, axis=1)).flatten()
+    assert np.all((ratio > 1.5) & (ratio < 2.7))  # a quarter of the samples: about twice as wide
+
+    without_epsilon = violation_intervals(torch.tensor(samples), Constraints(alpha=0.25), resamples=100)
+    assert without_epsilon["layers"] == [1, 2, 3] and len(without_epsilon["low"]) == 3

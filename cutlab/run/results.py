@@ -29,17 +29,20 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
     # point stays out of eval.csv so that means over the grid are the grid's
     test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test"))
-    in_distribution = descent_in_distribution(test, val_grid.index(gamma), constraints)
+    at = val_grid.index(gamma)
+    in_distribution = descent_in_distribution(test, at, constraints)
     # the same verdict on test: the validation one may have chosen the iterate (eval.iterate=best), this one did not
-    in_distribution["test_verdict"] = feasibility_verdict(test.mean_loss[val_grid.index(gamma)], constraints, slacks,
-                                                          cfg.eval.feasibility_tol, primal_dual.constrained).status
+    on_test = feasibility_verdict(test.mean_loss[at], constraints, slacks, cfg.eval.feasibility_tol,
+                                  primal_dual.constrained, test.sample_losses[at])
+    in_distribution.update(test_verdict=on_test.status, test_relative_violations=on_test.relative_violations,
+                           test_violation_interval=on_test.violation_interval)
     test = test.restricted(len(grid))
     rows = evaluation_rows("val", validation) + evaluation_rows("test", test)
     write_evaluation(run_dir, rows)
     write_sample_losses(run_dir, test)
     tracker.log_evaluation(rows)  # the table, scalars per gamma_test and a line plot
-    verdict = feasibility_verdict(validation.mean_loss[val_grid.index(gamma)], constraints, slacks,
-                                  cfg.eval.feasibility_tol, primal_dual.constrained)
+    verdict = feasibility_verdict(validation.mean_loss[at], constraints, slacks, cfg.eval.feasibility_tol,
+                                  primal_dual.constrained, validation.sample_losses[at])
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}
 
 
