@@ -175,8 +175,9 @@ def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, l
     The verdict reads means over a finite held-out set; with a few hundred samples a constraint can miss or meet
     its bound by sampling alone (over 1000 IMDb test reviews a last layer's violation has a standard deviation of
     about 3 %). The samples are resampled as if independent: overlapping windows of one video clip are not, so for
-    video the interval is a lower bound on the uncertainty. Seeded, so a record is reproducible. Inactive slots
-    (l_0 without epsilon) are left out.
+    video the interval is a lower bound on the uncertainty. The evaluation noise is held as drawn (the run's seed
+    fixes it), so the interval does not cover another draw of it. Seeded, so a record is reproducible. Inactive
+    slots (l_0 without epsilon) are left out.
     """
     losses = sample_losses.detach().cpu().double()
     generator = torch.Generator().manual_seed(seed)
