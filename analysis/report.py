@@ -267,10 +267,14 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
 
 
 def _with_interval(largest) -> str:
-    """``+2.7 % [−2.6, +7.2]``: a relative violation and its interval in percent; ``?`` for an older record."""
+    """``+2.7 % [−2.6, +7.2]``: a relative violation and its interval in percent; ``+2.7 % (2 clips: no interval)``
+    where the split had too few groups to resample; ``?`` for an older record."""
     if not isinstance(largest, (tuple, list)):
         return "?"
-    value, (low, high) = largest
+    value, bounds = largest
+    if isinstance(bounds, str):
+        return f"{100 * value:+.1f} % ({bounds}: no interval)".replace("-", "−")
+    low, high = bounds
     return f"{100 * value:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]".replace("-", "−")
 
 

@@ -33,11 +33,14 @@ def _max_descent_violation(feasibility: dict) -> float | None:
     return max(violations[1:]) if len(violations) > 1 else None
 
 
-def largest_violation(violations, interval) -> tuple[float, list[float]] | None:
+def largest_violation(violations, interval) -> tuple[float, list[float] | str] | None:
     """The active constraint with the largest relative violation and its sampling interval (Verdict.
-    violation_interval), or None for a record written before intervals were measured."""
+    violation_interval) as [low, high], or, where the split had too few groups for one, what it had ("2 clips");
+    None for a record written before intervals were measured."""
     if not violations or not isinstance(interval, dict) or not interval.get("layers"):
         return None
+    if not interval["low"]:
+        return max(violations[layer] for layer in interval["layers"]), f"{interval['count']} {interval['resampled']}s"
     entries = zip(interval["layers"], interval["low"], interval["high"])
     return max(((violations[layer], [low, high]) for layer, low, high in entries), key=lambda pair: pair[0])
 

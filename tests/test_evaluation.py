@@ -132,3 +132,69 @@ def test_violation_intervals_are_a_percentile_bootstrap_of_the_relative_violatio
 
     without_epsilon = violation_intervals(torch.tensor(samples), Constraints(alpha=0.25), resamples=100)
     assert without_epsilon["layers"] == [1, 2, 3] and len(without_epsilon["low"]) == 3
+
+
+def test_grouped_samples_are_resampled_by_group():
+    """With groups (video clips), whole groups are resampled: against a numpy cluster bootstrap of the same formula
+    (sums over the drawn groups' samples), wider than resampling samples when samples within a group are alike,
+    and no interval (empty low/high, the count recorded) below MIN_INTERVAL_GROUPS groups."""
+    import numpy as np
+
+    from cutlab.core.data.groups import SampleGroups
+    from cutlab.core.evaluation import MIN_INTERVAL_GROUPS
+
+    constraints = Constraints(alpha=0.25, epsilon=2.0, form="ratio")
+    rng = np.random.default_rng(2)
+    sizes = rng.integers(5, 16, size=40)
+    ids = np.repeat(np.arange(40), sizes)
+    scene = rng.gamma(4.0, 0.25, size=(40, 4))  # a clip's own difficulty at each layer, shared by its windows
+    samples = scene[ids] * np.array([1.5, 1.2, 0.9, 0.7]) * rng.gamma(20.0, 0.05, size=(len(ids), 4))
+    groups = SampleGroups(torch.tensor(ids), "clip")
+    found = violation_intervals(torch.tensor(samples), constraints, groups, resamples=4000)
+    assert (found["resampled"], found["count"], found["layers"]) == ("clip", 40, [0, 1, 2, 3])
+
+    def violations(means):
+        return np.concatenate([means[:1] / 2.0 - 1, means[1:] / (0.75 * means[:-1]) - 1])
+    totals = np.stack([samples[ids == g].sum(0) for g in range(40)])
+    draws = []
+    for _ in range(4000):
+        picked = rng.integers(0, 40, 40)
+        draws.append(violations(totals[picked].sum(0) / sizes[picked].sum()))
+    expected = np.percentile(np.stack(draws), [5, 95], axis=0).T
+    intervals = np.array([found["low"], found["high"]]).T
+    np.testing.assert_allclose(intervals, expected, atol=0.08 * (expected[:, 1] - expected[:, 0]).max())
+    by_sample = violation_intervals(torch.tensor(samples), constraints, resamples=4000)
+    assert by_sample["resampled"] == "sample" and by_sample["count"] == len(ids)
+    assert np.all(np.diff(intervals, axis=1).flatten() > 1.5 * np.diff([by_sample["low"], by_sample["high"]], axis=0))
+
+    few = ids < MIN_INTERVAL_GROUPS - 1
+    too_few = violation_intervals(torch.tensor(samples[few]), constraints, SampleGroups(torch.tensor(ids[few]), "clip"))
+    assert too_few == {"layers": [0, 1, 2, 3], "resampled": "clip", "count": MIN_INTERVAL_GROUPS - 1,
+                       "low": [], "high": []}
+
+
+def test_frame_windows_say_which_clip_each_window_comes_from():
+    import numpy as np
+
+    from cutlab.core.data import FrameWindows
+
+    clips = {"b_second": np.zeros((20, 16, 16), np.uint8), "a_first": np.zeros((30, 16, 16), np.uint8)}
+    windows = FrameWindows(clips, frames=10, stride=5)
+    assert [name for name, _ in windows.index] == ["b_second"] * 3 + ["a_first"] * 5
+    assert windows.sample_groups.ids.tolist() == [0] * 3 + [1] * 5 and windows.sample_groups.unit == "clip"
+
+def test_a_degenerate_slot_has_an_infinite_interval_and_the_others_are_unchanged():
+    """UT at gamma_train 0 in the difference form: Phi_0 is the clean input, so l_0 = 0 in every sample and the
+    first descent constraint's right-hand side is 0 (relative violation inf). Its interval is [inf, inf], not nan,
+    and the next slot's interval is the one it has without the degenerate column beside it."""
+    rng = torch.Generator().manual_seed(3)
+    later = torch.rand(300, 2, generator=rng, dtype=torch.float64) + 0.5
+    samples = torch.cat([torch.zeros(300, 1, dtype=torch.float64), later], dim=1)  # [N, L+1], l_0 = 0
+    constraints = Constraints(alpha=0.5)
+    found = violation_intervals(samples, constraints, resamples=200)
+    assert found["layers"] == [1, 2]
+    assert found["low"][0] == found["high"][0] == math.inf
+    shifted = violation_intervals(torch.cat([torch.ones(300, 1, dtype=torch.float64), later], dim=1), constraints,
+                                  resamples=200)
+    assert (found["low"][1], found["high"][1]) == (shifted["low"][1], shifted["high"][1])
+    assert math.isfinite(found["low"][1]) and found["low"][1] < found["high"][1]

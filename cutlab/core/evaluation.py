@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
+from cutlab.core.data.groups import SampleGroups
 from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.primal_dual import Constraints
 from cutlab.core.training import SampleSource, collate, to_device
@@ -29,13 +30,15 @@ class EvaluatedObjective(Protocol):
 
 @dataclass
 class Evaluation:
-    """Results on one split. ``metric`` and ``mean_loss`` are [k gammas, L+1]; ``sample_losses`` [k, N, L+1]."""
+    """Results on one split. ``metric`` and ``mean_loss`` are [k gammas, L+1]; ``sample_losses`` [k, N, L+1];
+    ``sample_groups``: the split's groups of dependent samples (video clips), None when its samples are independent."""
 
     gammas: list[float]
     metric_name: str
     metric: torch.Tensor
     mean_loss: torch.Tensor
     sample_losses: torch.Tensor
+    sample_groups: SampleGroups | None = None
 
     def ratios(self, gamma_index: int) -> torch.Tensor:
         """Per-sample descent ratios l_l / l_{l-1}, [N, L] (Fig. 12)."""
@@ -45,7 +48,7 @@ class Evaluation:
     def restricted(self, count: int) -> "Evaluation":
         """The first ``count`` gammas only."""
         return Evaluation(self.gammas[:count], self.metric_name, self.metric[:count], self.mean_loss[:count],
-                          self.sample_losses[:count])
+                          self.sample_losses[:count], self.sample_groups)
 
     def ratio_stats(self, gamma_index: int) -> dict[str, float]:
         ratios = self.ratios(gamma_index).flatten()
@@ -110,7 +113,8 @@ def evaluate(
         raise ValueError("evaluate() got an empty split")
     losses = torch.stack([torch.cat(per_gamma) for per_gamma in sample_losses])
     metric = torch.stack([objective.metric_from_sums(metric_sums[g], counts[g]) for g in range(len(gammas))])
-    return Evaluation(list(gammas), objective.metric_name, metric, losses.mean(dim=1), losses)
+    return Evaluation(list(gammas), objective.metric_name, metric, losses.mean(dim=1), losses,
+                      getattr(samples, "sample_groups", None))
 
 
 STRICTLY_FEASIBLE = "feasible"
@@ -145,8 +149,8 @@ class Verdict:
     last_layer_loss: float  # l_L on the held-out data the verdict reads
     last_layer_bound: float | None  # epsilon (1 - alpha)^L: the most the constraints allow l_L together (None: no epsilon)
     # how far each relative violation could move with another held-out draw of the same size, at interval_level
-    # (violation_intervals: {"layers", "low", "high"}); None when no per-sample losses were given
-    violation_interval: dict[str, list] | None = None
+    # (violation_intervals: {"layers", "low", "high", "resampled", "count"}); None when no per-sample losses were given
+    violation_interval: dict | None = None
     interval_level: float | None = None
 
     def as_dict(self) -> dict:
@@ -165,29 +169,50 @@ def misses(constraints: Constraints, layer_losses: torch.Tensor, slacks: torch.T
 
 INTERVAL_LEVEL = 0.9
 BOOTSTRAP_RESAMPLES = 1000
+MIN_INTERVAL_GROUPS = 10  # fewer groups (Ped2's 2 validation clips): no interval rather than a misleading one
 
 
-def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, level: float = INTERVAL_LEVEL,
-                        resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict[str, list]:
+def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, groups: SampleGroups | None = None,
+                        level: float = INTERVAL_LEVEL, resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> dict:
     """A percentile-bootstrap interval of each active constraint's relative violation, from per-sample losses
-    [N, L+1]: ``{"layers": [l, ...], "low": [...], "high": [...]}`` (flat lists, so W&B's summary holds them).
+    [N, L+1]: ``{"layers": [l, ...], "low": [...], "high": [...], "resampled": unit, "count": n}`` (flat lists, so
+    W&B's summary holds them).
 
     The verdict reads means over a finite held-out set; with a few hundred samples a constraint can miss or meet
     its bound by sampling alone (over 1000 IMDb test reviews a last layer's violation has a standard deviation of
-    about 3 %). The samples are resampled as if independent: overlapping windows of one video clip are not, so for
-    video the interval is a lower bound on the uncertainty. The evaluation noise is held as drawn (the run's seed
-    fixes it), so the interval does not cover another draw of it. Seeded, so a record is reproducible. Inactive
-    slots (l_0 without epsilon) are left out.
+    about 3 %). Samples are resampled as independent unless ``groups`` says which belong together: then whole
+    groups are (a cluster bootstrap; windows of one video clip show one scene, and on Ped2's test clips resampling
+    windows gives intervals about a third as wide). With fewer than MIN_INTERVAL_GROUPS groups there is no interval
+    (empty "low" and "high"; "count" says how many groups there were): a bootstrap over a handful of clips cannot
+    say how another draw of clips would fall. The evaluation noise is held as drawn (the run's seed fixes it), so the
+    interval does not cover another draw of it. Seeded, so a record is reproducible. Inactive slots (l_0 without
+    epsilon) are left out; a degenerate one (a zero right-hand side) gets [inf, inf].
     """
     losses = sample_losses.detach().cpu().double()
-    generator = torch.Generator().manual_seed(seed)
-    draws = torch.stack([constraints.relative_violations(
-        losses[torch.randint(len(losses), (len(losses),), generator=generator)].mean(dim=0)) for _ in range(resamples)])
-    tail = (1.0 - level) / 2
-    low, high = torch.quantile(draws, torch.tensor([tail, 1.0 - tail], dtype=draws.dtype), dim=0)
+    if groups is None:
+        totals, sizes, unit = losses, torch.ones(len(losses), dtype=losses.dtype), "sample"
+    else:
+        _, member = torch.unique(groups.ids, return_inverse=True)
+        count = int(member.max()) + 1
+        totals = torch.zeros(count, losses.shape[1], dtype=losses.dtype).index_add_(0, member, losses)
+        sizes, unit = torch.bincount(member, minlength=count).to(losses.dtype), groups.unit
     layers = [int(layer) for layer in torch.nonzero(constraints.active_mask(losses.shape[1])).flatten()]
-    return {"layers": layers, "low": [float(low[layer]) for layer in layers],
-            "high": [float(high[layer]) for layer in layers]}
+    described = {"layers": layers, "resampled": unit, "count": len(totals)}
+    if groups is not None and len(totals) < MIN_INTERVAL_GROUPS:
+        return {**described, "low": [], "high": []}
+    generator = torch.Generator().manual_seed(seed)
+    draws = []
+    for _ in range(resamples):
+        picked = torch.randint(len(totals), (len(totals),), generator=generator)
+        draws.append(constraints.relative_violations(totals[picked].sum(dim=0) / sizes[picked].sum()))
+    draws = torch.stack(draws)
+    tail = (1.0 - level) / 2
+    tails = torch.tensor([tail, 1.0 - tail], dtype=draws.dtype)
+    # a degenerate slot (l_{l-1} = 0 in every resample: nothing can descend) is inf throughout, and linear
+    # interpolation between two infs gives nan; the nearest order statistic keeps it inf, as its point value is
+    low, high = torch.where(torch.isfinite(draws).all(dim=0), torch.quantile(draws, tails, dim=0),
+                            torch.quantile(draws, tails, dim=0, interpolation="nearest"))
+    return {**described, "low": [float(low[layer]) for layer in layers], "high": [float(high[layer]) for layer in layers]}
 
 
 def feasibility_verdict(
@@ -197,13 +222,14 @@ def feasibility_verdict(
     tolerance: float,
     constrained: bool,
     sample_losses: torch.Tensor | None = None,
+    sample_groups: SampleGroups | None = None,
 ) -> Verdict:
     """Classify held-out layer losses [L+1] against the constraints (see :class:`Verdict`).
 
     The check is made on relative violations (l_l - rhs_l) / rhs_l, so it is the same for every constraint form
     and the tolerance is relative: 0.02 allows a layer to miss its required descent by 2 % of its target. With the
-    per-sample losses [N, L+1] behind ``layer_losses``, the verdict also gives each violation's sampling interval
-    (violation_intervals); the status itself reads the point estimates.
+    per-sample losses [N, L+1] behind ``layer_losses`` (and their groups, for video), the verdict also gives each
+    violation's sampling interval (violation_intervals); the status itself reads the point estimates.
     """
     losses = layer_losses.detach().cpu().double()
     violation = constraints.relative_violations(losses)
@@ -229,5 +255,5 @@ def feasibility_verdict(
                    [float(v) for v in relative_slack], indices(violated & ~degenerate_rhs),
                    indices(missed & ~violated), indices(degenerate), tolerance, float(losses[-1]),
                    constraints.last_layer_bound(len(losses) - 1),
-                   None if sample_losses is None else violation_intervals(sample_losses, constraints),
+                   None if sample_losses is None else violation_intervals(sample_losses, constraints, sample_groups),
                    None if sample_losses is None else INTERVAL_LEVEL)

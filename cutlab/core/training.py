@@ -21,7 +21,10 @@ class Objective(Protocol):
 
 
 class SampleSource(Protocol):
-    """A map-style dataset: ``len`` and ``[i]`` returning one clean sample (a tensor, or a dict of them)."""
+    """A map-style dataset: ``len`` and ``[i]`` returning one clean sample (a tensor, or a dict of them).
+
+    A source whose samples are not independent of one another (windows of one video clip) also has a
+    ``sample_groups`` attribute (cutlab.core.data.groups.SampleGroups), which the verdict's sampling interval resamples instead of samples."""
 
     def __len__(self) -> int: ...
 

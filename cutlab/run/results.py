@@ -33,7 +33,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     in_distribution = descent_in_distribution(test, at, constraints)
     # the same verdict on test: the validation one may have chosen the iterate (eval.iterate=best), this one did not
     on_test = feasibility_verdict(test.mean_loss[at], constraints, slacks, cfg.eval.feasibility_tol,
-                                  primal_dual.constrained, test.sample_losses[at])
+                                  primal_dual.constrained, test.sample_losses[at], test.sample_groups)
     in_distribution.update(test_verdict=on_test.status, test_relative_violations=on_test.relative_violations,
                            test_violation_interval=on_test.violation_interval)
     test = test.restricted(len(grid))
@@ -42,7 +42,8 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     write_sample_losses(run_dir, test)
     tracker.log_evaluation(rows)  # the table, scalars per gamma_test and a line plot
     verdict = feasibility_verdict(validation.mean_loss[at], constraints, slacks, cfg.eval.feasibility_tol,
-                                  primal_dual.constrained, validation.sample_losses[at])
+                                  primal_dual.constrained, validation.sample_losses[at],
+                                  validation.sample_groups)
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}
 
 

@@ -111,7 +111,8 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     constraints = constraints_of(cfg, checkpoint["epsilon"])
     index = full.index(gamma_train)
     verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, slacks,
-                                  cfg.eval.feasibility_tol, primal_dual.constrained, evaluation.sample_losses[index])
+                                  cfg.eval.feasibility_tol, primal_dual.constrained, evaluation.sample_losses[index],
+                                  evaluation.sample_groups)
     at_gamma_train = descent_in_distribution(evaluation, index, constraints)
     table = evaluation.restricted(len(grid))
     last = table.metric.shape[1] - 1

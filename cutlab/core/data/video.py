@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from cutlab.core.data.groups import SampleGroups
 from cutlab.core.errors import CutlabError
 
 # data.name -> "module:function" reading that set; the function takes (root, cache_dir, image_size, progress,
@@ -92,6 +93,10 @@ class FrameWindows(Dataset):
                 f"no window of frames={frames} fits: the longest of {len(self.clips)} clips is shorter "
                 f"(shortest clip has {shortest} frames); lower the window length (frames) below the clip length"
             )
+        # windows of one clip show the same scene, so they are not independent samples: the verdict's interval
+        # resamples whole clips (cutlab.core.evaluation.violation_intervals)
+        clip_number = {name: number for number, name in enumerate(self.clips)}
+        self.sample_groups = SampleGroups(torch.tensor([clip_number[name] for name, _ in self.index]), "clip")
 
     def __len__(self) -> int:
         return len(self.index)
