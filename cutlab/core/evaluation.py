@@ -192,6 +192,8 @@ def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, g
     if groups is None:
         totals, sizes, unit = losses, torch.ones(len(losses), dtype=losses.dtype), "sample"
     else:
+        if len(groups.ids) != len(losses):
+            raise ValueError(f"violation_intervals: {len(groups.ids)} group ids for {len(losses)} samples")
         _, member = torch.unique(groups.ids, return_inverse=True)
         count = int(member.max()) + 1
         totals = torch.zeros(count, losses.shape[1], dtype=losses.dtype).index_add_(0, member, losses)
