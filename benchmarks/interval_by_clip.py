@@ -22,15 +22,10 @@ import torch
 from omegaconf import OmegaConf
 
 import suite.paths  # noqa: F401  points cutlab at the real data beside the checkout
-from cutlab.core.data import FrameWindows, load_video_clips
+from cutlab.core.data import FrameWindows
 from cutlab.core.evaluation import violation_intervals
 from cutlab.run.build import constraints_of
-
-
-def test_windows(data) -> FrameWindows:
-    options = {"test_clips": data.test_clips} if "test_clips" in data else {}
-    clips = load_video_clips(data.name, data.root, None, data.image_size, progress=False, **options)
-    return FrameWindows(clips.test, data.frames, data.stride)
+from cutlab.tasks import build_task
 
 
 def width_ratios(run: Path, windows: FrameWindows) -> list[float]:
@@ -68,7 +63,7 @@ def main() -> None:
             continue
         key = OmegaConf.to_yaml(cfg.data)
         if key not in windows_of:
-            windows_of[key] = test_windows(cfg.data)
+            windows_of[key] = build_task(cfg).test_set  # the run's own test split, as the run built it
         ratios = width_ratios(run, windows_of[key])
         results[run.name] = statistics.median(ratios)
         print(f"{cfg.model.name} L={cfg.L} γ_train={cfg.gamma}: clips ÷ windows, median over layers and γ_test "
