@@ -43,7 +43,8 @@ def notes(scale: str) -> dict[str, str]:
             "AlpacaEval (Sec. 6)": "the length-controlled win rates judged by GPT-5 are not implemented (they need an "
                                    "external judge); Fig 6's layerwise loss and token accuracy are run",
             "fair comparison (App. B)": f"each Table 4 cell runs {fair_comparison_trials()} seeds per arm at the "
-                                        "paper's tuned settings (train=constrained_text), the best of each arm by "
+                                        "cutlab's text default (train=constrained_text; the paper's tuned settings are "
+                                        "train=constrained_text_paper), the best of each arm by "
                                         "validation; the paper searched the constrained arm's hyper-parameters (Bayesian, "
                                         "5 trials), which is python -m cutlab.search search=fair_comparison. Table 3 runs "
                                         "one run per cell: the paper tuned video once per model and reused it",

@@ -65,15 +65,30 @@ def test_imdb_records_are_complete(imdb_runs, model, layers, steps, train):
     run = next(p for p in imdb_runs.iterdir() if p.is_dir() and not p.name.startswith("_") and run_of(p) == (model, train == "constrained_text"))
     summary = check_record(run, layers, steps, [0.0, 0.5, 1.0])
     train_config = OmegaConf.load(run / "config.yaml").train
-    if train == "constrained_text":  # the paper's language row of the model, for IMDb
-        expected = (3.45, 0.8) if model == "ut_text" else (1.07, 1.0)
-        assert (train_config.dual_lr, train_config.resilience_c, train_config.resilience) == (*expected, "weight_decay")
+    if train == "constrained_text":  # cutlab's text default, the same for every model and dataset
+        settings = ("epsilon", "constraint_form", "detach_prev", "dual_optimizer", "dual_lr", "resilience")
+        assert [train_config[key] for key in settings] == [5.0, "ratio", False, "sgd", 0.1, "off"]
     history = pd.read_csv(run / "history.csv")
     if train == "erm_text":
         assert (history.filter(like="lambda_") == 0).all().all() and summary["verdict"] == "unconstrained"
     else:  # no warm-up for text: the multipliers move from the first step
         assert (history.filter(like="lambda_").abs().sum(axis=1) > 0).any()
     assert "imdb_train_tiny100.jsonl" in summary["data_source"]
+
+
+@pytest.mark.parametrize("model, L, paper_row", [("hf_encoder", 6, (1.0, 1.07, 1.0)), ("ut_text", 3, (0.9, 3.45, 0.8))])
+def test_the_papers_language_settings_stay_one_override_away_from_the_text_default(model, L, paper_row):
+    from cutlab.config.compose import compose_run_config
+
+    def train(preset: str):
+        return compose_run_config(["data=imdb", f"model={model}", f"L={L}", f"train={preset}"]).train
+
+    paper, default = train("constrained_text_paper"), train("constrained_text")
+    # the paper's IMDb row of the model (epsilon, dual lr, c), difference form, dual Adam, resilience as weight decay
+    assert (paper.epsilon, paper.dual_lr, paper.resilience_c) == paper_row
+    assert (paper.constraint_form, paper.dual_optimizer, paper.resilience) == ("difference", "adam", "weight_decay")
+    assert (default.epsilon, default.constraint_form, default.dual_optimizer, default.resilience) == (5.0, "ratio", "sgd", "off")
+    assert (default.epochs, default.lr, default.alpha) == (paper.epochs, paper.lr, paper.alpha)  # same problem and schedule
 
 
 @pytest.mark.parametrize("model_args, layers", [pytest.param(DISTILBERT, 7, marks=pytest.mark.slow),

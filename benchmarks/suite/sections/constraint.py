@@ -63,9 +63,9 @@ def section_constraint(res: Results, mode: Mode, data: Data, workdir: Path) -> N
              "2 frames of 160x160 (reflect-padded to 168: 145 tokens a frame); alpha = the paper's ViT alpha, "
              "epsilon=auto, slack resilience, dual lr 1e-2."),
             ("text", "text encoder (MiniLM-L6)", list(TEXT_OVERRIDES),
-             {"erm": "erm_text", "constrained": "constrained_text"},
+             {"erm": "erm_text", "constrained": "constrained_text_paper"},
              "all-MiniLM-L6-v2 (model=hf_encoder, L=6), 16 real IMDb reviews (imdb_train_tiny100.jsonl) "
-             "truncated to 128 tokens; train presets erm_text / constrained_text (the paper's language alpha, "
+             "truncated to 128 tokens; train presets erm_text / constrained_text_paper (the paper's language alpha, "
              "epsilon 1.0, dual lr 1.07, weight-decay resilience), train mode (dropout on)."),
     ):
         say(f"  {what}: building the task through the app ({' '.join(overrides)})")
