@@ -46,7 +46,7 @@ def test_the_table3_plan_matches_its_golden_file(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_text_sweeps_train_with_the_papers_language_settings(tmp_path):
+def test_the_text_sweeps_train_with_the_text_presets(tmp_path):
     """Table 4 and the ablations use the text presets (Table 4 cutlab's text default, the ablations the paper's
     per-model, per-data epsilon, dual lr and resilience), not the video presets."""
     for sweep, count in (("table4_ut", 96), ("table4_pretrained", 48), ("ablation_alpha", 18), ("ablation_dual_lr", 15)):
