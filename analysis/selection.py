@@ -79,7 +79,8 @@ def dual_setting_label(row: pd.Series | dict) -> str:
     parts = [value("constraint_form"), f"{optimizer} lr={value('dual_lr')}"]
     if optimizer == "nupi":
         parts[-1] += f" κ_p={value('kappa_p')}"
-    parts += ["detach_prev"] if row.get("detach_prev") == True else []  # noqa: E712 (numpy or Python bools)
+    detach = row.get("detach_prev")
+    parts += ["detach_prev"] if detach == True else ["detach_prev=first"] if detach == "first" else []  # noqa: E712
     parts += [value("dual_update")]
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
     parts += [f"resilience {value('resilience')}"]

@@ -271,3 +271,19 @@ def test_dual_arms_table_matches_golden_file(runs):
     if UPDATE:
         golden.write_text(table.to_markdown())
     assert table.to_markdown() == golden.read_text(), f"{golden} differs (UPDATE_GOLDEN=1 rewrites it)"
+
+
+def test_detaching_only_l0_is_a_dual_setting_of_its_own(tmp_path):
+    """train.detach_prev=first (a string where the other values are booleans) is read, kept and named."""
+    from analysis.collect import collect_runs
+    from analysis.selection import dual_setting_label
+
+    root = tmp_path / "runs"
+    write_run(root, "first", **CELL, constrained=True, test=14.0, selection=14.1,
+              train={**NEW_DUAL, "detach_prev": "first"})
+    write_run(root, "all", **CELL, constrained=True, seed=1, test=14.0, selection=14.1, train=NEW_DUAL)
+    runs = collect_runs(root)
+    first, every = runs.run("first"), runs.run("all")
+    assert first["usable"] and first["detach_prev"] == "first"
+    assert "detach_prev=first" in dual_setting_label(first)
+    assert dual_setting_label(every) != dual_setting_label(first)

@@ -147,8 +147,8 @@ def test_dual_restarts_reset_a_met_constraints_multiplier_and_state(optimizer: s
 
 
 @pytest.mark.parametrize("form", ["ratio", "log_ratio"])
-@pytest.mark.parametrize("detach_prev", [False, True])
-def test_scale_free_forms_match_autograd_of_the_formula(form: str, detach_prev: bool) -> None:
+@pytest.mark.parametrize("detach_prev", [False, True, "first"])
+def test_scale_free_forms_match_autograd_of_the_formula(form: str, detach_prev: bool | str) -> None:
     alpha, epsilon = 0.25, 2.0
     losses = torch.tensor([3.0, 2.0, 1.2, 0.5], dtype=torch.float64, requires_grad=True)
     weights = torch.tensor([0.7, 1.3, 0.4, 2.0], dtype=torch.float64)
@@ -156,7 +156,8 @@ def test_scale_free_forms_match_autograd_of_the_formula(form: str, detach_prev: 
     (got_grad,) = torch.autograd.grad((weights * got).sum(), losses)
 
     reference = losses.detach().clone().requires_grad_(True)
-    previous = reference[:-1].detach() if detach_prev else reference[:-1]
+    previous = {False: reference[:-1], True: reference[:-1].detach(),
+                "first": torch.cat([reference[:1].detach(), reference[1:-1]])}[detach_prev]
     if form == "ratio":
         expected = torch.cat([reference[:1] / epsilon - 1, reference[1:] / previous - (1 - alpha)])
     else:
@@ -285,7 +286,8 @@ def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> N
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
     (lambda: Constraints(alpha=0.3, form="quotient"), "train.constraint_form must be one of difference, ratio"),
-], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "form"])
+    (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false or first"),
+], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "form", "detach-prev"])
 def test_bad_dual_settings_are_one_clear_line(make, message: str) -> None:
     with pytest.raises(CutlabError, match=message) as error:
         make()

@@ -396,8 +396,8 @@ class PerLayerParameters(torch.nn.Module):
         return [theta.expand(x.shape[0], -1) for theta in self.thetas]
 
 
-@pytest.mark.parametrize("detach_prev", [False, True])
-def test_detach_prev_removes_gradient_through_previous_layer(detach_prev: bool) -> None:
+@pytest.mark.parametrize("detach_prev", [False, True, "first"])
+def test_detach_prev_removes_gradient_through_previous_layer(detach_prev: bool | str) -> None:
     alpha = 0.25
     multipliers = torch.tensor([0.7, 1.3, 2.1, 0.4])
     model = PerLayerParameters(4)
@@ -417,10 +417,11 @@ def test_detach_prev_removes_gradient_through_previous_layer(detach_prev: bool) 
     expected_values = torch.cat([layer_losses[:1] - 0.1, layer_losses[1:] - (1 - alpha) * layer_losses[:-1]]).detach()
     assert torch.equal(result.constraint_values, expected_values)
     # theta_l enters g_l (weight lambda_l), g_{l+1} through l_l = "l_{l-1}" of the next constraint (weight
-    # -(1-alpha) lambda_{l+1}, absent when detached) and the objective when l = L (weight 1)
+    # -(1-alpha) lambda_{l+1}, absent when detached: every l_l under true, l_0 alone under "first") and the
+    # objective when l = L (weight 1)
     for l in range(4):
         weight = multipliers[l].item()
-        if l < 3 and not detach_prev:
+        if l < 3 and (detach_prev is False or (detach_prev == "first" and l > 0)):
             weight -= (1 - alpha) * multipliers[l + 1].item()
         if l == 3:
             weight += 1.0
@@ -428,7 +429,7 @@ def test_detach_prev_removes_gradient_through_previous_layer(detach_prev: bool) 
     # the layer that only affects l_1 (= l_{l-1} of constraint g_2): gradient differs from the attached case by
     # exactly the (1-alpha) lambda_2 term, so detach_prev is visible
     attached = (multipliers[1] - (1 - alpha) * multipliers[2]).item() * own[1]
-    assert torch.allclose(model.thetas[1].grad, attached, rtol=1e-6, atol=1e-7) != detach_prev
+    assert torch.allclose(model.thetas[1].grad, attached, rtol=1e-6, atol=1e-7) == (detach_prev is not True)
 
 
 def test_erm_minimises_the_last_layer_only() -> None:
@@ -588,8 +589,8 @@ def test_constrained_step_runs_on_cuda_like_on_cpu() -> None:
 # --------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("detach_prev", [False, True], ids=["through-previous", "detach-prev"])
-def test_layers_in_gradient_are_those_with_a_nonzero_weight(detach_prev: bool) -> None:
+@pytest.mark.parametrize("detach_prev", [False, True, "first"], ids=["through-previous", "detach-prev", "detach-first"])
+def test_layers_in_gradient_are_those_with_a_nonzero_weight(detach_prev: bool | str) -> None:
     _, erm = _tiny_primal_dual(None, None)
     assert erm.layers_in_gradient() == [False, False, False, True]
     _, primal_dual = _tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5, detach_prev=detach_prev), DualSettings(lr=0.1))
@@ -597,7 +598,10 @@ def test_layers_in_gradient_are_those_with_a_nonzero_weight(detach_prev: bool) -
     primal_dual.multipliers.copy_(torch.tensor([0.0, 0.0, 0.3, 0.0]))
     # dLambda/dl_l = lambda_l - (1 - alpha) lambda_{l+1} (+1 for l = L): l_2 through lambda_2, l_1 through g_2's
     # "l_{l-1}" unless that is detached
-    assert primal_dual.layers_in_gradient() == [False, not detach_prev, True, True]
+    assert primal_dual.layers_in_gradient() == [False, detach_prev is not True, True, True]
+    # l_0 through g_1's "l_{l-1}": detached under true and under "first"
+    primal_dual.multipliers.copy_(torch.tensor([0.0, 0.3, 0.0, 0.0]))
+    assert primal_dual.layers_in_gradient() == [detach_prev is False, True, False, True]
 
 
 @pytest.mark.parametrize("kind", ["tiny", "dust"])

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
-from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES
+from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES, check_detach_prev
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
@@ -76,6 +76,7 @@ def check_config(cfg: DictConfig) -> None:
         _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
         _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
         _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
+        check_detach_prev(train.detach_prev)
         _choice("train.dual_optimizer", train.dual_optimizer, DUAL_OPTIMIZERS)
         _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
         _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)

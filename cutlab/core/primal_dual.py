@@ -48,6 +48,14 @@ DualUpdate = Literal["simultaneous", "alternating"]
 CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
 DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
+#: train.detach_prev: stop gradients through every l_{l-1} in g_l (true), through none (false, the paper), or through
+#: l_0 alone ("first": l_0 stays answerable only to its reference constraint, while l_1..l_{L-1} may still rise)
+DetachPrev = bool | Literal["first"]
+
+
+def check_detach_prev(value: object) -> None:
+    if not (isinstance(value, bool) or value == "first"):
+        raise CutlabError(f"train.detach_prev must be true, false or first, got {value!r}; e.g. train.detach_prev=first")
 
 
 def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
@@ -64,7 +72,7 @@ class Constraints:
 
     alpha: float
     epsilon: float | None = None
-    detach_prev: bool = False  # stop gradients through l_{l-1} in g_l (the paper does not; recorded either way)
+    detach_prev: DetachPrev = False  # stop gradients through l_{l-1} in g_l (DetachPrev; the paper does not)
     form: ConstraintForm = "difference"  # the paper's form; ratio / log_ratio are scale-free (module docstring)
 
     def __post_init__(self) -> None:
@@ -72,13 +80,18 @@ class Constraints:
             raise CutlabError(f"train.alpha must lie in (0, 1), got {self.alpha}; the paper's 1-alpha of 0.75 is alpha=0.25")
         if self.epsilon is not None and self.epsilon <= 0:
             raise CutlabError(f"train.epsilon must be > 0 or null (off), got {self.epsilon}")
+        check_detach_prev(self.detach_prev)
         if self.form not in CONSTRAINT_FORMS:
             raise CutlabError(f"train.constraint_form must be one of {', '.join(CONSTRAINT_FORMS)}, got {self.form!r}; "
                               "e.g. train.constraint_form=ratio")
 
     def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
-        previous = layer_losses[:-1].detach() if self.detach_prev else layer_losses[:-1]
+        previous = layer_losses[:-1]
+        if self.detach_prev is True:
+            previous = previous.detach()
+        elif self.detach_prev == "first":
+            previous = torch.cat([previous[:1].detach(), previous[1:]])
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
@@ -101,6 +114,10 @@ class Constraints:
         else:
             reference = torch.log(layer_losses[:1]) - math.log(self.epsilon)
         return torch.cat([reference, descent])
+
+    def prev_is_live(self, layer: int) -> bool:
+        """Whether l_layer reaches the gradient through g_{layer+1}, the constraint that divides by it."""
+        return self.detach_prev is False or (self.detach_prev == "first" and layer > 0)
 
     def last_layer_bound(self, depth: int) -> float | None:
         """The largest l_L the constraints allow together (None without the reference constraint): see chain_bound."""
@@ -258,7 +275,7 @@ class PrimalDual:
     def layers_in_gradient(self, dual_active: bool = True) -> list[bool]:
         """Which layers' losses enter the Lagrangian's gradient at the current multipliers, one flag per layer.
 
-        dLambda/dl_l = [l = L] + lambda_l - (1 - alpha) lambda_{l+1} (the second term only without detach_prev):
+        dLambda/dl_l = [l = L] + lambda_l - (1 - alpha) lambda_{l+1} (the second term only where l_l is live in g_{l+1}):
         a layer whose multipliers lambda_l and lambda_{l+1} are both 0 gets an exact zero, and back-propagating
         it (its readout and loss: 2 of the step's matrix products per layer) changes no gradient. The Trainer
         detaches such layers' outputs, as it does for ERM (only l_L); lambda = 0 holds through the primal
@@ -273,8 +290,8 @@ class PrimalDual:
         if dual_active and self.dual.update == "alternating" and self.dual.cadence == "batch":
             return [True] * layers
         nonzero = (self.multipliers != 0).tolist()
-        through_next = not self.constraints.detach_prev
-        return [layer == layers - 1 or nonzero[layer] or (through_next and nonzero[layer + 1])
+        live = self.constraints.prev_is_live
+        return [layer == layers - 1 or nonzero[layer] or (live(layer) and nonzero[layer + 1])
                 for layer in range(layers)]
 
     def effective_slacks(self) -> torch.Tensor:
