@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cutlab.core.primal_dual import chain_bound
+from cutlab.core.constraints import chain_bound
 
 # Records of older cutlab versions lack data.task in their config and some lack the metric in their summary: the
 # task and direction are then inferred from the metric's name or the dataset's (new records never need these).
@@ -129,7 +129,7 @@ def headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
 def _last_layer_against_chain(row: dict, evaluation: pd.DataFrame, last: int) -> dict[str, Any]:
     """The validation l_L at gamma_train (the loss the verdict reads) and epsilon (1 - alpha)^L, the most the
     constraints allow it in all: a cell whose bound lies below every l_L reached at its data and gamma_train asks
-    for more descent than anything trained there gave (cutlab.core.primal_dual.chain_bound)."""
+    for more descent than anything trained there gave (cutlab.core.constraints.chain_bound)."""
     gamma, alpha, epsilon = row.get("gamma_train"), row.get("alpha"), row.get("epsilon")
     rows = evaluation[(evaluation["split"] == "val") & (evaluation["metric"] == "loss") & (evaluation["layer"] == last)]
     at_gamma = rows[np.isclose(rows["gamma_test"], gamma)] if gamma is not None else rows.iloc[:0]

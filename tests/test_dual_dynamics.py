@@ -21,7 +21,8 @@ from cutlab.core.evaluation import feasibility_verdict
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.nupi import NuPI
 from cutlab.core.perturbation import Perturbation
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, Trainer
 from cutlab.errors import CutlabError
 

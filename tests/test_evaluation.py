@@ -11,7 +11,7 @@ from cutlab.core.evaluation import evaluate, feasibility_verdict, violation_inte
 from cutlab.core.models import DUST
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, Perturbation, noise_generator, perturb
-from cutlab.core.primal_dual import Constraints
+from cutlab.core.constraints import Constraints
 
 
 def test_perturbation_has_the_requested_mean_and_standard_deviation():

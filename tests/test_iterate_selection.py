@@ -22,7 +22,7 @@ from helpers.contract import assert_same_records, cutlab_env, start_and_kill
 from helpers.tiny import TinyUnrolled
 
 from cutlab.core.iterate_selection import IterateSelector
-from cutlab.core.primal_dual import Constraints
+from cutlab.core.constraints import Constraints
 
 # gamma_train (0.09) alone in the grid: the validation pass at the end makes the same forwards with the same noise as
 # the checks did (with more gammas DUST's power iteration, refined at every forward, would advance more per batch)

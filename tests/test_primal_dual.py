@@ -19,7 +19,8 @@ from helpers.tiny import (
 )
 
 from cutlab.core.perturbation import Perturbation
-from cutlab.core.primal_dual import Constraints, DualSettings, NonFiniteLoss, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import DualSettings, NonFiniteLoss, PrimalDual
 from cutlab.core.training import Schedule, Trainer, detach_left_out
 from cutlab.errors import CutlabError
 

@@ -13,7 +13,8 @@ from cutlab.core.data.video import FrameWindows, denoising_batch, load_video_cli
 from cutlab.core.models import DUST, UT
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturb
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, Trainer, collate, epoch_batches
 
 from suite.harness import BATCH, DEPTH, FRAMES, GAMMA, IMAGE, PATCH

@@ -9,7 +9,8 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
-from cutlab.core.primal_dual import CONSTRAINT_FORMS, DUAL_OPTIMIZERS, DUAL_UPDATES, check_detach_prev
+from cutlab.core.constraints import CONSTRAINT_FORMS, check_detach_prev
+from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 

@@ -14,7 +14,7 @@ import torch
 
 from cutlab.core.data.groups import SampleGroups
 from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
-from cutlab.core.primal_dual import Constraints
+from cutlab.core.constraints import Constraints
 from cutlab.core.training import SampleSource, collate, to_device
 
 

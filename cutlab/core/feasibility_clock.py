@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from cutlab.core.evaluation import misses
-from cutlab.core.primal_dual import Constraints
+from cutlab.core.constraints import Constraints
 
 
 class FeasibilityClock:

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from cutlab.core.evaluation import buffers_kept, misses
-from cutlab.core.primal_dual import Constraints
+from cutlab.core.constraints import Constraints
 
 ITERATES = ("last", "best")
 

@@ -1,22 +1,10 @@
 """Algorithm 1: primal-dual training of the descent-constrained problem (P-CUT), and ERM as its special case.
 
-Sign convention (as in Cooper): a constraint value ``g <= 0`` is satisfied. For layer losses
-l_0 ... l_L (minibatch means of the loss matrix's columns):
-
-    g_0 = l_0 - epsilon                  reference constraint: stops the model inflating l_0 to make descent easy
-    g_l = l_l - (1 - alpha) l_{l-1}      descent constraints, l = 1 ... L
-
-and the Lagrangian is ``Lambda(theta, lambda) = l_L + sum_l lambda_l g_l`` with lambda >= 0. The primal step
-descends on Lambda (any torch optimiser, Adam in the paper); the dual step *ascends* on lambda with its
-own optimiser (dLambda/dlambda_l = g_l; Adam in the paper, Algorithm 1) and projects onto lambda >= 0.
-
-The same constraints can be written in a scale-free form (``form``), as the authors' earlier unrolling code does:
-
-    ratio:      g_0 = l_0 / epsilon - 1,          g_l = l_l / l_{l-1} - (1 - alpha)
-    log_ratio:  g_0 = log l_0 - log epsilon,       g_l = log l_l - log l_{l-1} - log(1 - alpha)
-
-Each has the same feasible set as the difference form (for positive losses), but its values, and so the dual
-step, do not depend on the loss's units: a dual learning rate means the same for pixels and for cross-entropy.
+The constraints g(theta) <= 0 (the reference constraint on l_0 and the descent constraints, in the paper's
+difference form or a scale-free one) are ``cutlab.core.constraints.Constraints``. The Lagrangian is
+``Lambda(theta, lambda) = l_L + sum_l lambda_l g_l`` with lambda >= 0. The primal step descends on Lambda (any torch
+optimiser, Adam in the paper); the dual step *ascends* on lambda with its own optimiser (dLambda/dlambda_l = g_l;
+Adam in the paper, Algorithm 1) and projects onto lambda >= 0.
 
 Dual updates (``DualSettings.update``): ``simultaneous`` (Algorithm 1) steps both players on the same forward
 pass; ``alternating`` first steps lambda on that pass's constraint values, then the primal player on the
@@ -32,135 +20,20 @@ Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g 
 from __future__ import annotations
 
 from dataclasses import dataclass
-import math
 from typing import Literal
 
 import torch
 
+from cutlab.core.constraints import Constraints
 from cutlab.core.nupi import NuPI
 from cutlab.core.errors import CutlabError
 
 Resilience = Literal["off", "slack", "weight_decay"]
 Cadence = Literal["batch", "epoch"]
-ConstraintForm = Literal["difference", "ratio", "log_ratio"]
 DualOptimizer = Literal["adam", "sgd", "nupi"]
 DualUpdate = Literal["simultaneous", "alternating"]
-CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
 DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
-#: train.detach_prev: stop gradients through every l_{l-1} in g_l (true), through none (false, the paper), or through
-#: l_0 alone ("first": l_0 stays answerable only to its reference constraint, while l_1..l_{L-1} may still rise)
-DetachPrev = bool | Literal["first"]
-
-
-def check_detach_prev(value: object) -> None:
-    if not (isinstance(value, bool) or value == "first"):
-        raise CutlabError(f"train.detach_prev must be true, false or first, got {value!r}; e.g. train.detach_prev=first")
-
-
-def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
-    """epsilon (1 - alpha)^L: chaining the descent constraints l_l <= (1 - alpha) l_{l-1} (the paper's eq. (4)) down
-    to the reference l_0 <= epsilon (its Sec. 5) bounds the last layer's loss, in every constraint form. Where the
-    lowest l_L a model can reach lies above it, no model is feasible at any budget (the paper notes that the
-    reference value makes constrained runs start higher than ERM's); None when the reference constraint is off."""
-    return None if epsilon is None else float(epsilon) * (1.0 - float(alpha)) ** int(depth)
-
-
-@dataclass(frozen=True)
-class Constraints:
-    """The descent constraints of (P-CUT). ``epsilon=None`` drops the reference constraint on l_0."""
-
-    alpha: float
-    epsilon: float | None = None
-    detach_prev: DetachPrev = False  # stop gradients through l_{l-1} in g_l (DetachPrev; the paper does not)
-    form: ConstraintForm = "difference"  # the paper's form; ratio / log_ratio are scale-free (module docstring)
-
-    def __post_init__(self) -> None:
-        if not 0.0 < self.alpha < 1.0:
-            raise CutlabError(f"train.alpha must lie in (0, 1), got {self.alpha}; the paper's 1-alpha of 0.75 is alpha=0.25")
-        if self.epsilon is not None and self.epsilon <= 0:
-            raise CutlabError(f"train.epsilon must be > 0 or null (off), got {self.epsilon}")
-        check_detach_prev(self.detach_prev)
-        if self.form not in CONSTRAINT_FORMS:
-            raise CutlabError(f"train.constraint_form must be one of {', '.join(CONSTRAINT_FORMS)}, got {self.form!r}; "
-                              "e.g. train.constraint_form=ratio")
-
-    def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
-        """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
-        previous = layer_losses[:-1]
-        if self.detach_prev is True:
-            previous = previous.detach()
-        elif self.detach_prev == "first":
-            previous = torch.cat([previous[:1].detach(), previous[1:]])
-        factor = 1.0 - self.alpha
-        if self.form != "difference" and not bool((previous > 0).all()):
-            layer = int((previous <= 0).nonzero()[0])
-            raise CutlabError(
-                f"train.constraint_form={self.form} divides by layer {layer}'s loss, which is {float(previous[layer].detach()):g} "
-                "(that layer already reproduces the target, e.g. UT at gamma=0); use train.constraint_form=difference "
-                "or a gamma > 0")
-        if self.form == "difference":
-            descent = layer_losses[1:] - factor * previous
-        elif self.form == "ratio":
-            descent = layer_losses[1:] / previous - factor
-        else:
-            descent = torch.log(layer_losses[1:]) - torch.log(previous) - math.log(factor)
-        if self.epsilon is None:
-            reference = torch.zeros_like(layer_losses[:1])
-        elif self.form == "difference":
-            reference = layer_losses[:1] - self.epsilon
-        elif self.form == "ratio":
-            reference = layer_losses[:1] / self.epsilon - 1.0
-        else:
-            reference = torch.log(layer_losses[:1]) - math.log(self.epsilon)
-        return torch.cat([reference, descent])
-
-    def prev_is_live(self, layer: int) -> bool:
-        """Whether l_layer reaches the gradient through g_{layer+1}, the constraint that divides by it."""
-        return self.detach_prev is False or (self.detach_prev == "first" and layer > 0)
-
-    def last_layer_bound(self, depth: int) -> float | None:
-        """The largest l_L the constraints allow together (None without the reference constraint): see chain_bound."""
-        return chain_bound(self.epsilon, self.alpha, depth)
-
-    def right_hand_sides(self, layer_losses: torch.Tensor) -> torch.Tensor:
-        """Each constraint's bound in loss units, [L+1]: epsilon for l_0 (0 when off), (1 - alpha) l_{l-1} after."""
-        reference = torch.tensor([self.epsilon if self.epsilon is not None else 0.0], dtype=layer_losses.dtype)
-        return torch.cat([reference, (1.0 - self.alpha) * layer_losses[:-1].detach().cpu()])
-
-    def relative_slacks(self, slacks: torch.Tensor, layer_losses: torch.Tensor) -> torch.Tensor:
-        """A constraint's resilience slack u as a fraction of its right-hand side, in every form.
-
-        g <= u allows l_l <= rhs_l (1 + s_l) with s = u / rhs (difference), u / (1 - alpha) (ratio; u for l_0),
-        e^u - 1 (log_ratio). Where rhs is 0, s is inf when u > 0 (the slack is the whole bound), else 0.
-        """
-        slacks = slacks.detach().cpu().to(layer_losses.dtype)
-        if self.form == "difference":
-            rhs = self.right_hand_sides(layer_losses)
-            relative = torch.where(rhs > 0, slacks / rhs.clamp_min(torch.finfo(rhs.dtype).tiny),
-                                   torch.where(slacks > 0, torch.inf, 0.0))
-        elif self.form == "ratio":
-            scale = torch.full_like(slacks, 1.0 - self.alpha)
-            scale[0] = 1.0
-            relative = slacks / scale
-        else:
-            relative = torch.expm1(slacks)
-        return relative
-
-    def relative_violations(self, layer_losses: torch.Tensor) -> torch.Tensor:
-        """(l_l - rhs_l) / rhs_l for every constraint, whatever the form: how far each misses its bound, as a
-        fraction of it (<= 0: met). A zero right-hand side (l_{l-1} = 0) gives inf when l_l > 0, else 0."""
-        losses = layer_losses.detach().cpu()
-        rhs = self.right_hand_sides(losses)
-        excess = losses - rhs
-        return torch.where(rhs > 0, excess / rhs.clamp_min(torch.finfo(rhs.dtype).tiny),
-                           torch.where(excess > 0, torch.inf, 0.0))
-
-    def active_mask(self, layers: int) -> torch.Tensor:
-        """Which of the L+1 constraint slots exist (slot 0 only when epsilon is set)."""
-        mask = torch.ones(layers, dtype=torch.bool)
-        mask[0] = self.epsilon is not None
-        return mask
 
 
 @dataclass(frozen=True)

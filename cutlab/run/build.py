@@ -10,7 +10,8 @@ from omegaconf import DictConfig
 
 from cutlab.core.evaluation import Evaluation, evaluate
 from cutlab.core.perturbation import Perturbation
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, SampleSource, Trainer
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task

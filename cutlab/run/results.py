@@ -9,7 +9,8 @@ import torch
 from omegaconf import DictConfig
 
 from cutlab.core.evaluation import Evaluation, feasibility_verdict
-from cutlab.core.primal_dual import Constraints, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import PrimalDual
 from cutlab.run.build import Evaluator
 from cutlab.run.progress import ProgressReporter
 from cutlab.run.records import evaluation_rows, write_evaluation, write_sample_losses

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from cutlab.core.primal_dual import Constraints, DualSettings, PrimalDual
+from cutlab.core.constraints import Constraints
+from cutlab.core.primal_dual import DualSettings, PrimalDual
 
 
 def steps_on_a_fixed_batch(model, objective, inputs, target, constrained: bool, lr: float, alpha: float = 0.1,

@@ -22,7 +22,7 @@ from suite.setup import ALPHA, Data, make_model
 def section_framework(res: Results, mode: Mode, data: Data, workdir: Path) -> None:
     say("2/7 framework overhead: Trainer.run + history CSV + W&B offline + progress ÷ a bare PyTorch loop")
     from cutlab.core.feasibility_clock import FeasibilityClock
-    from cutlab.core.primal_dual import Constraints
+    from cutlab.core.constraints import Constraints
     from cutlab.run.progress import ProgressReporter
     from cutlab.run.recorder import StepRecorder
     from cutlab.run.records import HISTORY, HistoryWriter
