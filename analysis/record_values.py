@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from cutlab.core.constraints import is_detach_prev
+
 MAX_DEPTH = 1000  # far beyond any model here; bounds every loop over layers
 Check = Callable[[Any], bool]
 
@@ -53,7 +55,7 @@ CONFIG = {
     "model.name": text, "data.name": text, "L": whole(0, MAX_DEPTH), "gamma": finite(0), "seed": whole(),
     "train.constrained": flag, "train.alpha": finite(), "train.dual_lr": finite(0), "train.lr": finite(0),
     "train.epochs": whole(), "train.batch_size": whole(1), "train.resilience": lambda v: text(v) or flag(v), "train.resilience_c": finite(0),
-    "train.dual_cadence": text, "train.warmup_epochs": whole(), "train.detach_prev": lambda v: flag(v) or v == "first",
+    "train.dual_cadence": text, "train.warmup_epochs": whole(), "train.detach_prev": is_detach_prev,
     "eval.gamma_test": list_of(finite(0)),
 }
 SUMMARY = {

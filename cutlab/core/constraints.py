@@ -32,8 +32,13 @@ CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
 DetachPrev = bool | Literal["first"]
 
 
+def is_detach_prev(value: object) -> bool:
+    """Whether ``value`` is one of DetachPrev's values (true, false or "first")."""
+    return isinstance(value, bool) or value == "first"
+
+
 def check_detach_prev(value: object) -> None:
-    if not (isinstance(value, bool) or value == "first"):
+    if not is_detach_prev(value):
         raise CutlabError(f"train.detach_prev must be true, false or first, got {value!r}; e.g. train.detach_prev=first")
 
 
@@ -66,11 +71,8 @@ class Constraints:
 
     def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
-        previous = layer_losses[:-1]
-        if self.detach_prev is True:
-            previous = previous.detach()
-        elif self.detach_prev == "first":
-            previous = torch.cat([previous[:1].detach(), previous[1:]])
+        previous = torch.stack([loss if self.prev_is_live(layer) else loss.detach()
+                                for layer, loss in enumerate(layer_losses[:-1])])
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
