@@ -80,7 +80,7 @@ def dual_setting_label(row: pd.Series | dict) -> str:
     if optimizer == "nupi":
         parts[-1] += f" κ_p={value('kappa_p')}"
     detach = row.get("detach_prev")
-    parts += ["detach_prev"] if detach == True else ["detach_prev=first"] if detach == "first" else []  # noqa: E712
+    parts += ["detach_prev"] if detach == True else [f"detach_prev={detach}"] if isinstance(detach, str) else []  # noqa: E712
     parts += [value("dual_update")]
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
     parts += [f"resilience {value('resilience')}"]

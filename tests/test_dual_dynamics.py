@@ -287,7 +287,7 @@ def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> N
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
     (lambda: Constraints(alpha=0.3, form="quotient"), "train.constraint_form must be one of difference, ratio"),
-    (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false or first"),
+    (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false, first or local"),
 ], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "form", "detach-prev"])
 def test_bad_dual_settings_are_one_clear_line(make, message: str) -> None:
     with pytest.raises(CutlabError, match=message) as error:

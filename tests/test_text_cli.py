@@ -135,8 +135,12 @@ def write_bad_mnli(folder: Path) -> Path:
                      marks=pytest.mark.slow),
         pytest.param(["model=hf_encoder", "data=imdb"], "has 6 layers but L=3: pass L=6", marks=pytest.mark.slow),
         (["model=ut_text", "data=imdb", "data.root=hf:imdb"], "pip install datasets"),
+        (["model=ut_text", "data=imdb", "train=constrained_text", "train.detach_prev=local"],
+         "train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
+         "model=ut_text cannot"),
     ],
-    ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets"],
+    ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
+         "local-prev-unsupported"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):

@@ -68,6 +68,25 @@ def test_dinov2_gives_l_plus_1_frames_through_the_first_l_blocks(frames_tokens):
             torch.testing.assert_close(block.get_parameter(ours), stored.float())
 
 
+@pytest.mark.parametrize("encoder", ["dinov2", "vit-classifier"])
+def test_each_blocks_local_output_equals_its_output_and_reaches_only_that_block(encoder, frames_tokens, tiny_vit_folder):
+    """train.detach_prev=local: block l re-run on hidden state l-1, detached (LayerwiseModel.unroll_local)."""
+    torch.manual_seed(0)
+    source = str(require_shared(DINOV2)) if encoder == "dinov2" else str(tiny_vit_folder)
+    model = build_vit(source, depth=2)
+    if isinstance(model.readout, torch.nn.Linear):  # zero at initialisation, which would pass no gradient back
+        torch.nn.init.normal_(model.readout.weight, std=0.01)
+    tokens = frames_tokens[:1, :1]
+    outputs, local = model.unroll_local(tokens, tokens)
+    assert len(local) == 3
+    for full, own in zip(outputs, local):
+        torch.testing.assert_close(full, own)
+    blocks = encoder_blocks(model.encoder)
+    local[2].pow(2).sum().backward()
+    assert all(p.grad is not None for p in blocks[1].parameters())
+    assert all(p.grad is None for p in blocks[0].parameters())
+
+
 @pytest.mark.parametrize("constrained", [False, True])
 def test_contract_a_step_lowers_the_objective_on_a_fixed_batch(constrained, frames_tokens):
     """The same contract as UT and DUST (tests/test_models.py), with the real DINOv2 weights."""

@@ -27,19 +27,23 @@ from cutlab.core.errors import CutlabError
 
 ConstraintForm = Literal["difference", "ratio", "log_ratio"]
 CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
-#: train.detach_prev: stop gradients through every l_{l-1} in g_l (true), through none (false, the paper), or through
-#: l_0 alone ("first": l_0 stays answerable only to its reference constraint, while l_1..l_{L-1} may still rise)
-DetachPrev = bool | Literal["first"]
+#: train.detach_prev: how l_{l-1} in g_l reaches the gradient. true: not at all; false (the paper): through every
+#: parameter it depends on; "first": as false except l_0, which stays answerable only to its reference constraint;
+#: "local": only through block l-1's own computation (its input detached; LayerwiseModel.unroll_local), so a layer
+#: whose successor cannot descend further is asked to do less itself, instead of every earlier block undoing its work
+DetachPrev = bool | Literal["first", "local"]
+DETACH_PREV_WORDS = ("first", "local")
 
 
 def is_detach_prev(value: object) -> bool:
-    """Whether ``value`` is one of DetachPrev's values (true, false or "first")."""
-    return isinstance(value, bool) or value == "first"
+    """Whether ``value`` is one of DetachPrev's values (true, false, "first" or "local")."""
+    return isinstance(value, bool) or value in DETACH_PREV_WORDS
 
 
 def check_detach_prev(value: object) -> None:
     if not is_detach_prev(value):
-        raise CutlabError(f"train.detach_prev must be true, false or first, got {value!r}; e.g. train.detach_prev=first")
+        raise CutlabError(f"train.detach_prev must be true, false, first or local, got {value!r}; "
+                          "e.g. train.detach_prev=local")
 
 
 def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
@@ -69,10 +73,18 @@ class Constraints:
             raise CutlabError(f"train.constraint_form must be one of {', '.join(CONSTRAINT_FORMS)}, got {self.form!r}; "
                               "e.g. train.constraint_form=ratio")
 
-    def values(self, layer_losses: torch.Tensor) -> torch.Tensor:
-        """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off)."""
+    def values(self, layer_losses: torch.Tensor, local_losses: torch.Tensor | None = None) -> torch.Tensor:
+        """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off).
+
+        ``local_losses`` (detach_prev="local"): the layer losses of LayerwiseModel.unroll_local's outputs. They carry
+        the gradient of each l_{l-1} in g_l while the values stay those of ``layer_losses``; without them nothing
+        reaches the gradient through l_{l-1}, as under true (the primal warm-up, when every multiplier is 0).
+        """
         previous = torch.stack([loss if self.prev_is_live(layer) else loss.detach()
                                 for layer, loss in enumerate(layer_losses[:-1])])
+        if self.detach_prev == "local" and local_losses is not None:
+            local = local_losses[:-1]
+            previous = previous + (local - local.detach())  # the value of l_{l-1}, the gradient of its block alone
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
@@ -97,7 +109,8 @@ class Constraints:
         return torch.cat([reference, descent])
 
     def prev_is_live(self, layer: int) -> bool:
-        """Whether l_layer reaches the gradient through g_{layer+1}, the constraint that divides by it."""
+        """Whether l_layer, as computed by the full forward pass, reaches the gradient through g_{layer+1} (the
+        constraint that divides by it). Under "local" it does not: its block's own copy (``local_losses``) does."""
         return self.detach_prev is False or (self.detach_prev == "first" and layer > 0)
 
     def last_layer_bound(self, depth: int) -> float | None:

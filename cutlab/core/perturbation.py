@@ -46,3 +46,9 @@ def perturb(clean: torch.Tensor, gamma: float, sigma: float, mean: float, genera
 def perturbed_forward(model, inputs, gamma: float, sigma: float, mean: float, generator: torch.Generator) -> list:
     """Phi_0..Phi_L of the perturbed input: noise is added where ``model.perturbable`` says (pixels, or embeddings)."""
     return model.unroll(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)
+
+
+def perturbed_forward_local(model, inputs, gamma: float, sigma: float, mean: float,
+                            generator: torch.Generator) -> tuple[list, list]:
+    """:func:`perturbed_forward` and each block's output from its detached input (``LayerwiseModel.unroll_local``)."""
+    return model.unroll_local(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)

@@ -174,10 +174,17 @@ class PrimalDual:
             return torch.zeros_like(self.slacks)
         return self.multipliers / self.dual.resilience_c
 
-    def step(self, loss_matrix: torch.Tensor, dual_active: bool) -> StepResult:
+    @property
+    def uses_local_losses(self) -> bool:
+        """Whether :meth:`step` wants each block's loss from its detached input (train.detach_prev=local)."""
+        return self.constraints is not None and self.constraints.detach_prev == "local"
+
+    def step(self, loss_matrix: torch.Tensor, dual_active: bool,
+             local_loss_matrix: torch.Tensor | None = None) -> StepResult:
         """Primal step on the Lagrangian of one minibatch; dual step too when ``dual_active`` and cadence is batch.
 
         ``dual_active=False`` is the primal warm-up: lambda stays where it is (0 at the start).
+        ``local_loss_matrix``: the loss matrix of LayerwiseModel.unroll_local's block outputs (Constraints.values).
         """
         layer_losses = loss_matrix.mean(dim=0)
         if not torch.isfinite(layer_losses).all():
@@ -188,7 +195,8 @@ class PrimalDual:
             )
         objective = layer_losses[-1]
         if self.constraints is not None:
-            values = self.constraints.values(layer_losses) * self.active.to(layer_losses.device)
+            local = local_loss_matrix.mean(dim=0) if local_loss_matrix is not None else None
+            values = self.constraints.values(layer_losses, local) * self.active.to(layer_losses.device)
         else:
             values = torch.zeros_like(layer_losses)
         detached = values.detach().cpu()

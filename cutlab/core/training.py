@@ -12,7 +12,8 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
-from cutlab.core.perturbation import TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward
+from cutlab.core.perturbation import (TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward,
+                                     perturbed_forward_local)
 from cutlab.core.primal_dual import PrimalDual, StepResult
 
 
@@ -126,9 +127,15 @@ class Trainer:
         generator = noise_generator(self.noise.seed, TRAIN_STREAM, self.progress.step, self.device)
         self.model.train()
         noise = self.noise
-        outputs = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
-        outputs = detach_left_out(outputs, self.primal_dual.layers_in_gradient(self.dual_active(self.progress.epoch)))
-        return self.primal_dual.step(self.objective.loss_matrix(outputs, target), self.dual_active(self.progress.epoch))
+        dual_active = self.dual_active(self.progress.epoch)
+        local_losses = None
+        if dual_active and self.primal_dual.uses_local_losses:  # train.detach_prev=local (Constraints.values)
+            outputs, local = perturbed_forward_local(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
+            local_losses = self.objective.loss_matrix(local, target)
+        else:
+            outputs = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
+        outputs = detach_left_out(outputs, self.primal_dual.layers_in_gradient(dual_active))
+        return self.primal_dual.step(self.objective.loss_matrix(outputs, target), dual_active, local_losses)
 
     def batches_left_in_epoch(self) -> Iterator[torch.Tensor]:  # of sample indices
         indices = epoch_batches(len(self.train_set), self.schedule.batch_size, self.noise.seed, self.progress.epoch)

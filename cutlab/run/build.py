@@ -107,6 +107,13 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
     return epsilon
 
 
+def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> None:
+    """Refuse, before any work, a training setting this model cannot carry out."""
+    if cfg.train.constrained and cfg.train.detach_prev == "local" and not getattr(model, "supports_local_prev", False):
+        raise CutlabError(f"train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
+                          f"model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this model")
+
+
 def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
     """The run's constraints; ERM gets them too (its verdict and time to feasibility are recorded for comparison)."""
     return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev,

@@ -16,7 +16,8 @@ from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
-from cutlab.run.build import Evaluator, build_trainer, constraints_of, perturbation_of, pick_device, reference_epsilon
+from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
+                              pick_device, reference_epsilon)
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
@@ -91,6 +92,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
+    check_model_supports_training(cfg, task.model)
     task.model.to(device)
     epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
     trainer = build_trainer(cfg, task, epsilon, device)

@@ -26,6 +26,15 @@ class LayerwiseModel(nn.Module):
         """Phi_0..Phi_L from the (perturbed) output of :meth:`perturbable`; ``inputs`` carries masks and the like."""
         return self(embedded)
 
+    #: whether :meth:`unroll_local` is implemented (train.detach_prev=local needs it; checked before training)
+    supports_local_prev: bool = False
+
+    def unroll_local(self, embedded: torch.Tensor, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """``(outputs, local)``: Phi_0..Phi_L as :meth:`unroll` gives them, and each Phi_l recomputed by block l from
+        its *detached* input Phi_{l-1} (local[0] is Phi_0 itself). Equal in value; local[l]'s gradient reaches only
+        block l's own computation. Models that can re-run one block set ``supports_local_prev``."""
+        raise NotImplementedError(f"{type(self).__name__} cannot re-run one block on a detached input")
+
 
 def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float, scale: float) -> torch.Tensor:
     """One symmetric softmax-attention step over the sequence axis (paper App. C.2.1).

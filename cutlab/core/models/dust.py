@@ -46,6 +46,8 @@ class DUST(LayerwiseModel):
     one shared D (its ERM DUST).
     """
 
+    supports_local_prev = True
+
     def __init__(
         self,
         depth: int,
@@ -90,22 +92,32 @@ class DUST(LayerwiseModel):
         vector = self.singular_vectors[index]
         return self.lipschitz_margin * power_iteration(self.dictionaries[index], vector, self.power_iterations)
 
-    def lista_step(self, codes: torch.Tensor, noisy: torch.Tensor, index: int) -> torch.Tensor:
-        """``soft(Z (I - D^T D / c) + x D / c)``, computed as ``Z - (Z D^T - x) D / c`` (no d x d matrix)."""
-        dictionary, c = self.dictionaries[index], self.step_size(index)
-        return soft_threshold(codes - (codes @ dictionary.T - noisy) @ dictionary / c, self.threshold)
+    def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int, c: torch.Tensor) -> torch.Tensor:
+        """Block l on codes H_{l-1}: attention scored on D_l's reconstructions, then the LISTA step
+        ``soft(Z (I - D^T D / c) + x D / c)``, computed as ``Z - (Z D^T - x) D / c`` (no d x d matrix)."""
+        dictionary = self.dictionaries[index]
+        attended = symmetric_attention(codes, codes @ dictionary.T, self.attention_step, self.attention_scale)
+        return soft_threshold(attended - (attended @ dictionary.T - noisy) @ dictionary / c, self.threshold)
 
     def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
         """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
+        return self._unroll(noisy, local=False)[0]
+
+    def unroll_local(self, embedded: torch.Tensor, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return self._unroll(embedded, local=True)
+
+    def _unroll(self, noisy: torch.Tensor, local: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         batch = noisy.shape[0]
         x = to_sequences(noisy)
         first = self.dictionaries[0]
         codes = soft_threshold(x @ first / self.step_size(0), self.threshold)
         outputs = [from_sequences(codes @ first.T, batch)]
+        local_outputs = outputs[:1] if local else []
         for layer in range(1, self.depth + 1):
             index = self.dictionary_index(layer)
-            dictionary = self.dictionaries[index]
-            attended = symmetric_attention(codes, codes @ dictionary.T, self.attention_step, self.attention_scale)
-            codes = self.lista_step(attended, x, index)
+            dictionary, c = self.dictionaries[index], self.step_size(index)  # c once: power iteration moves per call
+            if local:
+                local_outputs.append(from_sequences(self.block(codes.detach(), x, index, c) @ dictionary.T, batch))
+            codes = self.block(codes, x, index, c)
             outputs.append(from_sequences(codes @ dictionary.T, batch))
-        return outputs
+        return outputs, local_outputs

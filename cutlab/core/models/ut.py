@@ -22,6 +22,8 @@ class UT(LayerwiseModel):
     ReLU feed-forward layer with a symmetric weight and a residual (Yang et al. 2022, section 4).
     """
 
+    supports_local_prev = True
+
     def __init__(
         self,
         depth: int,
@@ -48,14 +50,28 @@ class UT(LayerwiseModel):
         )
         self.biases = nn.ParameterList([nn.Parameter(torch.zeros(atoms)) for _ in range(depth)])
 
+    def block(self, codes: torch.Tensor, layer: int) -> torch.Tensor:
+        """Block ``layer`` (0-based) on codes Z: tied symmetric attention, then the ReLU descent step."""
+        attended = symmetric_attention(codes, codes @ self.attention.T, self.attention_step, self.attention_scale)
+        weight = self.weights[layer]
+        symmetric = 0.5 * (weight + weight.T)
+        return attended - torch.relu(attended @ symmetric + self.biases[layer]) @ symmetric
+
     def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
         """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
+        return self._unroll(noisy, local=False)[0]
+
+    def unroll_local(self, embedded: torch.Tensor, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        return self._unroll(embedded, local=True)
+
+    def _unroll(self, noisy: torch.Tensor, local: bool) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         batch = noisy.shape[0]
         codes = to_sequences(noisy) @ self.encoder
         outputs = [from_sequences(codes @ self.decoder.T, batch)]
-        for weight, bias in zip(self.weights, self.biases):
-            attended = symmetric_attention(codes, codes @ self.attention.T, self.attention_step, self.attention_scale)
-            symmetric = 0.5 * (weight + weight.T)
-            codes = attended - torch.relu(attended @ symmetric + bias) @ symmetric
+        local_outputs = outputs[:1] if local else []
+        for layer in range(self.depth):
+            if local:
+                local_outputs.append(from_sequences(self.block(codes.detach(), layer) @ self.decoder.T, batch))
+            codes = self.block(codes, layer)
             outputs.append(from_sequences(codes @ self.decoder.T, batch))
-        return outputs
+        return outputs, local_outputs

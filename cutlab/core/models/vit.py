@@ -12,6 +12,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -158,8 +159,24 @@ class ViTDenoiser(LayerwiseModel):
         # ViT/DeiT need this flag for frames of another size than pre-training; DINOv2 always interpolates.
         self.encoder_kwargs = {"interpolate_pos_encoding": True} if "interpolate_pos_encoding" in forward_arguments else {}
 
+    supports_local_prev = True
+
     def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
         """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
+        hidden, read_out = self._hidden_states(noisy)
+        return [read_out(state) for state in hidden]
+
+    def unroll_local(self, embedded: torch.Tensor, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Block l of the encoder re-run on hidden state l-1, detached (equal in value where it has no dropout)."""
+        hidden, read_out = self._hidden_states(embedded)
+        local = [read_out(hidden[0])]
+        for block, previous in zip(encoder_blocks(self.encoder), hidden[:-1]):
+            state = block(previous.detach())
+            local.append(read_out(state[0] if isinstance(state, tuple) else state))
+        return [read_out(state) for state in hidden], local
+
+    def _hidden_states(self, noisy: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], Callable]:
+        """The encoder's L+1 hidden states of the frames in ``noisy``, and the readout of one of them as tokens."""
         batch, frames, count, n = noisy.shape
         data_patch = math.isqrt(n)
         side = math.isqrt(count) * data_patch
@@ -173,7 +190,7 @@ class ViTDenoiser(LayerwiseModel):
         if len(hidden) != self.depth + 1:
             raise CutlabError(f"the encoder returned {len(hidden)} hidden states, expected L+1 = {self.depth + 1}")
         grid = (padded.shape[-2] // self.patch, padded.shape[-1] // self.patch)
-        return [self._read_out(state, grid, crop, (batch, frames, count, n)) for state in hidden]
+        return hidden, lambda state: self._read_out(state, grid, crop, (batch, frames, count, n))
 
     def _pad(self, images: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int]]:
         """Pad H and W up to multiples of the encoder patch, split evenly; returns the padded frames and (top, left)."""
