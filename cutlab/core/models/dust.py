@@ -92,12 +92,16 @@ class DUST(LayerwiseModel):
         vector = self.singular_vectors[index]
         return self.lipschitz_margin * power_iteration(self.dictionaries[index], vector, self.power_iterations)
 
-    def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int, c: torch.Tensor) -> torch.Tensor:
+    def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int,
+              c: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Block l on codes H_{l-1}: attention scored on D_l's reconstructions, then the LISTA step
-        ``soft(Z (I - D^T D / c) + x D / c)``, computed as ``Z - (Z D^T - x) D / c`` (no d x d matrix)."""
+        ``soft(Z (I - D^T D / c) + x D / c)``, computed as ``Z - (Z D^T - x) D / c`` (no d x d matrix). Returns the
+        codes and c, which a second pass of the same block reuses (power iteration moves the estimate at every call)."""
         dictionary = self.dictionaries[index]
         attended = symmetric_attention(codes, codes @ dictionary.T, self.attention_step, self.attention_scale)
-        return soft_threshold(attended - (attended @ dictionary.T - noisy) @ dictionary / c, self.threshold)
+        # c after the attention: the order the graph was always built in, so gradients sum in the same order
+        c = self.step_size(index) if c is None else c
+        return soft_threshold(attended - (attended @ dictionary.T - noisy) @ dictionary / c, self.threshold), c
 
     def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
         """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
@@ -115,9 +119,11 @@ class DUST(LayerwiseModel):
         local_outputs = outputs[:1] if local else []
         for layer in range(1, self.depth + 1):
             index = self.dictionary_index(layer)
-            dictionary, c = self.dictionaries[index], self.step_size(index)  # c once: power iteration moves per call
+            dictionary = self.dictionaries[index]
+            updated, c = self.block(codes, x, index)
             if local:
-                local_outputs.append(from_sequences(self.block(codes.detach(), x, index, c) @ dictionary.T, batch))
-            codes = self.block(codes, x, index, c)
+                local_codes, _ = self.block(codes.detach(), x, index, c)
+                local_outputs.append(from_sequences(local_codes @ dictionary.T, batch))
+            codes = updated
             outputs.append(from_sequences(codes @ dictionary.T, batch))
         return outputs, local_outputs
