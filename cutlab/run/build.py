@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from cutlab.core.evaluation import Evaluation, evaluate
 from cutlab.core.perturbation import Perturbation
 from cutlab.core.constraints import Constraints
+from cutlab.core.models.base import supports_local_prev
 from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, SampleSource, Trainer
 from cutlab.errors import CutlabError
@@ -109,7 +110,7 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
 
 def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> None:
     """Refuse, before any work, a training setting this model cannot carry out."""
-    if cfg.train.constrained and cfg.train.detach_prev == "local" and not getattr(model, "supports_local_prev", False):
+    if cfg.train.constrained and cfg.train.detach_prev == "local" and not supports_local_prev(model):
         raise CutlabError(f"train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
                           f"model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this model")
 

@@ -26,14 +26,16 @@ class LayerwiseModel(nn.Module):
         """Phi_0..Phi_L from the (perturbed) output of :meth:`perturbable`; ``inputs`` carries masks and the like."""
         return self(embedded)
 
-    #: whether :meth:`unroll_local` is implemented (train.detach_prev=local needs it; checked before training)
-    supports_local_prev: bool = False
-
     def unroll_local(self, embedded: torch.Tensor, inputs) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """``(outputs, local)``: Phi_0..Phi_L as :meth:`unroll` gives them, and each Phi_l recomputed by block l from
         its *detached* input Phi_{l-1} (local[0] is Phi_0 itself). Equal in value; local[l]'s gradient reaches only
-        block l's own computation. Models that can re-run one block set ``supports_local_prev``."""
+        block l's own computation. Models that can re-run one block override it (see :func:`supports_local_prev`)."""
         raise NotImplementedError(f"{type(self).__name__} cannot re-run one block on a detached input")
+
+
+def supports_local_prev(model: nn.Module) -> bool:
+    """Whether ``model`` overrides :meth:`LayerwiseModel.unroll_local` (train.detach_prev=local needs it)."""
+    return getattr(type(model), "unroll_local", LayerwiseModel.unroll_local) is not LayerwiseModel.unroll_local
 
 
 def symmetric_attention(tokens: torch.Tensor, queries: torch.Tensor, step: float, scale: float) -> torch.Tensor:

@@ -46,8 +46,6 @@ class DUST(LayerwiseModel):
     one shared D (its ERM DUST).
     """
 
-    supports_local_prev = True
-
     def __init__(
         self,
         depth: int,

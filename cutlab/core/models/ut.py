@@ -22,8 +22,6 @@ class UT(LayerwiseModel):
     ReLU feed-forward layer with a symmetric weight and a residual (Yang et al. 2022, section 4).
     """
 
-    supports_local_prev = True
-
     def __init__(
         self,
         depth: int,

@@ -159,8 +159,6 @@ class ViTDenoiser(LayerwiseModel):
         # ViT/DeiT need this flag for frames of another size than pre-training; DINOv2 always interpolates.
         self.encoder_kwargs = {"interpolate_pos_encoding": True} if "interpolate_pos_encoding" in forward_arguments else {}
 
-    supports_local_prev = True
-
     def forward(self, noisy: torch.Tensor) -> list[torch.Tensor]:
         """noisy: [B, T, P, n] patch tokens -> [Phi_0, ..., Phi_L], each [B, T, P, n]."""
         hidden, read_out = self._hidden_states(noisy)
