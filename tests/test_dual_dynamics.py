@@ -280,6 +280,28 @@ def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> N
     assert resumed.strictly_since == 5
 
 
+def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_scale() -> None:
+    """Losses that fall 100-fold while meeting the ratio, then miss it for 40 steps: the smoothed ratio is the
+    moving average of the log minibatch ratios, and reads missed (an average of the losses reads met: the first
+    step's losses, 100 times larger, outweigh the 40 after it)."""
+    smoothing, steps_after = 0.95, 40
+    clock = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=smoothing)
+    first, later = (100.0, 10.0), (1.0, 0.9)  # ratios 0.1 (met) and 0.9 (missed), bound 0.5
+    for step, pair in enumerate([first] + [later] * steps_after, start=1):
+        met = clock.update(step, torch.tensor(pair, dtype=torch.float64), torch.zeros(2))[1]
+    weight = smoothing ** steps_after  # what is left of the first step in the average
+    geometric = (first[1] / first[0]) ** weight * (later[1] / later[0]) ** (1 - weight)
+    assert float(clock.smoothed[1] / clock.smoothed[0]) == pytest.approx(geometric, rel=1e-12)
+    assert geometric > 0.5 and not met and clock.strictly_since is None
+    arithmetic = [weight * a + (1 - weight) * b for a, b in zip(first, later)]
+    assert arithmetic[1] / arithmetic[0] < 0.5
+    # a checkpoint written before the geometric average (its arithmetic one) resumes from that average's log
+    resumed = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=smoothing)
+    resumed.load_state_dict({"smoothed": torch.tensor(arithmetic, dtype=torch.float64), "since": 1, "strictly_since": 1})
+    assert torch.allclose(resumed.smoothed, torch.tensor(arithmetic, dtype=torch.float64))
+    assert resumed.update(steps_after + 2, torch.tensor(later), torch.zeros(2))[1] and resumed.strictly_since == 1
+
+
 @pytest.mark.parametrize("make,message", [
     (lambda: DualSettings(lr=0.1, optimizer="rmsprop"), "train.dual_optimizer must be one of adam, sgd, nupi"),
     (lambda: DualSettings(lr=0.1, optimizer="nupi", kappa_p=-1.0), "train.kappa_p must be >= 0"),
