@@ -21,6 +21,10 @@ from cutlab.core.constraints import Constraints
 _SMALLEST = torch.finfo(torch.float64).tiny  # a loss of exactly 0 stays finite in log space
 
 
+def _log(losses: torch.Tensor) -> torch.Tensor:
+    return losses.detach().cpu().double().clamp_min(_SMALLEST).log()
+
+
 class FeasibilityClock:
     """Feed it every step; ``since`` / ``strictly_since`` are the first steps of the current met streak (None: not met)."""
 
@@ -39,7 +43,7 @@ class FeasibilityClock:
 
     def update(self, step: int, layer_losses: torch.Tensor, slacks: torch.Tensor) -> tuple[bool, bool]:
         """(met within slack, met strictly) for the smoothed losses after ``step``."""
-        logs = layer_losses.detach().cpu().double().clamp_min(_SMALLEST).log()
+        logs = _log(layer_losses)
         self.log_smoothed = logs if self.log_smoothed is None else \
             self.smoothing * self.log_smoothed + (1.0 - self.smoothing) * logs
         missed, violated = misses(self.constraints, self.smoothed, slacks, self.tolerance)
@@ -55,5 +59,5 @@ class FeasibilityClock:
         if "log_smoothed" in state:
             self.log_smoothed = state["log_smoothed"]
         else:  # a checkpoint from before the geometric average: carry on from the log of its arithmetic one
-            self.log_smoothed = None if state["smoothed"] is None else state["smoothed"].clamp_min(_SMALLEST).log()
+            self.log_smoothed = None if state["smoothed"] is None else _log(state["smoothed"])
         self.since, self.strictly_since = state["since"], state["strictly_since"]
