@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from conftest import PED2_FULL, require_shared
 from helpers.cli import cutlab, folder_fingerprint, wandb_history
@@ -89,6 +90,8 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert f"name: {model}" in config and "ucsd_ped2" in config
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["seed"] == 0 and provenance["device"] in ("cpu", "cuda") and provenance["versions"]["torch"]
+    assert provenance["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert provenance["device_name"] not in ("", "cpu")  # the processor's name (platform.processor() is "" on Linux)
     # W&B ran offline into the run folder, under the id the record names
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
     (offline,) = run.glob("wandb/offline-run-*")

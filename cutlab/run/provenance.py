@@ -22,6 +22,17 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def cpu_model() -> str:
+    """The processor's name (Linux: /proc/cpuinfo; platform.processor() is empty there), or the architecture."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def provenance(seed: int, device: torch.device) -> dict:
     source = CHECKOUT
     status = _git(["status", "--porcelain", "--untracked-files=no"], source) if source else None
@@ -38,7 +49,10 @@ def provenance(seed: int, device: torch.device) -> dict:
         "seed": seed,
         "host": socket.gethostname(),
         "device": str(device),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model(),
+        # the SIMD kernels torch picked (e.g. AVX2, AVX512) round differently: a long primal-dual run on another
+        # processor can end elsewhere from the same commit, seed and threads
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "torch_threads": torch.get_num_threads(),
         "command": redact_argv(sys.argv),  # a password in an address must not reach the record
         "versions": {
