@@ -17,14 +17,7 @@ from suite.paths import ROOT
 
 
 def machine_info() -> dict:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        cpu = platform.processor() or "unknown"
+    from cutlab.run.provenance import cpu_model
 
     def git(*args: str) -> str | None:
         try:
@@ -39,7 +32,7 @@ def machine_info() -> dict:
     except Exception:
         wandb_version = None
     return {
-        "cpu": cpu,
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch": torch.__version__,
