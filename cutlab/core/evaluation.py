@@ -15,6 +15,7 @@ import torch
 from cutlab.core.data.groups import SampleGroups
 from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.constraints import Constraints
+from cutlab.core.precision import as_float32, forward_precision
 from cutlab.core.training import SampleSource, collate, to_device
 
 
@@ -86,6 +87,7 @@ def evaluate(
     batch_size: int = 8,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    precision: str = "fp32",
 ) -> Evaluation:
     """Metric and mean loss per gamma and layer over ``samples``, with the noise fixed by ``noise.seed``.
 
@@ -100,7 +102,9 @@ def evaluate(
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
             generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * 1_000 + g, device)
-            per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
+            with forward_precision(precision, device):
+                per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
+            per_gamma = as_float32(per_gamma)
             losses, sums, count = objective.evaluation_terms(per_gamma, target)
             if metric_sums is None:
                 metric_sums = torch.zeros(len(gammas), sums.numel(), dtype=torch.float64)

@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
+from cutlab.core.precision import as_float32, forward_precision
 from cutlab.core.perturbation import (TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward,
                                      perturbed_forward_local)
 from cutlab.core.primal_dual import PrimalDual, StepResult
@@ -91,6 +92,7 @@ class Trainer:
     ``prepare`` turns a collated clean batch, already on the device, into (model input, target): uint8
     frames into float patch tokens for both (denoising), or token ids and labels (classification).
     Perturbation of ``model.perturbable(input)`` uses ``noise`` (gamma_train) with a generator of (seed, step).
+    ``precision`` (cutlab.core.precision) is the forward pass's arithmetic; losses and constraints stay float32.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class Trainer:
         prepare: Callable,
         noise: Perturbation,
         device: torch.device | str = "cpu",
+        precision: str = "fp32",
     ) -> None:
         self.model = model
         self.objective = objective
@@ -112,6 +115,7 @@ class Trainer:
         self.prepare = prepare
         self.noise = noise
         self.device = torch.device(device)
+        self.precision = precision
         self.progress = Progress()
 
     def steps_per_epoch(self) -> int:
@@ -129,11 +133,15 @@ class Trainer:
         noise = self.noise
         dual_active = self.dual_active(self.progress.epoch)
         local_losses = None
-        if dual_active and self.primal_dual.uses_local_losses:  # train.detach_prev=local (Constraints.values)
-            outputs, local = perturbed_forward_local(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
-            local_losses = self.objective.loss_matrix(local, target)
-        else:
-            outputs = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
+        with forward_precision(self.precision, self.device):
+            if dual_active and self.primal_dual.uses_local_losses:  # train.detach_prev=local (Constraints.values)
+                outputs, local = perturbed_forward_local(self.model, inputs, noise.gamma, noise.sigma, noise.mean,
+                                                         generator)
+            else:
+                outputs, local = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator), None
+        if local is not None:
+            local_losses = self.objective.loss_matrix(as_float32(local), target)
+        outputs = as_float32(outputs)
         outputs = detach_left_out(outputs, self.primal_dual.layers_in_gradient(dual_active))
         return self.primal_dual.step(self.objective.loss_matrix(outputs, target), dual_active, local_losses)
 

@@ -56,6 +56,11 @@ def _available(device: torch.device) -> bool:
     return True
 
 
+def precision_of(cfg: DictConfig) -> str:
+    """The run's ``precision`` (records written before the key existed ran in fp32)."""
+    return str(cfg.get("precision", "fp32"))
+
+
 def perturbation_of(cfg: DictConfig, task: Task) -> Perturbation:
     """The run's noise: gamma_train, the task's sigma_x, mu and the seed."""
     return Perturbation(gamma=float(cfg.gamma), sigma=task.sigma, mean=float(cfg.noise_mean), seed=int(cfg.seed))
@@ -69,11 +74,12 @@ class Evaluator:
     noise: Perturbation
     batch_size: int
     device: torch.device
+    precision: str = "fp32"  # the forward pass's arithmetic (cutlab.core.precision)
 
     def __call__(self, samples: SampleSource, gammas: list[float],
                  progress: Callable[[int, int], None] | None = None) -> Evaluation:
         return evaluate(self.task.model, self.task.objective, samples, self.task.prepare, gammas, self.noise,
-                        self.batch_size, self.device, progress)
+                        self.batch_size, self.device, progress, self.precision)
 
     def with_batch_size(self, batch_size: int) -> "Evaluator":
         return replace(self, batch_size=batch_size)
@@ -89,7 +95,7 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
         return cfg.train.epsilon
     count = min(len(task.train_set), batches * cfg.train.batch_size)
     first = torch.utils.data.Subset(task.train_set, range(count))
-    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device)
+    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device, precision_of(cfg))
     initial = evaluator(first, [float(cfg.gamma)])
     epsilon = float(initial.mean_loss[0, 0])
     largest = float(initial.mean_loss[0].max())
@@ -142,5 +148,5 @@ def build_trainer(cfg: DictConfig, task: Task, epsilon: float | None, device: to
     return Trainer(
         task.model, task.objective, build_primal_dual(cfg, task.model, epsilon), task.train_set,
         Schedule(train.epochs, train.batch_size, train.warmup_epochs, train.max_steps_per_epoch),
-        task.prepare, perturbation_of(cfg, task), device,
+        task.prepare, perturbation_of(cfg, task), device, precision_of(cfg),
     )

@@ -17,7 +17,8 @@ from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
-                              pick_device, reference_epsilon)
+                              pick_device, precision_of, reference_epsilon)
+from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
@@ -51,7 +52,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
 
     The folder is locked for this process from the first read to the last write (cutlab.run.lock)."""
     check_config(cfg)
-    pick_device(cfg.device)  # an unknown or absent device stops here, before anything is written
+    check_precision(precision_of(cfg), pick_device(cfg.device))  # an unknown or absent device stops here, before
+    # anything is written; so does a precision the device cannot run
     check_run_folder_name(run_dir, cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     with RunLock(run_dir):
@@ -88,6 +90,7 @@ def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: 
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
     """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
     device = pick_device(cfg.device)
+    configure_matmul(precision_of(cfg))
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
     torch.manual_seed(cfg.seed)
@@ -131,7 +134,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     started = time.perf_counter() - (checkpoint.get("wall_time_s", 0.0) if checkpoint else 0.0)
     reporter = ProgressReporter(enabled=cfg.progress, total_steps=trainer.steps_per_epoch() * cfg.train.epochs,
                                 epochs=cfg.train.epochs, initial_step=trainer.progress.step)
-    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.eval.batch_size, trainer.device)
+    evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.eval.batch_size, trainer.device, trainer.precision)
 
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
         with buffers_kept(task.model):  # validating must not change the training that follows
