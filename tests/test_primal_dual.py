@@ -567,6 +567,17 @@ def test_resume_is_exact(cadence: str, stop_after: int) -> None:
         assert torch.equal(mine, theirs)
 
 
+def test_a_checkpoint_from_another_kind_of_device_is_refused_in_one_line() -> None:
+    # the noise generators differ between CPU and CUDA, so a run cannot continue on the other kind (Trainer)
+    state = checkpoint_at(_build_trainer("batch", model_seed=0), 5)
+    assert state["noise_device"] == "cpu"
+    state["noise_device"] = "cuda"
+    with pytest.raises(CutlabError, match="this run trained on cuda and would resume on cpu.*resume it with device=cuda"):
+        _build_trainer("batch", model_seed=0).load_state_dict(state)
+    del state["noise_device"]  # a checkpoint written before the key: trained on the CPU
+    _build_trainer("batch", model_seed=0).load_state_dict(state)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_constrained_step_runs_on_cuda_like_on_cpu() -> None:
     # The constraint mask lives on the CPU; multiplying it with CUDA constraint values must not fail.

@@ -12,6 +12,7 @@ from typing import Callable, Iterator, Protocol
 
 import torch
 
+from cutlab.core.errors import CutlabError
 from cutlab.core.precision import as_float32, forward_precision
 from cutlab.core.perturbation import (TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward,
                                      perturbed_forward_local)
@@ -173,9 +174,19 @@ class Trainer:
             "primal_dual": self.primal_dual.state_dict(),
             "progress": vars(self.progress).copy(),
             "rng": {"torch": torch.get_rng_state()},
+            "noise_device": self.device.type,
         }
 
     def load_state_dict(self, state: dict) -> None:
+        # The noise comes from the device's own generator (CPU: Mersenne Twister, CUDA: Philox), so the same seed
+        # draws other noise on another kind of device: resumed there, a run would be neither the one it started as
+        # nor one started there. Checkpoints from before the key was written all trained on the CPU.
+        trained_on = state.get("noise_device", "cpu")
+        if trained_on != self.device.type:
+            raise CutlabError(f"this run trained on {trained_on} and would resume on {self.device.type}: its training "
+                              f"noise is drawn by the device's own generator, which differs between the two, so the "
+                              f"resumed run would be neither; resume it with device={trained_on}, or pass "
+                              "run_name=<new name> to start a separate run on this device")
         self.model.load_state_dict(state["model"])
         self.primal_dual.primal_optimizer.load_state_dict(state["primal_optimizer"])
         self.primal_dual.load_state_dict(state["primal_dual"])

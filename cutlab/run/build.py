@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -45,6 +46,16 @@ def pick_device(name: str) -> torch.device:
     elif device.type != "cpu" and not _available(device):
         raise CutlabError(f"device={name} is not available on this machine; use device=auto or device=cpu")
     return device
+
+
+def make_reproducible(device: torch.device) -> None:
+    """On CUDA, deterministic kernels, so that a killed run resumes to the uninterrupted one's numbers as on the CPU.
+
+    cuBLAS needs its workspace fixed before its first call for that (NVIDIA's cuBLAS docs, "Results
+    reproducibility"); an op with no deterministic CUDA kernel warns rather than stopping the run."""
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
 
 
 def _available(device: torch.device) -> bool:

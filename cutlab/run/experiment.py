@@ -17,7 +17,7 @@ from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
-                              pick_device, precision_of, reference_epsilon)
+                              make_reproducible, pick_device, precision_of, reference_epsilon)
 from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
@@ -90,6 +90,7 @@ def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: 
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
     """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
     device = pick_device(cfg.device)
+    make_reproducible(device)
     configure_matmul(precision_of(cfg))
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
