@@ -44,7 +44,7 @@ test-all: setup services
 # The benchmark suite (about 10 min on 2 idle cores); writes benchmarks/results.json, RESULTS.md and
 # refreshes the README's performance table.
 bench: setup
-	$(BIN)/python benchmarks/run.py --readme README.md
+	$(BIN)/python benchmarks/run.py --merge --readme README.md
 
 clean:
 	rm -rf $(VENV) *.egg-info

@@ -48,6 +48,15 @@ class Mode:
     matmul_size: int
     default_run_args: tuple[str, ...]
     ped2_run_args: tuple[str, ...]
+    # section 8 (CUDA): repetitions, steps per repetition, matmul size and products per repetition, and the
+    # shared-GPU arm's runs, parallel runs and training steps per run
+    cuda_reps: int = 7
+    cuda_steps: int = 10
+    cuda_matmul: int = 8192
+    cuda_matmul_calls: int = 10
+    cuda_runs: int = 8
+    cuda_parallel: int = 4
+    cuda_run_steps: int = 40
 
 
 FULL = Mode("full", cons_reps=12, cons_warmup=2, app_reps=8, app_warmup=1, fw_reps=8, fw_steps=2, eval_reps=4, eval_samples=4,
@@ -58,7 +67,9 @@ QUICK = Mode("quick", cons_reps=2, cons_warmup=1, app_reps=2, app_warmup=1, fw_r
              startup_reps=1, sweep_runs=2, data_reps=1, flops_reps=2, matmul_size=2048,
              default_run_args=("train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0.0,0.5]"),
              ped2_run_args=("train.epochs=1", "train.max_steps_per_epoch=2", "data.stride=150",
-                            "eval.gamma_test=[0.0,0.5]"))
+                            "eval.gamma_test=[0.0,0.5]"),
+             cuda_reps=2, cuda_steps=2, cuda_matmul=1024, cuda_matmul_calls=2, cuda_runs=2, cuda_parallel=2,
+             cuda_run_steps=2)
 
 
 T_START = time.perf_counter()

@@ -35,6 +35,7 @@ def machine_info() -> dict:
         "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
@@ -106,12 +107,14 @@ def render_markdown(data: dict) -> str:
         "ratios A_i/B_i with the arms interleaved in the same run.", "",
         "| machine | |", "|---|---|",
         f"| CPU | {meta['cpu']} |", f"| cores | {meta['cores']} (available to this process: {meta['cores_available']}) |",
+        *([f"| GPU | {meta['gpu']} |"] if meta.get("gpu") else []),
         f"| torch | {meta['torch']}, {meta['torch_threads']} threads |",
         f"| python / numpy / wandb | {meta['python']} / {meta['numpy']} / {meta['wandb']} |",
         f"| date (UTC) | {meta['date']} |",
         f"| git commit | {meta['git_commit']}{' (dirty tree)' if meta['git_dirty'] else ''} |",
         f"| load average at start / end | {meta['loadavg_start']} / {meta.get('loadavg_end')} |",
         f"| benchmark wall time | {data['wall_s'] / 60:.1f} min |", "",
+        *merged_lines(data),
         "## Figures", "",
         "| # | figure | value | target | status | repeats and spread |", "|---|---|---|---|---|---|",
     ]
@@ -182,6 +185,14 @@ def render_markdown(data: dict) -> str:
             lines.append(f"{sw['runs']} runs: one process {sw['total_s']['multirun']:.1f} s in total "
                          f"({sw['per_run_s']['multirun']:.2f} s per run); separate processes "
                          f"{sw['total_s']['separate']:.1f} s ({sw['per_run_s']['separate']:.2f} s per run).")
+    if any(isinstance(v, dict) and "cutlab_fp32" in v for v in details.get("cuda", {}).values()):
+        arms = ("cutlab_fp32", "cutlab_tf32", "cutlab_bf16", "bare")
+        lines += ["", f"### CUDA step times ({details['cuda']['device']}, torch {details['cuda']['torch']}, "
+                  f"CUDA {details['cuda']['cuda']})", "", "| model | cutlab fp32 | cutlab tf32 | cutlab bf16 | bare loop "
+                  "(fp32) |", "|---|---|---|---|---|"]
+        for name, d in details["cuda"].items():
+            if isinstance(d, dict) and "cutlab_fp32" in d:
+                lines.append(f"| {name} | " + " | ".join(f"{d[a]:.2f} ms" if a in d else "—" for a in arms) + " |")
     if data["profiles"]:
         lines += ["", "## Profiles of targets not met", ""]
         for fid, prof in data["profiles"].items():
@@ -197,6 +208,19 @@ def render_markdown(data: dict) -> str:
         for name, text in data["errors"].items():
             lines += [f"### {name}", "", "```", text.rstrip()[-2000:], "```", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def merged_lines(data: dict) -> list[str]:
+    """One line per later run whose sections were merged into this record (`run.py --merge`), naming its machine."""
+    runs: dict[str, list[str]] = {}
+    for section, entry in sorted(data.get("merged", {}).items(), key=lambda item: int(item[0])):
+        m = entry["machine"]
+        described = (f"{m.get('gpu') or 'no GPU'}; CPU {m['cpu']}, {m['cores']} cores; torch {m['torch']}; python "
+                     f"{m['python']}; {m['date']}; commit {str(m['git_commit'])[:10]}"
+                     f"{' (dirty tree)' if m['git_dirty'] else ''}; {entry['mode']} mode, {entry['wall_s'] / 60:.1f} min")
+        runs.setdefault(described, []).append(section)
+    return [f"Section{'s' if len(s) > 1 else ''} {', '.join(s)} measured in a later run merged into this record: "
+            f"{described}." for described, s in runs.items()] + ([""] if runs else [])
 
 
 def readme_block(data: dict, results_md: str) -> str:
