@@ -347,7 +347,7 @@ def measure_shared(res: Results, mode: Mode, gpu: str, ped2: Path | None, workdi
     times = interleave({"parallel": lambda: shared_gpu_batch(runs, k, mode.cuda_run_steps, ped2, workdir, f"k{k}"),
                         "serial": lambda: shared_gpu_batch(runs, 1, mode.cuda_run_steps, ped2, workdir, "k1")},
                        1, 0, "cuda shared GPU")
-    what = (f"`python -m cutlab -m model=dust {' '.join(o for o in data_overrides(ped2) if 'root' not in o)} "
+    what = (f"`python -m cutlab -m model=dust {' '.join(data_overrides(ped2 and ped2.name))} "
             f"seed=0..{runs - 1} train.epochs=1 train.max_steps_per_epoch={mode.cuda_run_steps} "
             "train.warmup_epochs=0 eval.gamma_test=[0.0] wandb.mode=disabled launcher=local "
             "launcher.max_parallel=K` (warm workers, 1 CPU thread each, device=auto = this GPU), wall time from "
