@@ -186,10 +186,11 @@ def render_markdown(data: dict) -> str:
                          f"({sw['per_run_s']['multirun']:.2f} s per run); separate processes "
                          f"{sw['total_s']['separate']:.1f} s ({sw['per_run_s']['separate']:.2f} s per run).")
     if any(isinstance(v, dict) and "cutlab_fp32" in v for v in details.get("cuda", {}).values()):
-        arms = ("cutlab_fp32", "cutlab_tf32", "cutlab_bf16", "bare")
+        arms = ("cutlab_fp32", "cutlab_tf32", "cutlab_bf16", "cutlab_fp32_default_kernels", "bare")
         lines += ["", f"### CUDA step times ({details['cuda']['device']}, torch {details['cuda']['torch']}, "
-                  f"CUDA {details['cuda']['cuda']})", "", "| model | cutlab fp32 | cutlab tf32 | cutlab bf16 | bare loop "
-                  "(fp32) |", "|---|---|---|---|---|"]
+                  f"CUDA {details['cuda']['cuda']}; cutlab arms with deterministic kernels, as a run)", "",
+                  "| model | cutlab fp32 | cutlab tf32 | cutlab bf16 | cutlab fp32, default kernels | bare loop (fp32) |",
+                  "|---|---|---|---|---|---|"]
         for name, d in details["cuda"].items():
             if isinstance(d, dict) and "cutlab_fp32" in d:
                 lines.append(f"| {name} | " + " | ".join(f"{d[a]:.2f} ms" if a in d else "—" for a in arms) + " |")

@@ -47,21 +47,19 @@ OVERRIDES = {"dust": ("model=dust", "data=ucsd_ped2", "L=3", "train=constrained"
              "vit": ("model=vit", "data=ucsd_ped2", "L=12", "train=constrained"),
              "minilm": ("model=hf_encoder", "data=imdb", "L=6", "train=constrained_text")}
 PRECISION_MODELS = ("dust", "minilm")
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+NONDET = "cutlab_fp32_default_kernels"  # the fp32 step without make_reproducible's deterministic kernels
 
 
 def per_step(step: Callable[[], object], steps: int, device: torch.device) -> Callable[[], float]:
     """Seconds per step over ``steps`` steps, the queue drained before and after (CUDA runs asynchronously)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
     def run() -> float:
-        sync(device)
+        sync()
         started = time.perf_counter()
         for _ in range(steps):
             step()
-        sync(device)
+        sync()
         return (time.perf_counter() - started) / steps
     return run
 
@@ -72,11 +70,7 @@ def matmul_arm(device: torch.device, n: int, precision: str, calls: int) -> Call
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     a, b = (torch.randn(n, n, device=device, dtype=dtype, generator=generator) for _ in range(2))
     out = torch.empty_like(a)
-
-    def product() -> None:
-        configure_matmul(precision)  # process-wide: TF32 on for tf32 only
-        torch.mm(a, b, out=out)
-    return per_step(product, calls, device)
+    return per_step(partial(_in_mode, precision, False, partial(torch.mm, a, b, out=out)), calls, device)
 
 
 def compose(name: str):
@@ -176,22 +170,25 @@ def build_steps(name: str, device: torch.device, precisions: tuple[str, ...], wo
     epsilon = reference_l0(cfg, base, objective, prepare(to_device(batch, device)), sigma, device)
     batch_size = len(batch["labels"]) if isinstance(batch, dict) else len(batch)
     steps = {}
-    for precision in precisions:
+    # the app's kernels (make_reproducible: deterministic on CUDA) at each precision, and fp32 on PyTorch's defaults
+    for arm, precision, deterministic in [(f"cutlab_{p}", p, True) for p in precisions] + [(NONDET, "fp32", False)]:
         check_precision(precision, device)
         model = copy.deepcopy(base)
         trainer = Trainer(model, objective, build_primal_dual(cfg, model, epsilon), [], Schedule(1, batch_size),
                           prepare, Perturbation(float(cfg.gamma), sigma, float(cfg.noise_mean), cfg.seed), device,
                           precision)
-        cutlab_step = partial(_every_constraint_active, trainer, batch)
-        steps[f"cutlab_{precision}"] = partial(_matmul_then, precision, cutlab_step)
+        steps[arm] = partial(_in_mode, precision, deterministic, partial(_every_constraint_active, trainer, batch))
     bare = bare_step(copy.deepcopy(base), batch, float(cfg.train.lr), float(cfg.gamma) * sigma, device,
                      cfg.data.get("patch", 16))
-    steps["bare"] = partial(_matmul_then, "fp32", bare)
+    steps["bare"] = partial(_in_mode, "fp32", False, bare)
     return steps, batch
 
 
-def _matmul_then(precision: str, step: Callable[[], object]) -> None:
-    configure_matmul(precision)  # the matrix mode is process-wide and the arms alternate
+def _in_mode(precision: str, deterministic: bool, step: Callable[[], object]) -> None:
+    """Both modes are process-wide and the arms alternate: a cutlab run sets its matrix mode (configure_matmul) and
+    deterministic kernels on CUDA (make_reproducible); a bare loop keeps PyTorch's defaults (fp32: TF32 off)."""
+    configure_matmul(precision)
+    torch.use_deterministic_algorithms(deterministic, warn_only=True)
     step()
 
 
@@ -217,8 +214,7 @@ def data_overrides(ped2: Path | None) -> tuple[str, ...]:
 def shared_gpu_batch(runs: int, parallel: int, steps: int, ped2: Path | None, workdir: Path, tag: str) -> float:
     """Wall seconds of ``runs`` short DUST runs (seeds 0..runs-1) through `launcher=local` at ``parallel`` at a time."""
     folder = workdir / f"cuda_runs_{tag}"
-    data = data_overrides(ped2)
-    command = cutlab_cmd("model=dust", *data, f"seed={','.join(str(s) for s in range(runs))}", "train.epochs=1",
+    command = cutlab_cmd("model=dust", *data_overrides(ped2), f"seed={','.join(str(s) for s in range(runs))}", "train.epochs=1",
                          f"train.max_steps_per_epoch={steps}", "train.warmup_epochs=0", "eval.gamma_test=[0.0]",
                          "wandb.mode=disabled", "progress=false", "launcher=local", f"launcher.max_parallel={parallel}",
                          f"paths.runs_dir={folder}", multirun=True)
@@ -240,7 +236,10 @@ def section_cuda(res: Results, mode: Mode, data: Data | None, workdir: Path) -> 
 
 
 def measure_all(res: Results, mode: Mode, data: Data, workdir: Path, device: torch.device, gpu: str) -> None:
+    from cutlab.run.build import make_reproducible
+
     say(f"8 cuda: {gpu}: matmul peaks, cutlab step ÷ bare loop, FLOP/s, precision, runs sharing the GPU")
+    make_reproducible(device)  # as a run does: cuBLAS's workspace is fixed before its first call; arms set the rest
     first = len(res.figures)
     res.details["cuda"] = {"device": gpu, "torch": torch.__version__, "cuda": torch.version.cuda,
                            "steps_per_rep": mode.cuda_steps}
@@ -266,7 +265,8 @@ def guarded_part(res: Results, device: torch.device, label: str, fn: Callable[[]
         say(f"  !! 8 cuda: {label} failed:\n{res.errors[f'8 cuda: {label}']}")
         return None
     finally:
-        configure_matmul("fp32")  # cutlab's default: whatever a part set, the next one starts from exact float32
+        configure_matmul("fp32")  # whatever a part set, the next one starts from exact float32, default kernels
+        torch.use_deterministic_algorithms(False)
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
@@ -292,7 +292,7 @@ def measure_model(res: Results, mode: Mode, device: torch.device, gpu: str, name
     if name in PRECISION_MODELS:
         precisions = ("fp32", "tf32", "bf16") if device.type == "cuda" else ("fp32", "bf16")
     steps, batch = build_steps(name, device, precisions, workdir, video=video, text=text)
-    flops = {arm: count_flops(step) for arm, step in steps.items() if arm.startswith("cutlab")}
+    flops = {f"cutlab_{p}": count_flops(steps[f"cutlab_{p}"]) for p in precisions}
     times = interleave({arm: per_step(step, mode.cuda_steps, device) for arm, step in steps.items()},
                        mode.cuda_reps, 1, f"cuda {name}")
     label = {"dust": "DUST L=3", "ut": "UT L=3", "vit": "ViT (DINOv2-small, random weights) L=12",
@@ -309,10 +309,17 @@ def measure_model(res: Results, mode: Mode, device: torch.device, gpu: str, name
               "cutlab Trainer.train_step (constrained, fp32)", times["cutlab_fp32"], "bare loop (fp32)", times["bare"],
               f"Per step, medians over {mode.cuda_steps}-step repetitions, {shape}. cutlab: Trainer.train_step with "
               f"the app's default constrained preset ({OVERRIDES[name][-1]}), every multiplier > 0 so every layer is "
-              "back-propagated (as in section 1), precision=fp32 (TF32 off). Bare: the same model and batch, noise, "
-              "forward, the last layer's loss alone (MSE for video, cross-entropy for text), backward, Adam; so the "
-              "ratio is the whole cost of constrained training over plain training, the constraints' own work "
-              "(every layer's loss and backward) included." + weights, target_key="cuda")
+              "back-propagated (as in section 1), precision=fp32 (TF32 off), deterministic kernels as a run sets them "
+              "(make_reproducible). Bare: the same model and batch, noise, forward, the last layer's loss alone (MSE "
+              "for video, cross-entropy for text), backward, Adam, PyTorch's default kernels; so the ratio is the "
+              "whole cost of constrained training over plain training, the constraints' own work (every layer's loss "
+              "and backward) and determinism (cuda.determinism) included." + weights, target_key="cuda")
+    res.ratio(f"cuda.determinism.{name}", 8, f"{label}: cutlab step with deterministic kernels ÷ with PyTorch's "
+              f"default kernels, {gpu}", "deterministic (make_reproducible)", times["cutlab_fp32"],
+              "PyTorch's default kernels", times[NONDET],
+              "The same fp32 cutlab step as cuda.framework, with torch.use_deterministic_algorithms(True, "
+              "warn_only=True) as every cutlab run on CUDA sets it (resume stays exact) vs without; the cost of that "
+              "choice." + weights, target_key="cuda")
     achieved = [flops["cutlab_fp32"] / t for t in times["cutlab_fp32"]]
     if "fp32" in peaks:
         res.value(f"cuda.utilisation.{name}", 8, f"{label}: cutlab step's FLOP/s ÷ fp32 matmul peak, {gpu}",
