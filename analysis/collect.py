@@ -54,6 +54,7 @@ CONFIG_COLUMNS = {
     "warmup_epochs": "train.warmup_epochs", "detach_prev": "train.detach_prev",
     "constraint_form": "train.constraint_form", "dual_optimizer": "train.dual_optimizer",
     "dual_update": "train.dual_update", "dual_restarts": "train.dual_restarts", "kappa_p": "train.kappa_p",
+    "precision": "precision",
 }
 
 

@@ -23,7 +23,10 @@ from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
 CELL = ["task", "model", "dataset", "L", "gamma_train"]
 # Runs are compared only on the same gamma_test grid: the mean over a grid (and its validation
 # counterpart, the selection metric) changes with the grid.
-ARM_CELL = CELL + ["arm", "gamma_test_grid"]
+# and in the same arithmetic (precision=fp32|tf32|bf16): a bf16 run is another setting, not another seed.
+ARM_CELL = CELL + ["precision", "arm", "gamma_test_grid"]
+#: the precision of a record written before the key existed
+DEFAULT_PRECISION = "fp32"
 ARMS = ("constrained", "constrained_paper", "erm")
 ARM_LABELS = {"constrained": "constrained", "constrained_paper": "constrained (paper's dual)", "erm": "ERM"}
 #: the paper's dual dynamics (conf/train/constrained_paper.yaml); the dual learning rate is not part of it, since
@@ -98,7 +101,7 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     if rule not in SELECTION_RULES:
         raise ValueError(f"unknown selection rule {rule!r}; use one of {', '.join(SELECTION_RULES)}")
     keys = keys or ARM_CELL
-    usable = runs[runs["usable"]].copy()
+    usable = with_precision(runs[runs["usable"]])
     if usable.empty:
         return usable.assign(n_runs=pd.Series(dtype=int), n_infeasible=pd.Series(dtype=int))
     sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
@@ -113,6 +116,13 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     infeasible = grouped["verdict"].apply(lambda v: int((v == "infeasible").sum())).rename("n_infeasible").reset_index()
     best = best.merge(counts, on=keys, how="left").merge(infeasible, on=keys, how="left")
     return sort_cells(best.drop(columns=["_score", "_priority"]))
+
+
+def with_precision(runs: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``runs`` whose ``precision`` column is filled (older records ran in fp32)."""
+    runs = runs.copy()
+    runs["precision"] = runs["precision"].fillna(DEFAULT_PRECISION) if "precision" in runs else DEFAULT_PRECISION
+    return runs
 
 
 def cell_order(row: pd.Series | dict) -> tuple:

@@ -24,7 +24,8 @@ from .markdown import inert
 from .published import TABLE3 as PUBLISHED3
 from .published import TABLE4 as PUBLISHED4
 from .published import published_value
-from .selection import ARM_LABELS, ARMS, CHOSEN_BY, FEASIBLE_FIRST, PAPER_DUAL, cell_label, select_best
+from .selection import (ARM_LABELS, ARMS, CHOSEN_BY, DEFAULT_PRECISION, FEASIBLE_FIRST, PAPER_DUAL, cell_label,
+                        select_best)
 from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, SLACK_FEASIBLE, SLACK_MEANING, mark, percent,
 )
@@ -126,7 +127,9 @@ class Table:
         name = self.spec.value_name
         rows = []
         for _, r in self.frame.iterrows():
-            cells = [str(r["model"]), str(r["dataset"]), str(int(r["L"])), f"{r['gamma_train']:g}",
+            # a run in lower precision is its own row, named so (fp32 is the paper's and cutlab's default)
+            model = str(r["model"]) if r["precision"] == DEFAULT_PRECISION else f"{r['model']} ({r['precision']})"
+            cells = [model, str(r["dataset"]), str(int(r["L"])), f"{r['gamma_train']:g}",
                      _grid_label(r["gamma_test_grid"])]
             for arm in self.arms:
                 marked = f" {mark(r[f'{arm}_verdict'])}" if mark(r[f"{arm}_verdict"]) else ""
@@ -152,10 +155,11 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
     frame = runs.runs[runs.runs["task"] == spec.task]
     selected = select_best(frame, rule=runs.selection)
     rows = []
-    for keys, cell in selected.groupby(["model", "dataset", "L", "gamma_train", "gamma_test_grid"], sort=False,
-                                       dropna=False):
-        model, dataset, layers, gamma_train, grid = keys
-        row: dict = {"model": model, "dataset": dataset, "L": int(layers), "gamma_train": float(gamma_train)}
+    for keys, cell in selected.groupby(["model", "dataset", "L", "gamma_train", "gamma_test_grid", "precision"],
+                                       sort=False, dropna=False):
+        model, dataset, layers, gamma_train, grid, precision = keys
+        row: dict = {"model": model, "dataset": dataset, "L": int(layers), "gamma_train": float(gamma_train),
+                     "precision": precision}
         paper_L = None
         for arm in ARMS:
             chosen = cell[cell["arm"] == arm]
@@ -205,7 +209,7 @@ def _columns(spec: TableSpec, arms: list[str]) -> list[str]:
             + ["paper_constrained", "paper_erm"] + [f"diff_{arm}" for arm in arms]
             + [f"{arm}_verdict" for arm in arms]
             + [f"{arm}_{key}" for arm in arms for key in ("n_runs", "n_infeasible")]
-            + [f"{arm}_run" for arm in arms] + ["paper_L", "gamma_test_grid"])
+            + [f"{arm}_run" for arm in arms] + ["paper_L", "gamma_test_grid", "precision"])
 
 
 def _notes(table: Table, runs: RunTable) -> list[str]:

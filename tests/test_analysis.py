@@ -323,3 +323,17 @@ def test_old_record_format_and_half_written_records(tmp_path, capsys):
     report = (tmp_path / "report" / "report.md").read_text()
     assert "6 run folders: 0 complete" in report and "4 partial, 2 unreadable" in report
     assert "Skipped: no complete video runs" in report
+
+
+def test_a_run_in_another_precision_is_its_own_setting_not_another_seed():
+    # best-of-N per cell must not pick a bf16 run over the fp32 one as if it were another seed (precision=...)
+    from analysis.selection import select_best
+
+    base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09, "arm": "constrained",
+            "gamma_test_grid": (0.0, 1.0), "usable": True, "selection_mode": "min", "verdict": "feasible", "seed": 0}
+    runs = pd.DataFrame([{**base, "run": "fp32", "precision": "fp32", "selection_metric": 2.0},
+                         {**base, "run": "bf16", "precision": "bf16", "selection_metric": 1.0},
+                         {**base, "run": "old", "precision": None, "selection_metric": 3.0}])  # before the key: fp32
+    best = select_best(runs)
+    assert sorted(best["run"]) == ["bf16", "fp32"]
+    assert best.set_index("run").loc["fp32", "n_runs"] == 2
