@@ -133,13 +133,13 @@ class Trainer:
         self.model.train()
         noise = self.noise
         dual_active = self.dual_active(self.progress.epoch)
-        local_losses = None
-        with forward_precision(self.precision, self.device):
+        local = local_losses = None
+        with forward_precision(self.precision, self.device):  # the losses below are taken in float32
             if dual_active and self.primal_dual.uses_local_losses:  # train.detach_prev=local (Constraints.values)
                 outputs, local = perturbed_forward_local(self.model, inputs, noise.gamma, noise.sigma, noise.mean,
                                                          generator)
             else:
-                outputs, local = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator), None
+                outputs = perturbed_forward(self.model, inputs, noise.gamma, noise.sigma, noise.mean, generator)
         if local is not None:
             local_losses = self.objective.loss_matrix(as_float32(local), target)
         outputs = as_float32(outputs)

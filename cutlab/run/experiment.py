@@ -14,11 +14,11 @@ from cutlab.config.naming import check_run_folder_name
 from cutlab.core.evaluation import buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
+from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
                               make_reproducible, pick_device, precision_of, reference_epsilon)
-from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
@@ -52,8 +52,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
 
     The folder is locked for this process from the first read to the last write (cutlab.run.lock)."""
     check_config(cfg)
-    check_precision(precision_of(cfg), pick_device(cfg.device))  # an unknown or absent device stops here, before
-    # anything is written; so does a precision the device cannot run
+    # an unknown or absent device, or a precision the device cannot run, stops here, before anything is written
+    check_precision(precision_of(cfg), pick_device(cfg.device))
     check_run_folder_name(run_dir, cfg)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     with RunLock(run_dir):
