@@ -18,6 +18,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from cutlab.core.precision import DEFAULT_PRECISION  # a record written before the key existed ran in fp32
+
 from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
 
 CELL = ["task", "model", "dataset", "L", "gamma_train"]
@@ -25,8 +27,6 @@ CELL = ["task", "model", "dataset", "L", "gamma_train"]
 # counterpart, the selection metric) changes with the grid.
 # and in the same arithmetic (precision=fp32|tf32|bf16): a bf16 run is another setting, not another seed.
 ARM_CELL = CELL + ["precision", "arm", "gamma_test_grid"]
-#: the precision of a record written before the key existed
-DEFAULT_PRECISION = "fp32"
 ARMS = ("constrained", "constrained_paper", "erm")
 ARM_LABELS = {"constrained": "constrained", "constrained_paper": "constrained (paper's dual)", "erm": "ERM"}
 #: the paper's dual dynamics (conf/train/constrained_paper.yaml); the dual learning rate is not part of it, since

@@ -117,8 +117,15 @@ def test_tf32_without_cuda_is_refused_in_one_line(tmp_path):
 def test_bf16_on_the_cpu_trains_with_float32_losses_and_multipliers(tmp_path):
     # autocast to bfloat16 also runs on the CPU, so the precision path is tested where CI runs
     runs = tmp_path / "runs"
-    cutlab(["train.epochs=2", "wandb.mode=disabled", "L=2", "eval.gamma_test=[0]", "precision=bf16", "device=cpu"], runs)
+    args = ["train.epochs=2", "wandb.mode=disabled", "L=2", "eval.gamma_test=[0]", "device=cpu"]
+    cutlab([*args, "precision=bf16"], runs)
+    cutlab([*args, "run_name=fp32"], runs)
     run = next(runs.glob("*precision=bf16*"))
     history = pd.read_csv(run / "history.csv")
     assert history.filter(like="loss_").notna().all().all() and (history.filter(like="lambda_") >= 0).all().all()
     assert json.loads((run / "summary.json").read_text())["status"] == "complete"
+    # the first step (same weights and noise) shows bf16 was in effect, and its float32 losses stay within 2 %
+    first = [column for column in history.columns if column.startswith("loss_")]
+    bf16, fp32 = history[first].iloc[0].values, pd.read_csv(runs / "fp32" / "history.csv")[first].iloc[0].values
+    assert (bf16 != fp32).any()
+    torch.testing.assert_close(torch.tensor(bf16), torch.tensor(fp32), rtol=2e-2, atol=0)

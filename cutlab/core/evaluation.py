@@ -15,7 +15,7 @@ import torch
 from cutlab.core.data.groups import SampleGroups
 from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.constraints import Constraints
-from cutlab.core.precision import as_float32, forward_precision
+from cutlab.core.precision import DEFAULT_PRECISION, as_float32, forward_precision
 from cutlab.core.training import SampleSource, collate, to_device
 
 
@@ -87,7 +87,7 @@ def evaluate(
     batch_size: int = 8,
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
-    precision: str = "fp32",
+    precision: str = DEFAULT_PRECISION,
 ) -> Evaluation:
     """Metric and mean loss per gamma and layer over ``samples``, with the noise fixed by ``noise.seed``.
 

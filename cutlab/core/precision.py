@@ -22,6 +22,7 @@ import torch
 from cutlab.core.errors import CutlabError
 
 PRECISIONS = ("fp32", "tf32", "bf16")
+DEFAULT_PRECISION = "fp32"  # conf/config.yaml's, and what every record written before the key computed
 
 
 def check_precision(precision: str, device: torch.device) -> None:

@@ -13,7 +13,7 @@ from typing import Callable, Iterator, Protocol
 import torch
 
 from cutlab.core.errors import CutlabError
-from cutlab.core.precision import as_float32, forward_precision
+from cutlab.core.precision import DEFAULT_PRECISION, as_float32, forward_precision
 from cutlab.core.perturbation import (TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward,
                                      perturbed_forward_local)
 from cutlab.core.primal_dual import PrimalDual, StepResult
@@ -106,7 +106,7 @@ class Trainer:
         prepare: Callable,
         noise: Perturbation,
         device: torch.device | str = "cpu",
-        precision: str = "fp32",
+        precision: str = DEFAULT_PRECISION,
     ) -> None:
         self.model = model
         self.objective = objective

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 
 from cutlab.core.evaluation import Evaluation, evaluate
 from cutlab.core.perturbation import Perturbation
+from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.core.constraints import Constraints
 from cutlab.core.models.base import supports_local_prev
 from cutlab.core.primal_dual import DualSettings, PrimalDual
@@ -69,7 +70,7 @@ def _available(device: torch.device) -> bool:
 
 def precision_of(cfg: DictConfig) -> str:
     """The run's ``precision`` (records written before the key existed ran in fp32)."""
-    return str(cfg.get("precision", "fp32"))
+    return str(cfg.get("precision", DEFAULT_PRECISION))
 
 
 def perturbation_of(cfg: DictConfig, task: Task) -> Perturbation:
@@ -85,7 +86,7 @@ class Evaluator:
     noise: Perturbation
     batch_size: int
     device: torch.device
-    precision: str = "fp32"  # the forward pass's arithmetic (cutlab.core.precision)
+    precision: str = DEFAULT_PRECISION  # the forward pass's arithmetic (cutlab.core.precision)
 
     def __call__(self, samples: SampleSource, gammas: list[float],
                  progress: Callable[[int, int], None] | None = None) -> Evaluation:

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from cutlab.config.neutral import without_result_neutral_keys
+from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.errors import CutlabError
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
 
@@ -24,7 +25,7 @@ MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one
 # Keys added to the config after runs were first recorded, each with the value that gives what a config written
 # before it computed: a stored config without the key is compared as if it held that value, so its folder is still
 # skipped or resumed rather than refused.
-ADDED_KEYS = {"eval.iterate": "last", "precision": "fp32"}
+ADDED_KEYS = {"eval.iterate": "last", "precision": DEFAULT_PRECISION}
 # Keys that change nothing while another key holds a given value: left out of the comparison then
 # (with the last iterate evaluated, no checks run, so their cadence is moot).
 INERT_KEYS = {"eval.check_every_steps": ("eval.iterate", "last")}

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from cutlab.core.data.text import classification_batch
-from cutlab.core.data.video import denoising_batch
+from cutlab.core.data.video import denoising_batch, to_patch_tokens
 from cutlab.core.objectives import ClassificationObjective, DenoisingObjective
 from cutlab.core.perturbation import TRAIN_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.precision import as_float32, check_precision, configure_matmul
@@ -126,10 +126,7 @@ def bare_step(model: torch.nn.Module, batch, lr: float, noise_std: float, device
                                    token_type_ids=inputs["token_type_ids"]).last_hidden_state
             loss = F.cross_entropy(model.readout(hidden[:, 0]), inputs["labels"])
         else:  # video: uint8 frames to patch tokens, pixel noise, MSE of the last layer
-            frames = batch.to(device).float().div_(255.0)
-            b, t, h, w = frames.shape
-            clean = frames.reshape(b, t, h // patch, patch, w // patch, patch).permute(0, 1, 2, 4, 3, 5)
-            clean = clean.reshape(b, t, -1, patch * patch)
+            clean = to_patch_tokens(batch.to(device), patch)
             noisy = clean + noise_std * torch.randn_like(clean)
             if isinstance(model, ViTDenoiser):  # the last block read out alone, not every layer's readout
                 hidden, read_out = model._hidden_states(noisy)
