@@ -93,7 +93,6 @@ def summary_columns(summary: dict | None) -> dict[str, Any]:
     }
 
 
-
 def headline(row: dict, evaluation: pd.DataFrame | None) -> dict[str, Any]:
     """Task, selection direction, and the table numbers, computed from eval.csv (the full record)."""
     metric = row.get("metric")

@@ -23,13 +23,7 @@ from helpers.cli import cutlab
 from cutlab.run.records import EVAL, SUMMARY
 
 
-
 # --------------------------------------------------------------------------------------------- run records
-
-
-
-
-
 
 
 def write_golden_folder(root: Path) -> Path:
@@ -97,8 +91,6 @@ def write_golden_folder(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def golden_runs(tmp_path_factory) -> Path:
     return write_golden_folder(tmp_path_factory.mktemp("golden") / "runs")
-
-
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +163,6 @@ def test_latex_table(golden_report):
 
 
 # --------------------------------------------------------------------------------------------- figures
-
 
 
 def test_every_figure_is_written_for_data_that_supports_it(golden_report):
@@ -272,7 +263,6 @@ def test_report_on_a_real_cutlab_sweep(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- bad input
-
 
 
 def test_missing_and_empty_folders_exit_2(tmp_path, capsys):

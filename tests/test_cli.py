@@ -20,12 +20,6 @@ TINY_PED2 = [
 ]
 
 
-
-
-
-
-
-
 @pytest.fixture(scope="module")
 def ped2_sweep(tmp_path_factory) -> Path:
     """Both models x both training modes on the real Ped2 npz, one Hydra multirun, tiny budget."""

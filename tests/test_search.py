@@ -21,13 +21,6 @@ from conftest import ROOT
 from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, best_value, start_search, study_of, wait_for
 
 
-
-
-
-
-
-
-
 def search_in_process(args: list[str], tmp: Path, monkeypatch, capsys) -> str:
     """``main(args)`` of the real CLI in this process (saves ~5 s of start-up per call); returns its stderr."""
     from cutlab.search.__main__ import main
@@ -38,12 +31,6 @@ def search_in_process(args: list[str], tmp: Path, monkeypatch, capsys) -> str:
     error = capsys.readouterr().err
     assert code == 0, error[-4000:]
     return error
-
-
-
-
-
-
 
 
 # ---------------------------------------------------------------- bad input: clear messages, nothing run
@@ -112,8 +99,6 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
 
 
 # ---------------------------------------------------------------- the search itself
-
-
 
 
 def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_stops_at_the_total(tmp_path, monkeypatch,

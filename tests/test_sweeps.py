@@ -24,12 +24,6 @@ from helpers.sweeps import plan_ids, result_config, sweep_outcome
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 
 
-
-
-
-
-
-
 # ------------------------------------------------------------------------------------------- the plan
 def test_the_table3_plan_matches_its_golden_file(tmp_path):
     runs = tmp_path / "runs"

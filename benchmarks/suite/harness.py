@@ -165,7 +165,6 @@ class Results:
         say(f"  => {fid}: not measured ({reason})")
 
 
-
 def count_flops(fn: Callable[[], object]) -> int:
     """Matrix-product FLOPs of one call (torch.utils.flop_counter; elementwise ops are not counted)."""
     from torch.utils.flop_counter import FlopCounterMode

@@ -31,7 +31,6 @@ except ImportError:  # pragma: no cover
     Checkpointable, DelayedSubmission = object, None
 
 
-
 class RunCommand(Checkpointable):
     def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None,
                  module: str = "cutlab", own_session: bool = False) -> None:
