@@ -211,7 +211,8 @@ def data_overrides(ped2: Path | None) -> tuple[str, ...]:
 def shared_gpu_batch(runs: int, parallel: int, steps: int, ped2: Path | None, workdir: Path, tag: str) -> float:
     """Wall seconds of ``runs`` short DUST runs (seeds 0..runs-1) through `launcher=local` at ``parallel`` at a time."""
     folder = workdir / f"cuda_runs_{tag}"
-    command = cutlab_cmd("model=dust", *data_overrides(ped2), f"seed={','.join(str(s) for s in range(runs))}", "train.epochs=1",
+    seeds = ",".join(str(s) for s in range(runs))
+    command = cutlab_cmd("model=dust", *data_overrides(ped2), f"seed={seeds}", "train.epochs=1",
                          f"train.max_steps_per_epoch={steps}", "train.warmup_epochs=0", "eval.gamma_test=[0.0]",
                          "wandb.mode=disabled", "progress=false", "launcher=local", f"launcher.max_parallel={parallel}",
                          f"paths.runs_dir={folder}", multirun=True)
