@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from helpers.tiny import (
-    FixedSamples, ScalarLayers, SquaredError, TinyUnrolled, regression_batch, scalar_loss_matrix, checkpoint_at, scalar_targets,
+    FixedSamples, ScalarLayers, SquaredError, TinyUnrolled, checkpoint_at, regression_batch, scalar_loss_matrix,
+    scalar_targets, tiny_primal_dual,
 )
 
 from cutlab.core.evaluation import feasibility_verdict
@@ -118,20 +119,16 @@ def test_alternating_update_is_dual_step_then_primal_step_on_the_new_multipliers
 
 
 def test_alternating_keeps_every_layer_in_the_backward_while_the_dual_is_active() -> None:
-    _, primal_dual = _tiny(DualSettings(lr=0.1, update="alternating"))
+    _, primal_dual = tiny_primal_dual(Constraints(alpha=0.3, epsilon=1.0), DualSettings(lr=0.1, update="alternating"))
     assert primal_dual.layers_in_gradient(dual_active=True) == [True] * 4
     assert primal_dual.layers_in_gradient(dual_active=False) == [False, False, False, True]  # warm-up: lambda = 0
 
 
-def _tiny(dual: DualSettings, constraints: Constraints | None = None):
-    model = TinyUnrolled(seed=0)
-    return model, PrimalDual(list(model.parameters()), torch.optim.Adam(model.parameters(), lr=1e-2),
-                             TinyUnrolled.layers, constraints or Constraints(alpha=0.3, epsilon=1.0), dual)
-
-
 @pytest.mark.parametrize("optimizer", ["adam", "nupi"])
 def test_dual_restarts_reset_a_met_constraints_multiplier_and_state(optimizer: str) -> None:
-    _, primal_dual = _tiny(DualSettings(lr=0.5, optimizer=optimizer, kappa_p=1.0, dual_restarts=True))
+    _, primal_dual = tiny_primal_dual(
+        Constraints(alpha=0.3, epsilon=1.0), DualSettings(lr=0.5, optimizer=optimizer, kappa_p=1.0, dual_restarts=True)
+    )
     primal_dual.dual_step(torch.tensor([0.0, 1.0, 1.0, 1.0]))
     assert (primal_dual.multipliers[1:] > 0).all()
     primal_dual.dual_step(torch.tensor([0.0, -0.1, 2.0, 1.0]))  # constraint 1 is now met

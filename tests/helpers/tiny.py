@@ -8,7 +8,9 @@ import math
 import pytest
 import torch
 
+from cutlab.core.constraints import Constraints
 from cutlab.core.models import LayerwiseModel
+from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Trainer
 
 
@@ -34,6 +36,15 @@ class TinyUnrolled(LayerwiseModel):
             h = h + torch.tanh(block(h))
             outputs.append(h)
         return outputs
+
+
+def tiny_primal_dual(
+    constraints: Constraints | None, dual: DualSettings | None, seed: int = 0
+) -> tuple[TinyUnrolled, PrimalDual]:
+    """A TinyUnrolled model under PrimalDual with primal Adam at lr 1e-2 (ERM when ``constraints`` is None)."""
+    model = TinyUnrolled(seed=seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    return model, PrimalDual(list(model.parameters()), optimizer, TinyUnrolled.layers, constraints, dual)
 
 
 class SquaredError:
