@@ -74,9 +74,7 @@ def test_nupi_with_no_proportional_gain_is_sgd_exactly() -> None:
     """kappa_p = 0, nu = 0: the whole constrained run is bit-identical to train.dual_optimizer=sgd."""
 
     def run(dual: DualSettings) -> list[torch.Tensor]:
-        model = TinyUnrolled(seed=3)
-        primal_dual = PrimalDual(list(model.parameters()), torch.optim.Adam(model.parameters(), lr=1e-2),
-                                 TinyUnrolled.layers, Constraints(alpha=0.3, epsilon=1.0), dual)
+        model, primal_dual = tiny_primal_dual(Constraints(alpha=0.3, epsilon=1.0), dual, seed=3)
         x, y = regression_batch()
         return [primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True).multipliers
                 for _ in range(20)] + [p.detach() for p in model.parameters()]
@@ -215,9 +213,7 @@ def test_known_kkt_point_is_reached_with_every_form_optimiser_and_update(form: s
 
 
 def _trainer(dual: DualSettings, form: str, model_seed: int) -> Trainer:
-    model = TinyUnrolled(seed=model_seed)
-    primal_dual = PrimalDual(list(model.parameters()), torch.optim.Adam(model.parameters(), lr=1e-2),
-                             TinyUnrolled.layers, Constraints(alpha=0.3, epsilon=1.0, form=form), dual)
+    model, primal_dual = tiny_primal_dual(Constraints(alpha=0.3, epsilon=1.0, form=form), dual, seed=model_seed)
     return Trainer(model=model, objective=SquaredError(), primal_dual=primal_dual, train_set=FixedSamples(),
                    schedule=Schedule(epochs=3, batch_size=4, warmup_epochs=1),
                    prepare=lambda batch: (batch.float(), batch.float()),

@@ -9,7 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.tiny import FixedSamples, SquaredError, TinyUnrolled, checkpoint_at, regression_batch
+from helpers.tiny import (
+    FixedSamples, SquaredError, TinyUnrolled, checkpoint_at, regression_batch, tiny_primal_dual,
+)
 
 from cutlab.core.constraints import Constraints
 from cutlab.core.perturbation import Perturbation
@@ -19,13 +21,10 @@ from cutlab.errors import CutlabError
 
 
 def _build_trainer(cadence: str, model_seed: int) -> Trainer:
-    model = TinyUnrolled(seed=model_seed)
-    primal_dual = PrimalDual(
-        list(model.parameters()),
-        torch.optim.Adam(model.parameters(), lr=1e-2),
-        TinyUnrolled.layers,
+    model, primal_dual = tiny_primal_dual(
         Constraints(alpha=0.3, epsilon=1.0),
         DualSettings(lr=0.05, resilience="slack", resilience_c=2.0, slack_lr=0.2, cadence=cadence),
+        seed=model_seed,
     )
     return Trainer(
         model=model,
