@@ -33,6 +33,11 @@ CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
 #: whose successor cannot descend further is asked to do less itself, instead of every earlier block undoing its work
 DetachPrev = bool | Literal["first", "local"]
 DETACH_PREV_WORDS = ("first", "local")
+#: train.constraint_gradient: which blocks l_l in g_l trains. "full" (the paper): every block before it, so a later
+#: constraint may reshape an earlier block's output at that block's own descent; "block": block l alone (its input
+#: detached; LayerwiseModel.unroll_local), so each block answers only for its own step of descent
+ConstraintGradient = Literal["full", "block"]
+CONSTRAINT_GRADIENTS = ("full", "block")
 
 
 def is_detach_prev(value: object) -> bool:
@@ -62,6 +67,7 @@ class Constraints:
     epsilon: float | None = None
     detach_prev: DetachPrev = False  # stop gradients through l_{l-1} in g_l (DetachPrev; the paper does not)
     form: ConstraintForm = "difference"  # the paper's form; ratio / log_ratio are scale-free (module docstring)
+    gradient: ConstraintGradient = "full"  # which blocks l_l in g_l trains (ConstraintGradient)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
@@ -72,6 +78,9 @@ class Constraints:
         if self.form not in CONSTRAINT_FORMS:
             raise CutlabError(f"train.constraint_form must be one of {', '.join(CONSTRAINT_FORMS)}, got {self.form!r}; "
                               "e.g. train.constraint_form=ratio")
+        if self.gradient not in CONSTRAINT_GRADIENTS:
+            raise CutlabError(f"train.constraint_gradient must be one of {', '.join(CONSTRAINT_GRADIENTS)}, got "
+                              f"{self.gradient!r}; e.g. train.constraint_gradient=block")
 
     def values(self, layer_losses: torch.Tensor, local_losses: torch.Tensor | None = None) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off).
@@ -85,6 +94,10 @@ class Constraints:
         if self.detach_prev == "local" and local_losses is not None:
             local = local_losses[:-1]
             previous = previous + (local - local.detach())  # the value of l_{l-1}, the gradient of its block alone
+        current = layer_losses[1:]
+        if self.gradient == "block" and local_losses is not None:
+            own = local_losses[1:]
+            current = current.detach() + (own - own.detach())  # the value of l_l, the gradient of block l alone
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
@@ -93,11 +106,11 @@ class Constraints:
                 "(that layer already reproduces the target, e.g. UT at gamma=0); use train.constraint_form=difference "
                 "or a gamma > 0")
         if self.form == "difference":
-            descent = layer_losses[1:] - factor * previous
+            descent = current - factor * previous
         elif self.form == "ratio":
-            descent = layer_losses[1:] / previous - factor
+            descent = current / previous - factor
         else:
-            descent = torch.log(layer_losses[1:]) - torch.log(previous) - math.log(factor)
+            descent = torch.log(current) - torch.log(previous) - math.log(factor)
         if self.epsilon is None:
             reference = torch.zeros_like(layer_losses[:1])
         elif self.form == "difference":

@@ -176,8 +176,10 @@ class PrimalDual:
 
     @property
     def uses_local_losses(self) -> bool:
-        """Whether :meth:`step` wants each block's loss from its detached input (train.detach_prev=local)."""
-        return self.constraints is not None and self.constraints.detach_prev == "local"
+        """Whether :meth:`step` wants each block's loss from its detached input (train.detach_prev=local or
+        train.constraint_gradient=block)."""
+        return self.constraints is not None and (self.constraints.detach_prev == "local"
+                                                 or self.constraints.gradient == "block")
 
     def step(self, loss_matrix: torch.Tensor, dual_active: bool,
              local_loss_matrix: torch.Tensor | None = None) -> StepResult:
