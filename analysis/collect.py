@@ -52,7 +52,8 @@ CONFIG_COLUMNS = {
     "epochs": "train.epochs", "batch_size": "train.batch_size", "resilience": "train.resilience",
     "resilience_c": "train.resilience_c", "dual_cadence": "train.dual_cadence",
     "warmup_epochs": "train.warmup_epochs", "detach_prev": "train.detach_prev",
-    "constraint_form": "train.constraint_form", "dual_optimizer": "train.dual_optimizer",
+    "constraint_form": "train.constraint_form", "constraint_gradient": "train.constraint_gradient",
+    "dual_optimizer": "train.dual_optimizer",
     "dual_update": "train.dual_update", "dual_restarts": "train.dual_restarts", "kappa_p": "train.kappa_p",
     "precision": "precision",
 }

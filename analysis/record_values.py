@@ -56,6 +56,7 @@ CONFIG = {
     "train.constrained": flag, "train.alpha": finite(), "train.dual_lr": finite(0), "train.lr": finite(0),
     "train.epochs": whole(), "train.batch_size": whole(1), "train.resilience": lambda v: text(v) or flag(v), "train.resilience_c": finite(0),
     "train.dual_cadence": text, "train.warmup_epochs": whole(), "train.detach_prev": is_detach_prev,
+    "train.constraint_gradient": one_of("full", "block"),
     "eval.gamma_test": list_of(finite(0)),
 }
 SUMMARY = {

@@ -35,7 +35,7 @@ PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_u
               "dual_restarts": False, "detach_prev": False}
 #: the run settings that make up a *dual setting* (what the feasibility study compares, one line each in the
 #: constraint-satisfaction figure)
-DUAL_SETTING_KEYS = ["constraint_form", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
+DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
                      "dual_restarts", "resilience"]
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
@@ -62,6 +62,8 @@ def arm_of(row: dict) -> str | None:
     if not row["constrained"]:
         return "erm"
     paper = all(row.get(key) is not None and row.get(key) == value for key, value in PAPER_DUAL.items())
+    gradient = row.get("constraint_gradient")  # a key newer than every paper-dual record: absent there
+    paper = paper and (gradient in (None, "full") or (isinstance(gradient, float) and math.isnan(gradient)))
     return "constrained_paper" if paper else "constrained"
 
 
@@ -84,6 +86,7 @@ def dual_setting_label(row: pd.Series | dict) -> str:
         parts[-1] += f" κ_p={value('kappa_p')}"
     detach = row.get("detach_prev")
     parts += ["detach_prev"] if detach == True else [f"detach_prev={detach}"] if isinstance(detach, str) else []  # noqa: E712
+    parts += ["block-local g_l"] if row.get("constraint_gradient") == "block" else []
     parts += [value("dual_update")]
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
     parts += [f"resilience {value('resilience')}"]

@@ -136,11 +136,12 @@ class SquaredErrorObjective:
         return squared_error(outputs, target)
 
 
-def dust_trainer(detach_prev: bool | str, model_seed: int = 0) -> Trainer:
+def dust_trainer(detach_prev: bool | str, model_seed: int = 0, gradient: str = "full") -> Trainer:
     torch.manual_seed(model_seed)
     model = DUST(depth=3, patch=4, atoms=16, per_layer_dictionary=True)
     primal_dual = PrimalDual(list(model.parameters()), torch.optim.Adam(model.parameters(), lr=1e-2), 4,
-                             Constraints(ALPHA, EPSILON, detach_prev, "ratio"), DualSettings(lr=0.5, optimizer="sgd"))
+                             Constraints(ALPHA, EPSILON, detach_prev, "ratio", gradient),
+                             DualSettings(lr=0.5, optimizer="sgd"))
     return Trainer(model, SquaredErrorObjective(), primal_dual, PatchSamples(), Schedule(3, 2, 1),  # 4 steps an epoch
                    lambda batch: (batch, batch), Perturbation(gamma=0.2, sigma=1.0, seed=3))
 

@@ -9,7 +9,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
-from cutlab.core.constraints import CONSTRAINT_FORMS, check_detach_prev
+from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
@@ -78,6 +78,7 @@ def check_config(cfg: DictConfig) -> None:
         _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
         _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
         check_detach_prev(train.detach_prev)
+        _choice("train.constraint_gradient", train.get("constraint_gradient", "full"), CONSTRAINT_GRADIENTS)
         _choice("train.dual_optimizer", train.dual_optimizer, DUAL_OPTIMIZERS)
         _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
         _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)

@@ -1,0 +1,109 @@
+"""train.constraint_gradient=block: l_l in g_l trains block l alone (its input detached).
+
+Checked against autograd of the formula (each form), on the real DUST blocks through a whole PrimalDual step, and
+through the Trainer on the real DUST (resumed bit-identically); a model that cannot re-run one block is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from omegaconf import OmegaConf
+import pytest
+import torch
+
+from cutlab.core.constraints import Constraints
+from cutlab.core.errors import CutlabError
+from cutlab.core.models import LayerwiseModel
+from cutlab.core.primal_dual import DualSettings, PrimalDual
+from cutlab.run.build import check_model_supports_training
+
+from helpers.tiny import checkpoint_at
+from test_local_prev import ALPHA, EPSILON, dust_trainer, patch_batch, small, squared_error
+
+
+@pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
+def test_values_are_the_full_losses_and_the_gradient_of_l_l_is_the_local_copys(form: str) -> None:
+    losses = torch.tensor([3.0, 2.0, 1.2, 0.5], dtype=torch.float64, requires_grad=True)
+    local = losses.detach().clone().requires_grad_(True)  # equal in value, a graph of its own
+    weights = torch.tensor([0.7, 1.3, 0.4, 2.0], dtype=torch.float64)
+    constraints = Constraints(alpha=ALPHA, epsilon=2.0, detach_prev=True, form=form, gradient="block")
+    got = constraints.values(losses, local)
+    full_grad, local_grad = torch.autograd.grad((weights * got).sum(), [losses, local])
+
+    # the formula: each numerator l_l from the local copy, l_{l-1} detached, l_0's reference from the full loss
+    a, b = losses.detach().clone().requires_grad_(True), local.detach().clone().requires_grad_(True)
+    previous = a[:-1].detach()
+    if form == "difference":
+        expected = torch.cat([a[:1] - 2.0, b[1:] - (1 - ALPHA) * previous])
+    elif form == "ratio":
+        expected = torch.cat([a[:1] / 2.0 - 1, b[1:] / previous - (1 - ALPHA)])
+    else:
+        expected = torch.cat([torch.log(a[:1] / 2.0), torch.log(b[1:] / previous / (1 - ALPHA))])
+    expected_full, expected_local = torch.autograd.grad((weights * expected).sum(), [a, b])
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(full_grad, expected_full)
+    torch.testing.assert_close(local_grad, expected_local)
+    assert torch.equal(full_grad[1:], torch.zeros(3, dtype=torch.float64))  # no l_l of the full pass is trained
+    # without the local copy (the primal warm-up) it is the full gradient
+    torch.testing.assert_close(constraints.values(losses), Constraints(ALPHA, 2.0, True, form).values(losses))
+
+
+def test_a_primal_dual_step_descends_on_the_lagrangian_with_each_blocks_own_loss() -> None:
+    model = small("dust")
+    reference = copy.deepcopy(model)
+    noisy, clean = patch_batch(seed=6)
+    multipliers = torch.tensor([0.2, 0.9, 1.7, 0.6])
+    primal_dual = PrimalDual(list(model.parameters()), torch.optim.SGD(model.parameters(), lr=1e-2), 4,
+                             Constraints(ALPHA, EPSILON, True, "ratio", gradient="block"),
+                             DualSettings(lr=0.1, optimizer="sgd"))
+    primal_dual.multipliers.copy_(multipliers)
+    assert primal_dual.uses_local_losses
+    outputs, local = model.unroll_local(noisy, noisy)
+    primal_dual.step(squared_error(outputs, clean), dual_active=False, local_loss_matrix=squared_error(local, clean))
+
+    # l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / l_{l-1} - (1 - alpha)): D_l gets the objective's
+    # gradient through every later block and the constraints' through g_l alone
+    full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
+    lagrangian = full[-1] + multipliers[0] * (full[0] / EPSILON - 1)
+    lagrangian = lagrangian + (multipliers[1:] * (own[1:] / full[:-1].detach() - (1 - ALPHA))).sum()
+    expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True)
+    for parameter, grad in zip(model.parameters(), expected):
+        torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
+
+
+def test_the_trainer_feeds_each_blocks_loss_and_resumes_bit_identically() -> None:
+    block, full = dust_trainer(True, gradient="block"), dust_trainer(True)
+    block_steps, full_steps = [], []
+    block.run(on_step=lambda progress, result, _: block_steps.append(result))
+    full.run(on_step=lambda progress, result, _: full_steps.append(result))
+    assert (block.primal_dual.multipliers > 0).any()
+    for mine, theirs in zip(block_steps[:5], full_steps[:5]):  # the same until multipliers reach the primal step
+        assert torch.equal(mine.layer_losses, theirs.layer_losses)
+    assert not torch.equal(block_steps[-1].layer_losses, full_steps[-1].layer_losses)
+
+    state = checkpoint_at(dust_trainer(True, gradient="block"), 6)
+    resumed = dust_trainer(True, model_seed=99, gradient="block")
+    resumed.load_state_dict(state)
+    resumed_steps = []
+    resumed.run(on_step=lambda progress, result, _: resumed_steps.append(result))
+    for mine, theirs in zip(resumed_steps, block_steps[6:], strict=True):
+        assert torch.equal(mine.layer_losses, theirs.layer_losses) and torch.equal(mine.multipliers, theirs.multipliers)
+
+
+def test_an_unknown_constraint_gradient_is_one_line() -> None:
+    with pytest.raises(CutlabError, match="train.constraint_gradient must be one of full, block, got 'blocks'"):
+        Constraints(ALPHA, EPSILON, True, "ratio", gradient="blocks")
+
+
+def test_a_model_that_cannot_rerun_one_block_is_refused_in_one_line() -> None:
+    class WholeStack(LayerwiseModel):  # unroll() only, as the text encoders: no block can be re-run on its own
+        def forward(self, x):
+            return [x]
+
+    cfg = OmegaConf.create({"model": {"name": "whole"}, "train": {"constrained": True, "detach_prev": True,
+                                                                   "constraint_gradient": "block"}})
+    with pytest.raises(CutlabError, match="train.constraint_gradient=block re-runs each block on its detached input, "
+                                          "which DUST, UT and ViT can and model=whole cannot"):
+        check_model_supports_training(cfg, WholeStack())
+    check_model_supports_training(cfg, small("dust"))  # DUST can
