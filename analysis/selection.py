@@ -35,8 +35,8 @@ PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_u
               "dual_restarts": False, "detach_prev": False}
 #: the run settings that make up a *dual setting* (what the feasibility study compares, one line each in the
 #: constraint-satisfaction figure)
-DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p", "dual_update",
-                     "dual_restarts", "resilience"]
+DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p",
+                     "dual_update", "dual_restarts", "resilience"]
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
