@@ -33,7 +33,7 @@ CONSTRAINT_FORMS = ("difference", "ratio", "log_ratio")
 #: whose successor cannot descend further is asked to do less itself, instead of every earlier block undoing its work
 DetachPrev = bool | Literal["first", "local"]
 DETACH_PREV_WORDS = ("first", "local")
-#: train.constraint_gradient: which blocks l_l in g_l trains. "full" (the paper): every block before it, so a later
+#: train.constraint_gradient: which blocks l_l in g_l trains. "full" (the paper): every block up to l, so a later
 #: constraint may reshape an earlier block's output at that block's own descent; "block": block l alone (its input
 #: detached; LayerwiseModel.unroll_local), so each block answers only for its own step of descent
 ConstraintGradient = Literal["full", "block"]
@@ -85,9 +85,10 @@ class Constraints:
     def values(self, layer_losses: torch.Tensor, local_losses: torch.Tensor | None = None) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off).
 
-        ``local_losses`` (detach_prev="local"): the layer losses of LayerwiseModel.unroll_local's outputs. They carry
-        the gradient of each l_{l-1} in g_l while the values stay those of ``layer_losses``; without them nothing
-        reaches the gradient through l_{l-1}, as under true (the primal warm-up, when every multiplier is 0).
+        ``local_losses`` (detach_prev="local", gradient="block"): the layer losses of LayerwiseModel.unroll_local's
+        outputs. They carry the gradient of each l_{l-1} ("local") or l_l ("block") in g_l while the values stay
+        those of ``layer_losses``; without them (the primal warm-up, when every multiplier is 0) nothing reaches the
+        gradient through l_{l-1}, as under true, and l_l reaches it through every block, as under "full".
         """
         previous = torch.stack([loss if self.prev_is_live(layer) else loss.detach()
                                 for layer, loss in enumerate(layer_losses[:-1])])

@@ -135,7 +135,7 @@ class Trainer:
         dual_active = self.dual_active(self.progress.epoch)
         local = local_losses = None
         with forward_precision(self.precision, self.device):  # the losses below are taken in float32
-            if dual_active and self.primal_dual.uses_local_losses:  # train.detach_prev=local (Constraints.values)
+            if dual_active and self.primal_dual.uses_local_losses:  # detach_prev=local, constraint_gradient=block
                 outputs, local = perturbed_forward_local(self.model, inputs, noise.gamma, noise.sigma, noise.mean,
                                                          generator)
             else:
