@@ -19,7 +19,8 @@ from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.run.build import check_model_supports_training
 
 from helpers.tiny import checkpoint_at
-from test_local_prev import ALPHA, EPSILON, dust_trainer, patch_batch, small, squared_error
+from test_local_prev import (ALPHA, EPSILON, dust_trainer, lagrangian_written_out, patch_batch, small, squared_error,
+                             written_out)
 
 
 @pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
@@ -33,13 +34,7 @@ def test_values_are_the_full_losses_and_the_gradient_of_l_l_is_the_local_copys(f
 
     # the formula: each numerator l_l from the local copy, l_{l-1} detached, l_0's reference from the full loss
     a, b = losses.detach().clone().requires_grad_(True), local.detach().clone().requires_grad_(True)
-    previous = a[:-1].detach()
-    if form == "difference":
-        expected = torch.cat([a[:1] - 2.0, b[1:] - (1 - ALPHA) * previous])
-    elif form == "ratio":
-        expected = torch.cat([a[:1] / 2.0 - 1, b[1:] / previous - (1 - ALPHA)])
-    else:
-        expected = torch.cat([torch.log(a[:1] / 2.0), torch.log(b[1:] / previous / (1 - ALPHA))])
+    expected = written_out(form, a[:1], b[1:], a[:-1].detach())
     expected_full, expected_local = torch.autograd.grad((weights * expected).sum(), [a, b])
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(full_grad, expected_full)
@@ -65,8 +60,7 @@ def test_a_primal_dual_step_descends_on_the_lagrangian_with_each_blocks_own_loss
     # l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / l_{l-1} - (1 - alpha)): D_l gets the objective's
     # gradient through every later block and the constraints' through g_l alone
     full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
-    lagrangian = full[-1] + multipliers[0] * (full[0] / EPSILON - 1)
-    lagrangian = lagrangian + (multipliers[1:] * (own[1:] / full[:-1].detach() - (1 - ALPHA))).sum()
+    lagrangian = lagrangian_written_out(full, multipliers, own[1:], full[:-1].detach())
     expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True)
     for parameter, grad in zip(model.parameters(), expected):
         torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))

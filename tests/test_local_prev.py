@@ -41,6 +41,22 @@ def small(kind: str) -> torch.nn.Module:
     return UT(depth=3, patch=4, atoms=16, feedforward_init_std=0.1)
 
 
+def written_out(form: str, reference: torch.Tensor, current: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """The constraint values by hand (epsilon 2): l_0's reference, then each l_l against (1 - alpha) l_{l-1}."""
+    if form == "difference":
+        return torch.cat([reference - 2.0, current - (1 - ALPHA) * previous])
+    if form == "ratio":
+        return torch.cat([reference / 2.0 - 1, current / previous - (1 - ALPHA)])
+    return torch.cat([torch.log(reference / 2.0), torch.log(current / previous / (1 - ALPHA))])
+
+
+def lagrangian_written_out(full: torch.Tensor, multipliers: torch.Tensor, current: torch.Tensor,
+                           previous: torch.Tensor) -> torch.Tensor:
+    """l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (current_l / previous_l - (1 - alpha)), the ratio form."""
+    descent = multipliers[1:] * (current / previous - (1 - ALPHA))
+    return full[-1] + multipliers[0] * (full[0] / EPSILON - 1) + descent.sum()
+
+
 @pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
 def test_values_are_the_full_losses_and_the_gradient_of_l_prev_is_the_local_copys(form: str) -> None:
     losses = torch.tensor([3.0, 2.0, 1.2, 0.5], dtype=torch.float64, requires_grad=True)
@@ -52,13 +68,7 @@ def test_values_are_the_full_losses_and_the_gradient_of_l_prev_is_the_local_copy
 
     # the formula with l_{l-1} taken from the local copy and every l_l (numerators, l_0's reference) from the full one
     a, b = losses.detach().clone().requires_grad_(True), local.detach().clone().requires_grad_(True)
-    previous = b[:-1]
-    if form == "difference":
-        expected = torch.cat([a[:1] - 2.0, a[1:] - (1 - ALPHA) * previous])
-    elif form == "ratio":
-        expected = torch.cat([a[:1] / 2.0 - 1, a[1:] / previous - (1 - ALPHA)])
-    else:
-        expected = torch.cat([torch.log(a[:1] / 2.0), torch.log(a[1:] / previous / (1 - ALPHA))])
+    expected = written_out(form, a[:1], a[1:], b[:-1])
     expected_full, expected_local = torch.autograd.grad((weights * expected).sum(), [a, b])
     torch.testing.assert_close(got, expected)
     torch.testing.assert_close(full_grad, expected_full)
@@ -107,14 +117,13 @@ def test_a_primal_dual_step_descends_on_the_lagrangian_with_local_previous_losse
 
     # the Lagrangian written out: l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l / l_{l-1}^local - (1 - alpha))
     full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
-    lagrangian = full[-1] + multipliers[0] * (full[0] / EPSILON - 1)
-    lagrangian = lagrangian + (multipliers[1:] * (full[1:] / own[:-1] - (1 - ALPHA))).sum()
+    lagrangian = lagrangian_written_out(full, multipliers, full[1:], own[:-1])
     expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True, retain_graph=True)
     for parameter, grad in zip(model.parameters(), expected):
         torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
     # the previous losses' own term is there: without it (detach_prev=true) block 1 gets another gradient
-    detached = torch.autograd.grad(full[-1] + multipliers[0] * (full[0] / EPSILON - 1) + (multipliers[1:] * (
-        full[1:] / full[:-1].detach() - (1 - ALPHA))).sum(), list(reference.parameters()), allow_unused=True)
+    detached = torch.autograd.grad(lagrangian_written_out(full, multipliers, full[1:], full[:-1].detach()),
+                                   list(reference.parameters()), allow_unused=True)
     assert any(g is not None and not torch.allclose(p.grad, g) for p, g in zip(model.parameters(), detached))
 
 

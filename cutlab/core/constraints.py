@@ -51,6 +51,12 @@ def check_detach_prev(value: object) -> None:
                           "e.g. train.detach_prev=local")
 
 
+def value_with_gradient_of(value: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """``value``'s numbers with ``source``'s gradient: source is the same losses from each block re-run on its detached
+    input (LayerwiseModel.unroll_local), equal in value, so only the gradient path changes."""
+    return value.detach() + (source - source.detach())
+
+
 def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
     """epsilon (1 - alpha)^L: chaining the descent constraints l_l <= (1 - alpha) l_{l-1} (the paper's eq. (4)) down
     to the reference l_0 <= epsilon (its Sec. 5) bounds the last layer's loss, in every constraint form. Where the
@@ -92,13 +98,11 @@ class Constraints:
         """
         previous = torch.stack([loss if self.prev_is_live(layer) else loss.detach()
                                 for layer, loss in enumerate(layer_losses[:-1])])
-        if self.detach_prev == "local" and local_losses is not None:
-            local = local_losses[:-1]
-            previous = previous + (local - local.detach())  # the value of l_{l-1}, the gradient of its block alone
+        if self.detach_prev == "local" and local_losses is not None:  # l_{l-1} trains block l-1 alone
+            previous = value_with_gradient_of(previous, local_losses[:-1])
         current = layer_losses[1:]
-        if self.gradient == "block" and local_losses is not None:
-            own = local_losses[1:]
-            current = current.detach() + (own - own.detach())  # the value of l_l, the gradient of block l alone
+        if self.gradient == "block" and local_losses is not None:  # l_l trains block l alone
+            current = value_with_gradient_of(current, local_losses[1:])
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):
             layer = int((previous <= 0).nonzero()[0])
