@@ -19,8 +19,8 @@ from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.run.build import check_model_supports_training
 
 from helpers.tiny import checkpoint_at
-from test_local_prev import (ALPHA, EPSILON, dust_trainer, lagrangian_written_out, patch_batch, small, squared_error,
-                             written_out)
+from test_local_prev import (ALPHA, EPSILON, VALUE_EPSILON, dust_trainer, lagrangian_written_out, patch_batch, small,
+                             squared_error, written_out)
 
 
 @pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
@@ -28,7 +28,7 @@ def test_values_are_the_full_losses_and_the_gradient_of_l_l_is_the_local_copys(f
     losses = torch.tensor([3.0, 2.0, 1.2, 0.5], dtype=torch.float64, requires_grad=True)
     local = losses.detach().clone().requires_grad_(True)  # equal in value, a graph of its own
     weights = torch.tensor([0.7, 1.3, 0.4, 2.0], dtype=torch.float64)
-    constraints = Constraints(alpha=ALPHA, epsilon=2.0, detach_prev=True, form=form, gradient="block")
+    constraints = Constraints(alpha=ALPHA, epsilon=VALUE_EPSILON, detach_prev=True, form=form, gradient="block")
     got = constraints.values(losses, local)
     full_grad, local_grad = torch.autograd.grad((weights * got).sum(), [losses, local])
 

@@ -20,6 +20,7 @@ from cutlab.core.training import Schedule, Trainer
 from helpers.tiny import checkpoint_at
 
 ALPHA, EPSILON = 0.25, 40.0
+VALUE_EPSILON = 2.0  # the reference of the constraint-value tests, whose layer losses are near 1
 
 
 def squared_error(outputs: list[torch.Tensor], clean: torch.Tensor) -> torch.Tensor:
@@ -42,12 +43,12 @@ def small(kind: str) -> torch.nn.Module:
 
 
 def written_out(form: str, reference: torch.Tensor, current: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-    """The constraint values by hand (epsilon 2): l_0's reference, then each l_l against (1 - alpha) l_{l-1}."""
+    """The constraint values by hand: l_0 against VALUE_EPSILON, then each l_l against (1 - alpha) l_{l-1}."""
     if form == "difference":
-        return torch.cat([reference - 2.0, current - (1 - ALPHA) * previous])
+        return torch.cat([reference - VALUE_EPSILON, current - (1 - ALPHA) * previous])
     if form == "ratio":
-        return torch.cat([reference / 2.0 - 1, current / previous - (1 - ALPHA)])
-    return torch.cat([torch.log(reference / 2.0), torch.log(current / previous / (1 - ALPHA))])
+        return torch.cat([reference / VALUE_EPSILON - 1, current / previous - (1 - ALPHA)])
+    return torch.cat([torch.log(reference / VALUE_EPSILON), torch.log(current / previous / (1 - ALPHA))])
 
 
 def lagrangian_written_out(full: torch.Tensor, multipliers: torch.Tensor, current: torch.Tensor,
@@ -62,7 +63,7 @@ def test_values_are_the_full_losses_and_the_gradient_of_l_prev_is_the_local_copy
     losses = torch.tensor([3.0, 2.0, 1.2, 0.5], dtype=torch.float64, requires_grad=True)
     local = losses.detach().clone().requires_grad_(True)  # equal in value, a graph of its own
     weights = torch.tensor([0.7, 1.3, 0.4, 2.0], dtype=torch.float64)
-    constraints = Constraints(alpha=ALPHA, epsilon=2.0, detach_prev="local", form=form)
+    constraints = Constraints(alpha=ALPHA, epsilon=VALUE_EPSILON, detach_prev="local", form=form)
     got = constraints.values(losses, local)
     full_grad, local_grad = torch.autograd.grad((weights * got).sum(), [losses, local])
 
