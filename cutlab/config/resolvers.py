@@ -1,4 +1,4 @@
-"""The OmegaConf resolvers conf/config.yaml uses; registered before any config is composed."""
+"""The OmegaConf resolvers cutlab's configs use; registered before any config is composed."""
 
 from __future__ import annotations
 
@@ -7,6 +7,18 @@ from omegaconf import OmegaConf
 from cutlab.config.naming import run_name
 from cutlab.config.neutral import FOLDER_NEUTRAL_KEYS
 from cutlab.config.paths import data_dir, models_dir
+from cutlab.core.errors import CutlabError
+
+
+def if_deep(deep_value, shallow_value, *, _root_):
+    """``${cutlab_if_deep:DEEP,SHALLOW}``: DEEP when the model names a depth from which its stack counts as deep
+    (``model.deep_from_layers``) and the run's L reaches it, else SHALLOW. A train preset's value that depends on
+    depth lives as one line in the preset and one number in the model's yaml; a model without the key is never deep."""
+    deep_from = OmegaConf.select(_root_, "model.deep_from_layers", default=None)
+    if deep_from is not None and (isinstance(deep_from, bool) or not isinstance(deep_from, int) or deep_from < 1):
+        raise CutlabError(f"model.deep_from_layers must be a depth of at least 1 or null (never deep), "
+                          f"got {deep_from!r}; e.g. model.deep_from_layers=5")
+    return deep_value if deep_from is not None and int(_root_.L) >= deep_from else shallow_value
 
 
 def register_resolvers() -> None:
@@ -14,6 +26,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cutlab_run_name", run_name)
     if not OmegaConf.has_resolver("cutlab_folder_neutral_keys"):
         OmegaConf.register_new_resolver("cutlab_folder_neutral_keys", lambda: list(FOLDER_NEUTRAL_KEYS))
+    if not OmegaConf.has_resolver("cutlab_if_deep"):
+        OmegaConf.register_new_resolver("cutlab_if_deep", if_deep)
     # paths.data_dir / paths.models_dir: the same functions cutlab-reproduce calls, so both read one rule
     if not OmegaConf.has_resolver("cutlab_data_dir"):
         OmegaConf.register_new_resolver("cutlab_data_dir", lambda: str(data_dir()))
