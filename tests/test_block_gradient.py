@@ -111,6 +111,7 @@ def test_a_model_that_cannot_rerun_one_block_is_refused_in_one_line() -> None:
     (["model=ut", "L=7"], ("full", 0.1)),  # no deep_from_layers: never deep
     (["model=dust", "L=7", "train.dual_lr=0.05", "train.constraint_gradient=full"], ("full", 0.05)),
     (["model=dust", "L=3", "model.deep_from_layers=3"], ("block", 0.3)),
+    (["model=dust", "L=7", "model.deep_from_layers=null"], ("full", 0.1)),
     (["model=dust", "L=7", "train=constrained_paper"], ("full", 0.01)),  # the paper's settings stay one override away
 ])
 def test_train_constrained_lets_each_block_answer_for_itself_from_the_models_deep_depth(overrides, expected) -> None:
