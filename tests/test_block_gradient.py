@@ -66,6 +66,30 @@ def test_a_primal_dual_step_descends_on_the_lagrangian_with_each_blocks_own_loss
         torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
 
 
+def test_layerwise_trains_only_block_L_with_the_objective() -> None:
+    model = small("ut")  # its blocks change the loss (the small DUST's soft threshold leaves it flat)
+    reference = copy.deepcopy(model)
+    noisy, clean = patch_batch(seed=6)
+    multipliers = torch.tensor([0.2, 0.9, 1.7, 0.6])
+    primal_dual = PrimalDual(list(model.parameters()), torch.optim.SGD(model.parameters(), lr=1e-2), 4,
+                             Constraints(ALPHA, EPSILON, True, "ratio", gradient="layerwise"),
+                             DualSettings(lr=0.1, optimizer="sgd"))
+    primal_dual.multipliers.copy_(multipliers)
+    assert primal_dual.uses_local_losses
+    outputs, local = model.unroll_local(noisy, noisy)
+    result = primal_dual.step(squared_error(outputs, clean), dual_active=False,
+                              local_loss_matrix=squared_error(local, clean))
+
+    # as block, but the objective is block L's own loss: l_L^own + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / ...)
+    full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
+    objective_from_block_L = torch.cat([full[:-1], own[-1:]])
+    lagrangian = lagrangian_written_out(objective_from_block_L, multipliers, own[1:], full[:-1].detach())
+    assert result.lagrangian == pytest.approx(float(lagrangian.detach()))
+    expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True)
+    for parameter, grad in zip(model.parameters(), expected):
+        torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
+
+
 def test_the_trainer_feeds_each_blocks_loss_and_resumes_bit_identically() -> None:
     block, full = dust_trainer(True, gradient="block"), dust_trainer(True)
     block_steps, full_steps = [], []
@@ -86,7 +110,7 @@ def test_the_trainer_feeds_each_blocks_loss_and_resumes_bit_identically() -> Non
 
 
 def test_an_unknown_constraint_gradient_is_one_line() -> None:
-    with pytest.raises(CutlabError, match="train.constraint_gradient must be one of full, block, got 'blocks'"):
+    with pytest.raises(CutlabError, match="train.constraint_gradient must be one of full, block, layerwise, got 'blocks'"):
         Constraints(ALPHA, EPSILON, True, "ratio", gradient="blocks")
 
 

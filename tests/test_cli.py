@@ -157,7 +157,7 @@ def corrupt_npz(folder: Path) -> Path:
         (["train.dual_optimizer=rmsprop"], "train.dual_optimizer must be one of adam, sgd, nupi, got 'rmsprop'"),
         (["train.constraint_form=quotient"], "train.constraint_form must be one of difference, ratio, log_ratio"),
         (["train.detach_prev=last"], "train.detach_prev must be true, false, first or local, got 'last'"),
-        (["train.constraint_gradient=layer"], "train.constraint_gradient must be one of full, block, got 'layer'"),
+        (["train.constraint_gradient=layer"], "train.constraint_gradient must be one of full, block, layerwise, got 'layer'"),
         (["train.dual_optimizer=nupi", "train.kappa_p=-1"], "train.kappa_p must be >= 0, got -1"),
         (["model=ut", "gamma=0"], "Phi_0 already equals the target"),  # the ratio form would divide by l_0 = 0
     ],

@@ -35,9 +35,11 @@ DetachPrev = bool | Literal["first", "local"]
 DETACH_PREV_WORDS = ("first", "local")
 #: train.constraint_gradient: which blocks l_l in g_l trains. "full" (the paper): every block up to l, so a later
 #: constraint may reshape an earlier block's output at that block's own descent; "block": block l alone (its input
-#: detached; LayerwiseModel.unroll_local), so each block answers only for its own step of descent
-ConstraintGradient = Literal["full", "block"]
-CONSTRAINT_GRADIENTS = ("full", "block")
+#: detached; LayerwiseModel.unroll_local), so each block answers only for its own step of descent; "layerwise": as
+#: block, and once the multipliers are active the objective l_L trains block L alone as well, so no earlier block is
+#: pulled away from its own descent towards a better input for the last one
+ConstraintGradient = Literal["full", "block", "layerwise"]
+CONSTRAINT_GRADIENTS = ("full", "block", "layerwise")
 
 
 def is_detach_prev(value: object) -> bool:
@@ -92,7 +94,7 @@ class Constraints:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off).
 
         ``local_losses`` (detach_prev="local", gradient="block"): the layer losses of LayerwiseModel.unroll_local's
-        outputs. They carry the gradient of each l_{l-1} ("local") or l_l ("block") in g_l while the values stay
+        outputs. They carry the gradient of each l_{l-1} ("local") or l_l ("block", "layerwise") in g_l while the values stay
         those of ``layer_losses``; without them (the primal warm-up, when every multiplier is 0) nothing reaches the
         gradient through l_{l-1}, as under true, and l_l reaches it through every block, as under "full".
         """
@@ -101,7 +103,7 @@ class Constraints:
         if self.detach_prev == "local" and local_losses is not None:  # l_{l-1} trains block l-1 alone
             previous = value_with_gradient_of(previous, local_losses[:-1])
         current = layer_losses[1:]
-        if self.gradient == "block" and local_losses is not None:  # l_l trains block l alone
+        if self.gradient != "full" and local_losses is not None:  # l_l trains block l alone
             current = value_with_gradient_of(current, local_losses[1:])
         factor = 1.0 - self.alpha
         if self.form != "difference" and not bool((previous > 0).all()):

@@ -24,7 +24,7 @@ from typing import Literal
 
 import torch
 
-from cutlab.core.constraints import Constraints
+from cutlab.core.constraints import Constraints, value_with_gradient_of
 from cutlab.core.nupi import NuPI
 from cutlab.core.errors import CutlabError
 
@@ -177,9 +177,9 @@ class PrimalDual:
     @property
     def uses_local_losses(self) -> bool:
         """Whether :meth:`step` wants each block's loss from its detached input (train.detach_prev=local or
-        train.constraint_gradient=block)."""
+        train.constraint_gradient=block or layerwise)."""
         return self.constraints is not None and (self.constraints.detach_prev == "local"
-                                                 or self.constraints.gradient == "block")
+                                                 or self.constraints.gradient != "full")
 
     def step(self, loss_matrix: torch.Tensor, dual_active: bool,
              local_loss_matrix: torch.Tensor | None = None) -> StepResult:
@@ -198,6 +198,8 @@ class PrimalDual:
         objective = layer_losses[-1]
         if self.constraints is not None:
             local = local_loss_matrix.mean(dim=0) if local_loss_matrix is not None else None
+            if self.constraints.gradient == "layerwise" and local is not None:  # l_L trains block L alone
+                objective = value_with_gradient_of(objective, local[-1])
             values = self.constraints.values(layer_losses, local) * self.active.to(layer_losses.device)
         else:
             values = torch.zeros_like(layer_losses)

@@ -131,8 +131,9 @@ def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> No
     if cfg.train.constrained and cfg.train.detach_prev == "local" and not supports_local_prev(model):
         raise CutlabError(f"train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
                           f"model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this model")
-    if cfg.train.constrained and cfg.train.get("constraint_gradient") == "block" and not supports_local_prev(model):
-        raise CutlabError(f"train.constraint_gradient=block re-runs each block on its detached input, which DUST, UT "
+    gradient = cfg.train.get("constraint_gradient", "full")
+    if cfg.train.constrained and gradient != "full" and not supports_local_prev(model):
+        raise CutlabError(f"train.constraint_gradient={gradient} re-runs each block on its detached input, which DUST, UT "
                           f"and ViT can and model={cfg.model.name} cannot; use train.constraint_gradient=full with "
                           "this model")
 
