@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from cutlab.core.constraints import is_detach_prev
+from cutlab.core.constraints import CONSTRAINT_GRADIENTS, is_detach_prev
 
 MAX_DEPTH = 1000  # far beyond any model here; bounds every loop over layers
 Check = Callable[[Any], bool]
@@ -56,7 +56,7 @@ CONFIG = {
     "train.constrained": flag, "train.alpha": finite(), "train.dual_lr": finite(0), "train.lr": finite(0),
     "train.epochs": whole(), "train.batch_size": whole(1), "train.resilience": lambda v: text(v) or flag(v), "train.resilience_c": finite(0),
     "train.dual_cadence": text, "train.warmup_epochs": whole(), "train.detach_prev": is_detach_prev,
-    "train.constraint_gradient": one_of("full", "block"),
+    "train.constraint_gradient": one_of(*CONSTRAINT_GRADIENTS),
     "eval.gamma_test": list_of(finite(0)),
 }
 SUMMARY = {

@@ -86,7 +86,8 @@ def dual_setting_label(row: pd.Series | dict) -> str:
         parts[-1] += f" κ_p={value('kappa_p')}"
     detach = row.get("detach_prev")
     parts += ["detach_prev"] if detach == True else [f"detach_prev={detach}"] if isinstance(detach, str) else []  # noqa: E712
-    parts += ["block-local g_l"] if row.get("constraint_gradient") == "block" else []
+    local = {"block": "block-local g_l", "layerwise": "block-local g_l and l_L"}.get(row.get("constraint_gradient"))
+    parts += [local] if local else []
     parts += [value("dual_update")]
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
     parts += [f"resilience {value('resilience')}"]

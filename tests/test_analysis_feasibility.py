@@ -287,3 +287,16 @@ def test_detaching_only_l0_is_a_dual_setting_of_its_own(tmp_path):
     assert first["usable"] and first["detach_prev"] == "first"
     assert "detach_prev=first" in dual_setting_label(first)
     assert dual_setting_label(every) != dual_setting_label(first)
+
+
+@pytest.mark.parametrize(("gradient", "label"), [("block", "block-local g_l"), ("layerwise", "block-local g_l and l_L")])
+def test_each_constraint_gradient_is_read_and_named(tmp_path, gradient, label):
+    from analysis.collect import collect_runs
+    from analysis.selection import dual_setting_label
+
+    root = tmp_path / "runs"
+    write_run(root, gradient, **CELL, constrained=True, test=14.0, selection=14.1,
+              train={**NEW_DUAL, "constraint_gradient": gradient})
+    run = collect_runs(root).run(gradient)
+    assert run["usable"] and run["constraint_gradient"] == gradient
+    assert label in dual_setting_label(run).split(" · ")

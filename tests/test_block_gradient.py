@@ -80,7 +80,7 @@ def test_layerwise_trains_only_block_L_with_the_objective() -> None:
     result = primal_dual.step(squared_error(outputs, clean), dual_active=False,
                               local_loss_matrix=squared_error(local, clean))
 
-    # as block, but the objective is block L's own loss: l_L^own + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / ...)
+    # as block, but the objective is block L's own loss: l_L^own + lambda_0 (...) + sum_l lambda_l (l_l^own / ...)
     full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
     objective_from_block_L = torch.cat([full[:-1], own[-1:]])
     lagrangian = lagrangian_written_out(objective_from_block_L, multipliers, own[1:], full[:-1].detach())

@@ -93,10 +93,11 @@ class Constraints:
     def values(self, layer_losses: torch.Tensor, local_losses: torch.Tensor | None = None) -> torch.Tensor:
         """Constraint values [L+1] from layer losses [L+1]; entry 0 is the reference constraint (0 when off).
 
-        ``local_losses`` (detach_prev="local", gradient="block"): the layer losses of LayerwiseModel.unroll_local's
-        outputs. They carry the gradient of each l_{l-1} ("local") or l_l ("block", "layerwise") in g_l while the values stay
-        those of ``layer_losses``; without them (the primal warm-up, when every multiplier is 0) nothing reaches the
-        gradient through l_{l-1}, as under true, and l_l reaches it through every block, as under "full".
+        ``local_losses`` (detach_prev="local", gradient="block" or "layerwise"): the layer losses of
+        LayerwiseModel.unroll_local's outputs. They carry the gradient of each l_{l-1} ("local") or l_l (the other two)
+        in g_l while the values stay those of ``layer_losses``; without them (the primal warm-up, when every multiplier
+        is 0) nothing reaches the gradient through l_{l-1}, as under true, and l_l reaches it through every block, as
+        under "full".
         """
         previous = torch.stack([loss if self.prev_is_live(layer) else loss.detach()
                                 for layer, loss in enumerate(layer_losses[:-1])])
