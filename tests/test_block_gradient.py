@@ -44,50 +44,42 @@ def test_values_are_the_full_losses_and_the_gradient_of_l_l_is_the_local_copys(f
     torch.testing.assert_close(constraints.values(losses), Constraints(ALPHA, 2.0, True, form).values(losses))
 
 
-def test_a_primal_dual_step_descends_on_the_lagrangian_with_each_blocks_own_loss() -> None:
-    model = small("dust")
+MULTIPLIERS = torch.tensor([0.2, 0.9, 1.7, 0.6])
+
+
+def step_and_written_out(kind: str, gradient: str, objective_of) -> None:
+    """One primal-dual step on a small real model at MULTIPLIERS; each parameter's gradient must equal autograd of
+    the Lagrangian written out, with l_L taken by ``objective_of(full, own)`` (full pass, each block's own loss)."""
+    model = small(kind)
     reference = copy.deepcopy(model)
     noisy, clean = patch_batch(seed=6)
-    multipliers = torch.tensor([0.2, 0.9, 1.7, 0.6])
     primal_dual = PrimalDual(list(model.parameters()), torch.optim.SGD(model.parameters(), lr=1e-2), 4,
-                             Constraints(ALPHA, EPSILON, True, "ratio", gradient="block"),
+                             Constraints(ALPHA, EPSILON, True, "ratio", gradient=gradient),
                              DualSettings(lr=0.1, optimizer="sgd"))
-    primal_dual.multipliers.copy_(multipliers)
-    assert primal_dual.uses_local_losses
-    outputs, local = model.unroll_local(noisy, noisy)
-    primal_dual.step(squared_error(outputs, clean), dual_active=False, local_loss_matrix=squared_error(local, clean))
-
-    # l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / l_{l-1} - (1 - alpha)): D_l gets the objective's
-    # gradient through every later block and the constraints' through g_l alone
-    full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
-    lagrangian = lagrangian_written_out(full, multipliers, own[1:], full[:-1].detach())
-    expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True)
-    for parameter, grad in zip(model.parameters(), expected):
-        torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
-
-
-def test_layerwise_trains_only_block_L_with_the_objective() -> None:
-    model = small("ut")  # its blocks change the loss (the small DUST's soft threshold leaves it flat)
-    reference = copy.deepcopy(model)
-    noisy, clean = patch_batch(seed=6)
-    multipliers = torch.tensor([0.2, 0.9, 1.7, 0.6])
-    primal_dual = PrimalDual(list(model.parameters()), torch.optim.SGD(model.parameters(), lr=1e-2), 4,
-                             Constraints(ALPHA, EPSILON, True, "ratio", gradient="layerwise"),
-                             DualSettings(lr=0.1, optimizer="sgd"))
-    primal_dual.multipliers.copy_(multipliers)
+    primal_dual.multipliers.copy_(MULTIPLIERS)
     assert primal_dual.uses_local_losses
     outputs, local = model.unroll_local(noisy, noisy)
     result = primal_dual.step(squared_error(outputs, clean), dual_active=False,
                               local_loss_matrix=squared_error(local, clean))
 
-    # as block, but the objective is block L's own loss: l_L^own + lambda_0 (...) + sum_l lambda_l (l_l^own / ...)
     full, own = (squared_error(o, clean).mean(dim=0) for o in reference.unroll_local(noisy, noisy))
-    objective_from_block_L = torch.cat([full[:-1], own[-1:]])
-    lagrangian = lagrangian_written_out(objective_from_block_L, multipliers, own[1:], full[:-1].detach())
+    lagrangian = lagrangian_written_out(objective_of(full, own), MULTIPLIERS, own[1:], full[:-1].detach())
     assert result.lagrangian == pytest.approx(float(lagrangian.detach()))
     expected = torch.autograd.grad(lagrangian, list(reference.parameters()), allow_unused=True)
     for parameter, grad in zip(model.parameters(), expected):
         torch.testing.assert_close(parameter.grad, grad if grad is not None else torch.zeros_like(parameter))
+
+
+def test_a_primal_dual_step_descends_on_the_lagrangian_with_each_blocks_own_loss() -> None:
+    # l_L + lambda_0 (l_0/eps - 1) + sum_l lambda_l (l_l^own / l_{l-1} - (1 - alpha)): D_l gets the objective's
+    # gradient through every later block and the constraints' through g_l alone
+    step_and_written_out("dust", "block", lambda full, own: full)
+
+
+def test_layerwise_trains_only_block_L_with_the_objective() -> None:
+    # as block, but the objective is block L's own loss; on UT, whose blocks change the loss (the small DUST's soft
+    # threshold leaves it flat, so an objective through every block would pass there too)
+    step_and_written_out("ut", "layerwise", lambda full, own: torch.cat([full[:-1], own[-1:]]))
 
 
 def test_the_trainer_feeds_each_blocks_loss_and_resumes_bit_identically() -> None:
