@@ -57,8 +57,12 @@ def find_runs(runs_dir: Path, cells: list[tuple[str, int]], epochs: int, gamma: 
 
 
 def read_cell(found: dict[tuple[str, int, str], Path], model: str, depth: int) -> dict:
-    """Both arms' summaries of one cell (those that ran)."""
-    return {arm: json.loads((found[model, depth, arm] / "summary.json").read_text())
+    """Both arms' summaries of one cell (those that ran), each with its primal warm-up from the run's config: the
+    default's depends on the model and L, so the record reads it rather than assuming it."""
+    from omegaconf import OmegaConf
+
+    return {arm: {**json.loads((found[model, depth, arm] / "summary.json").read_text()),
+                  "warmup_epochs": OmegaConf.load(found[model, depth, arm] / "config.yaml").train.warmup_epochs}
             for arm in ARMS if (model, depth, arm) in found}
 
 
@@ -68,6 +72,7 @@ def figure(model: str, depth: int, arms: dict, curves: dict, budget: int) -> dic
            **{f"{arm}_minibatch_misses": minibatch_misses(curves[arm]) for arm in curves},
            **{f"{arm}_steps_to_feasibility": arms[arm].get("steps_to_strict_feasibility") for arm in ARMS},
            **{f"{arm}_verdict": arms[arm].get("verdict") for arm in ARMS},
+           **{f"{arm}_warmup_epochs": arms[arm].get("warmup_epochs") for arm in ARMS},
            **{f"{arm}_wall_time_s": arms[arm].get("wall_time_s") for arm in ARMS},
            **{f"{arm}_test_metric": arms[arm].get("test_mean_metric") for arm in ARMS}}  # at gamma_train only
     if new is not None and paper is not None:
@@ -144,12 +149,13 @@ NOTES = "## Notes"  # a written section after this heading is kept when the reco
 
 def markdown(rows: list[dict], args: argparse.Namespace, figure_name: str, notes: str) -> str:
     lines = ["# Steps to feasibility: train=constrained ÷ train=constrained_paper", "",
-             f"{args.data}, gamma_train {args.gamma}, {args.epochs} epochs x {args.steps} steps (the first epoch is the "
-             "primal warm-up). Steps to feasibility: the first step from which the smoothed training constraints "
-             f"stayed strictly met to the end. Goal: ratio <= {TARGET:.2f}.", "",
-             "| model | L | default: steps | paper: steps | ratio | status | verdicts (default / paper) "
-             "| test RMSE at gamma_train (default / paper) | wall time per run, s (default / paper) |",
-             "|---|---:|---:|---:|---:|---|---|---|---|"]
+             f"{args.data}, gamma_train {args.gamma}, {args.epochs} epochs x {args.steps} steps, of which each arm's "
+             "primal warm-up epochs (multipliers frozen at 0) are in the table. Steps to feasibility: the first step "
+             f"from which the smoothed training constraints stayed strictly met to the end. Goal: ratio <= {TARGET:.2f}.",
+             "", "| model | L | default: steps | paper: steps | ratio | status | warm-up epochs (default / paper) "
+             "| verdicts (default / paper) | test RMSE at gamma_train (default / paper) "
+             "| wall time per run, s (default / paper) |",
+             "|---|---:|---:|---:|---:|---|---|---|---|---|"]
     both = lambda row, key, form: " / ".join("—" if row[f"{arm}_{key}"] is None else form.format(row[f"{arm}_{key}"])  # noqa: E731
                                              for arm in ARMS)
     for row in rows:
@@ -157,6 +163,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, figure_name: str, notes
         never = lambda v: "never" if v is None else str(v)  # noqa: E731
         lines.append(f"| {row['model']} | {row['L']} | {never(row['constrained_steps_to_feasibility'])} | "
                      f"{never(row['constrained_paper_steps_to_feasibility'])} | {ratio} | {row['status']} | "
+                     f"{both(row, 'warmup_epochs', '{}')} | "
                      f"{row['constrained_verdict']} / {row['constrained_paper_verdict']} | "
                      f"{both(row, 'test_metric', '{:.2f}')} | {both(row, 'wall_time_s', '{:.0f}')} |")
     lines += ["", "Single minibatches, which the clock smooths: the largest relative violation, and the last step that "
