@@ -151,7 +151,8 @@ def markdown(rows: list[dict], args: argparse.Namespace, figure_name: str, notes
     lines = ["# Steps to feasibility: train=constrained ÷ train=constrained_paper", "",
              f"{args.data}, gamma_train {args.gamma}, {args.epochs} epochs x {args.steps} steps, of which each arm's "
              "primal warm-up epochs (multipliers frozen at 0) are in the table. Steps to feasibility: the first step "
-             f"from which the smoothed training constraints stayed strictly met to the end. Goal: ratio <= {TARGET:.2f}.",
+             "from which the smoothed training constraints stayed strictly met to the end. "
+             f"Goal: ratio <= {TARGET:.2f}.",
              "", "| model | L | default: steps | paper: steps | ratio | status | warm-up epochs (default / paper) "
              "| verdicts (default / paper) | test RMSE at gamma_train (default / paper) "
              "| wall time per run, s (default / paper) |",
