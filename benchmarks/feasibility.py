@@ -71,7 +71,7 @@ def figure(model: str, depth: int, arms: dict, curves: dict, budget: int) -> dic
     row = {"model": model, "L": depth, "budget_steps": budget,
            **{f"{arm}_minibatch_misses": minibatch_misses(curves[arm]) for arm in curves},
            **{f"{arm}_steps_to_feasibility": arms[arm].get("steps_to_strict_feasibility") for arm in ARMS},
-           **{f"{arm}_verdict": arms[arm].get("verdict") for arm in ARMS},
+           **{f"{arm}_verdict": verdict_words(arms[arm]) for arm in ARMS},
            **{f"{arm}_warmup_epochs": arms[arm].get("warmup_epochs") for arm in ARMS},
            **{f"{arm}_wall_time_s": arms[arm].get("wall_time_s") for arm in ARMS},
            **{f"{arm}_test_metric": arms[arm].get("test_mean_metric") for arm in ARMS}}  # at gamma_train only
@@ -85,6 +85,14 @@ def figure(model: str, depth: int, arms: dict, curves: dict, budget: int) -> dic
         row["ratio"] = None
         row["status"] = f"the default never feasible within {budget} steps"
     return row
+
+
+def verdict_words(summary: dict) -> str | None:
+    """The validation verdict with each violated layer's miss as a fraction of its bound: "infeasible (4: +8%)"."""
+    feasibility = summary.get("feasibility") or {}
+    misses = [f"{layer}: {feasibility['relative_violations'][layer]:+.0%}"
+              for layer in feasibility.get("violated_layers", [])]
+    return summary.get("verdict") if not misses else f"{summary.get('verdict')} ({', '.join(misses)})"
 
 
 def violation_curve(run_dir: Path, epsilon: float | None) -> dict:
