@@ -126,7 +126,7 @@ def run(scale: str, planned, out: Path) -> int:
 
 def unrun_kinds(left: list, ran: set) -> str:
     """What the time left cannot know: the runs still to come of a (data, model) kind this command has not run,
-    which it counts at the rate of the others (a MiniLM run takes about 15 times a Ped2 one)."""
+    which it counts at the rate of the others (a MiniLM run of the cpu scale takes about 12 times a Ped2 one)."""
     unrun = [item.grid for item in left if (item.grid.data, item.grid.model) not in ran]
     if not unrun:
         return ""

@@ -34,7 +34,7 @@ class Entry:
 SCALES: dict[str, tuple[Entry, ...]] = {
     # minutes on a laptop: the whole pipeline on generated video and 100 IMDb reviews, for CI
     "smoke": (Entry("Table 3 (smoke)", "reproduce_smoke_video"), Entry("Table 4 (smoke)", "reproduce_smoke_text")),
-    # ~2.5 h on 2 CPU cores (README): Table 3's UCSD Ped2 column and one Table 4 cell with MiniLM
+    # ~2 h on 2 CPU cores (README): Table 3's UCSD Ped2 column and one Table 4 cell with MiniLM
     "cpu": (Entry("Table 3 (cpu)", "reproduce_cpu_video"), Entry("Table 4 (cpu)", "reproduce_cpu_text")),
     # every cell and figure of the paper, for a GPU cluster
     "paper": (
