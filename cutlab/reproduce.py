@@ -85,7 +85,7 @@ def run(scale: str, planned, out: Path) -> int:
     # runs done out of the scale's and the time left, as each grid ends (at the rate so far: a resumed
     # reproduction's complete runs are skipped in no time, so its first estimate is low)
     done = tally(f"{scale} scale", sum(item.grid.runs for item in grids), "run", prefix="cutlab-reproduce: ")
-    position, ran = 0, set()  # the grid's place among those that run; the (data, model) kinds run so far
+    position = 0  # of the grid among those that run
     for item in planned:
         where = f"{item.grid.entry.label}, data={item.grid.data} model={item.grid.model}"
         if item.skipped:
@@ -99,9 +99,8 @@ def run(scale: str, planned, out: Path) -> int:
         if result.returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {result.returncode}")
         ended = "finished" if result.returncode == 0 else f"ended with exit {result.returncode}"
-        ran.add((item.grid.data, item.grid.model))
         done.update(done.done + item.grid.runs,
-                    f"grid {position}/{len(grids)} ({where}) {ended}{unrun_kinds(grids[position:], ran)}")
+                    f"grid {position}/{len(grids)} ({where}) {ended}{unrun_kinds(grids, position)}")
     skipped.update(notes(scale))
     out.mkdir(parents=True, exist_ok=True)
     (out / "skipped.md").write_text("# Cells not run\n\n" + "".join(f"- {k}: {v}\n" for k, v in skipped.items()))
@@ -124,10 +123,12 @@ def run(scale: str, planned, out: Path) -> int:
     return 1 if stopped else status
 
 
-def unrun_kinds(left: list, ran: set) -> str:
-    """What the time left cannot know: the runs still to come of a (data, model) kind this command has not run,
-    which it counts at the rate of the others (a MiniLM run of the cpu scale takes about 12 times a Ped2 one)."""
-    unrun = [item.grid for item in left if (item.grid.data, item.grid.model) not in ran]
+def unrun_kinds(grids: list, ran: int) -> str:
+    """What the time left cannot know once the first ``ran`` grids have run: the runs still to come of a (data,
+    model) kind not run yet, which it counts at the rate of the others (a MiniLM run of the cpu scale takes about
+    12 times a Ped2 one)."""
+    kinds_run = {(item.grid.data, item.grid.model) for item in grids[:ran]}
+    unrun = [item.grid for item in grids[ran:] if (item.grid.data, item.grid.model) not in kinds_run]
     if not unrun:
         return ""
     kinds = ", ".join(dict.fromkeys(f"data={grid.data} model={grid.model}" for grid in unrun))
