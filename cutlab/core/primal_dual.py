@@ -10,6 +10,12 @@ Dual updates (``DualSettings.update``): ``simultaneous`` (Algorithm 1) steps bot
 pass; ``alternating`` first steps lambda on that pass's constraint values, then the primal player on the
 Lagrangian with the new multipliers (Cooper's AlternatingDualPrimalOptimizer; no extra forward pass).
 
+Augmented Lagrangian (``DualSettings.penalty`` rho > 0; Nocedal & Wright eq. 17.65, Cooper's AugmentedLagrangian):
+the primal step descends on ``l_L + sum_l [relu(lambda_l + rho g_l)^2 - lambda_l^2] / (2 rho)``, whose gradient is
+``relu(lambda_l + rho g_l)`` times that of g_l: a violated constraint pushes at once, before its multiplier has grown,
+and a met one by less than lambda_l. The dual step is unchanged (ascent on lambda^T g). rho = 0 is the Lagrangian;
+the primal warm-up (lambda frozen at 0) leaves the penalty out too, so it trains the objective alone.
+
 Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g <= u with a cost (c/2)||u||^2:
 - ``slack``: explicit slacks u >= 0, descended on (c u - lambda) while lambda ascends on (g - u);
   resilience restarts set u to 0 at every epoch end (paper App. B.2).
@@ -52,6 +58,7 @@ class DualSettings:
     nu: float = 0.0       # nupi's EMA coefficient of the error, in [0, 1)
     update: DualUpdate = "simultaneous"  # Algorithm 1; alternating: dual step first, primal on the new multipliers
     dual_restarts: bool = False  # a multiplier whose constraint is met is reset to 0 with its optimiser state
+    penalty: float = 0.0  # rho of the augmented Lagrangian; 0 = the Lagrangian (Algorithm 1)
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -76,6 +83,12 @@ class DualSettings:
         if self.update == "alternating" and self.cadence != "batch":
             raise CutlabError("train.dual_update=alternating needs train.dual_cadence=batch (an epoch-cadence dual "
                               "step has no primal step of its own to precede)")
+
+        if not self.penalty >= 0:
+            raise CutlabError(f"train.penalty must be >= 0, got {self.penalty}; e.g. train.penalty=10 (0 = off)")
+        if self.penalty and self.resilience != "off":
+            raise CutlabError(f"train.penalty={self.penalty} augments strict constraints, and train.resilience="
+                              f"{self.resilience} relaxes them; use train.resilience=off or train.penalty=0")
 
     def make_optimizer(self, multipliers: torch.Tensor) -> torch.optim.Optimizer:
         """The dual optimiser: ascent (maximize=True) on lambda; weight decay 1/c is the resilient dual's -lambda/c."""
@@ -162,6 +175,8 @@ class PrimalDual:
             return [layer == layers - 1 for layer in range(layers)]
         if dual_active and self.dual.update == "alternating" and self.dual.cadence == "batch":
             return [True] * layers
+        if dual_active and self.dual.penalty:  # a violated constraint pushes at lambda = 0 too
+            return [True] * layers
         nonzero = (self.multipliers != 0).tolist()
         live = self.constraints.prev_is_live
         return [layer == layers - 1 or nonzero[layer] or (live(layer) and nonzero[layer + 1])
@@ -210,7 +225,7 @@ class PrimalDual:
             self.dual_step(detached)
         lagrangian = objective
         if self.constraints is not None:
-            lagrangian = objective + (self.multipliers.to(values.device) * values).sum()
+            lagrangian = objective + self._constraint_terms(values, dual_active)
         self.primal_optimizer.zero_grad(set_to_none=True)
         lagrangian.backward()
         grad_norm = self._clip_gradients()
@@ -228,6 +243,14 @@ class PrimalDual:
             lagrangian=float(lagrangian.detach()),
             grad_norm=grad_norm,
         )
+
+    def _constraint_terms(self, values: torch.Tensor, dual_active: bool) -> torch.Tensor:
+        """sum_l lambda_l g_l, or its augmented form when train.penalty > 0 and the dual is active (module docstring)."""
+        multipliers = self.multipliers.to(values.device)
+        rho = self.dual.penalty
+        if not (rho and dual_active):
+            return (multipliers * values).sum()
+        return ((torch.relu(multipliers + rho * values) ** 2 - multipliers ** 2) / (2.0 * rho)).sum()
 
     def dual_step(self, constraint_values: torch.Tensor) -> None:
         """Simultaneous projected ascent on lambda (gradient g - u) and descent on u (gradient c u - lambda)."""

@@ -156,7 +156,7 @@ def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | 
             lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
             cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
             optimizer=train.dual_optimizer, kappa_p=train.kappa_p, kappa_i=train.kappa_i, nu=train.nu,
-            update=train.dual_update, dual_restarts=train.dual_restarts,
+            update=train.dual_update, dual_restarts=train.dual_restarts, penalty=train.penalty,
         )
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 
