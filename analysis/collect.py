@@ -55,6 +55,7 @@ CONFIG_COLUMNS = {
     "constraint_form": "train.constraint_form", "constraint_gradient": "train.constraint_gradient",
     "dual_optimizer": "train.dual_optimizer",
     "dual_update": "train.dual_update", "dual_restarts": "train.dual_restarts", "kappa_p": "train.kappa_p",
+    "penalty": "train.penalty",
     "precision": "precision",
 }
 

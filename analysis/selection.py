@@ -36,7 +36,7 @@ PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_u
 #: the run settings that make up a *dual setting* (what the feasibility study compares, one line each in the
 #: constraint-satisfaction figure)
 DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p",
-                     "dual_update", "dual_restarts", "resilience"]
+                     "dual_update", "dual_restarts", "penalty", "resilience"]
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
@@ -62,9 +62,15 @@ def arm_of(row: dict) -> str | None:
     if not row["constrained"]:
         return "erm"
     paper = all(row.get(key) is not None and row.get(key) == value for key, value in PAPER_DUAL.items())
-    gradient = row.get("constraint_gradient")  # a key newer than every paper-dual record: absent there
-    paper = paper and (gradient in (None, "full") or (isinstance(gradient, float) and math.isnan(gradient)))
+    gradient = row.get("constraint_gradient")  # keys newer than every paper-dual record: absent there
+    penalty = row.get("penalty")
+    paper = paper and (gradient in (None, "full") or _missing(gradient)) and (not penalty or _missing(penalty))
     return "constrained_paper" if paper else "constrained"
+
+
+def _missing(value) -> bool:
+    """A key a record does not hold reads as NaN in a frame that has it for other records."""
+    return isinstance(value, float) and math.isnan(value)
 
 
 def dual_setting_label(row: pd.Series | dict) -> str:
@@ -77,7 +83,7 @@ def dual_setting_label(row: pd.Series | dict) -> str:
 
     def value(key: str) -> str:
         known = row.get(key)
-        return "?" if known is None or (isinstance(known, float) and math.isnan(known)) else \
+        return "?" if known is None or _missing(known) else \
             (f"{known:g}" if isinstance(known, float) else str(known))
 
     optimizer = value("dual_optimizer")
@@ -90,6 +96,8 @@ def dual_setting_label(row: pd.Series | dict) -> str:
     parts += [local] if local else []
     parts += [value("dual_update")]
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
+    penalty = row.get("penalty")
+    parts += [f"augmented rho={penalty:g}"] if penalty and not _missing(penalty) else []
     parts += [f"resilience {value('resilience')}"]
     return " · ".join(parts)
 

@@ -300,3 +300,23 @@ def test_each_constraint_gradient_is_read_and_named(tmp_path, gradient, label):
     run = collect_runs(root).run(gradient)
     assert run["usable"] and run["constraint_gradient"] == gradient
     assert label in dual_setting_label(run).split(" · ")
+
+
+def test_the_augmented_lagrangian_is_a_dual_setting_and_never_the_papers(tmp_path):
+    """train.penalty > 0 on the paper's dual is another method: its own arm and label; 0 (or a record from before the
+    key) stays the paper's."""
+    from analysis.collect import collect_runs
+    from analysis.selection import dual_setting_label
+
+    root = tmp_path / "runs"
+    write_run(root, "augmented", **CELL, constrained=True, test=14.0, selection=14.1,
+              train={**PAPER_DUAL, "penalty": 10.0})
+    write_run(root, "paper", **CELL, constrained=True, seed=1, test=14.0, selection=14.1,
+              train={**PAPER_DUAL, "penalty": 0.0})
+    write_run(root, "older", **CELL, constrained=True, seed=2, test=14.0, selection=14.1, train=PAPER_DUAL)
+    runs = collect_runs(root)
+    augmented = runs.run("augmented")
+    assert augmented["arm"] == "constrained" and "augmented rho=10" in dual_setting_label(augmented).split(" · ")
+    for name in ("paper", "older"):
+        assert runs.run(name)["arm"] == "constrained_paper"
+        assert "augmented" not in dual_setting_label(runs.run(name))

@@ -181,13 +181,16 @@ def test_ratio_with_a_zero_previous_loss_is_one_clear_line() -> None:
 
 
 @pytest.mark.parametrize("form", ["difference", "ratio", "log_ratio"])
-@pytest.mark.parametrize("optimizer,update", [("adam", "simultaneous"), ("sgd", "simultaneous"),
-                                              ("nupi", "simultaneous"), ("sgd", "alternating"),
-                                              ("nupi", "alternating")])
-def test_known_kkt_point_is_reached_with_every_form_optimiser_and_update(form: str, optimizer: str, update: str) -> None:
+@pytest.mark.parametrize("optimizer,update,penalty", [
+    ("adam", "simultaneous", 0.0), ("sgd", "simultaneous", 0.0), ("nupi", "simultaneous", 0.0),
+    ("sgd", "alternating", 0.0), ("nupi", "alternating", 0.0), ("sgd", "simultaneous", 1.0),
+    ("nupi", "alternating", 1.0)])  # rho = 5 diverges here: the ratio form's curvature times rho outgrows lr 0.05
+def test_known_kkt_point_is_reached_with_every_form_optimiser_and_update(form: str, optimizer: str, update: str,
+                                                                         penalty: float) -> None:
     """min l_1 = 1/2 (theta - 1)^2 + k_1 s.t. l_1 <= (1-alpha) l_0, l_0 = 1/2 theta^2 + k_0: the constraint is
     active at the solution, so theta* is the smaller root of l_1 = (1-alpha) l_0 whatever the form (the forms share
-    one feasible set; only the multiplier's scale differs)."""
+    one feasible set; only the multiplier's scale differs). The augmented Lagrangian (penalty > 0) has the same KKT
+    point: there g = 0 where lambda > 0 and lambda = 0 where g < 0, so relu(lambda + rho g) = lambda."""
     alpha, floor_0, floor = 0.5, 0.1, 0.4  # k_0 > 0: the ratio forms divide by l_0
     discriminant = 1.0 - 2.0 * alpha * (0.5 + floor - (1.0 - alpha) * floor_0)
     theta_star = (1.0 - math.sqrt(discriminant)) / alpha
@@ -199,7 +202,7 @@ def test_known_kkt_point_is_reached_with_every_form_optimiser_and_update(form: s
     primal_dual = PrimalDual([model.theta], torch.optim.SGD([model.theta], lr=0.05), 2,
                              Constraints(alpha=alpha, epsilon=2.0, form=form),
                              DualSettings(lr=lr, optimizer=optimizer, kappa_p=0.5 if optimizer == "nupi" else 0.0,
-                                          update=update))
+                                          update=update, penalty=penalty))
     inputs = torch.zeros(2, 1)
     for _ in range(1500):
         primal_dual.step(scalar_loss_matrix(model(inputs), targets), dual_active=True)
@@ -225,7 +228,8 @@ def _trainer(dual: DualSettings, form: str, model_seed: int) -> Trainer:
     (DualSettings(lr=0.2, optimizer="nupi", kappa_p=1.0, nu=0.5, dual_restarts=True), "difference"),
     (DualSettings(lr=0.05, optimizer="adam", update="alternating", dual_restarts=True), "log_ratio"),
     (DualSettings(lr=0.1, optimizer="nupi", kappa_p=0.5, update="alternating", resilience="slack"), "ratio"),
-], ids=["sgd-ratio", "nupi-restarts", "adam-alternating-restarts", "nupi-alternating-slack"])
+    (DualSettings(lr=0.2, optimizer="sgd", penalty=5.0), "ratio"),
+], ids=["sgd-ratio", "nupi-restarts", "adam-alternating-restarts", "nupi-alternating-slack", "sgd-penalty"])
 def test_resume_is_bit_identical_with_each_dual(dual: DualSettings, form: str) -> None:
     reference_steps = []
     uninterrupted = _trainer(dual, form, model_seed=0)
@@ -301,9 +305,12 @@ def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_
     (lambda: DualSettings(lr=0.1, nu=1.0), r"train.nu must lie in \[0, 1\)"),
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
+    (lambda: DualSettings(lr=0.1, penalty=-1.0), "train.penalty must be >= 0"),
+    (lambda: DualSettings(lr=0.1, penalty=5.0, resilience="slack"), "use train.resilience=off or train.penalty=0"),
     (lambda: Constraints(alpha=0.3, form="quotient"), "train.constraint_form must be one of difference, ratio"),
     (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false, first or local"),
-], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "form", "detach-prev"])
+], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "negative-penalty", "penalty-resilience",
+        "form", "detach-prev"])
 def test_bad_dual_settings_are_one_clear_line(make, message: str) -> None:
     with pytest.raises(CutlabError, match=message) as error:
         make()

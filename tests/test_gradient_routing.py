@@ -108,10 +108,13 @@ def test_layers_in_gradient_are_those_with_a_nonzero_weight(detach_prev: bool | 
     assert primal_dual.layers_in_gradient() == [detach_prev is False, True, False, True]
 
 
+@pytest.mark.parametrize("dual", [DualSettings(lr=0.5, resilience="slack"), DualSettings(lr=0.5, penalty=5.0)],
+                         ids=["lagrangian", "augmented"])
 @pytest.mark.parametrize("kind", ["tiny", "dust"])
-def test_detaching_zero_weight_layers_changes_no_bit(kind: str) -> None:
+def test_detaching_zero_weight_layers_changes_no_bit(kind: str, dual: DualSettings) -> None:
     """Trainer-style steps that detach the layers PrimalDual.layers_in_gradient leaves out end bit for bit where
-    steps that back-propagate every layer (their zero-weighted losses included) end, while multipliers come and go."""
+    steps that back-propagate every layer (their zero-weighted losses included) end, while multipliers come and go.
+    With the augmented Lagrangian a violated constraint pushes at lambda = 0, so no layer may be left out then."""
     from cutlab.core.models import DUST
 
     torch.manual_seed(0)
@@ -129,17 +132,17 @@ def test_detaching_zero_weight_layers_changes_no_bit(kind: str) -> None:
 
     def primal_dual(module: torch.nn.Module) -> PrimalDual:
         optimizer = torch.optim.Adam(module.parameters(), lr=5e-2)
-        return PrimalDual(list(module.parameters()), optimizer, 4, Constraints(alpha=0.9, epsilon=None),
-                          DualSettings(lr=0.5, resilience="slack"))
+        return PrimalDual(list(module.parameters()), optimizer, 4, Constraints(alpha=0.9, epsilon=None), dual)
 
     pruned, full = primal_dual(model), primal_dual(twin)
     left_out = kept = 0
     for step in range(rounds):
-        needed = pruned.layers_in_gradient()
+        dual_active = step >= 2
+        needed = pruned.layers_in_gradient(dual_active)
         left_out, kept = left_out + needed.count(False), kept + needed[:-1].count(True)
         outputs = detach_left_out(model(x), needed)  # the Trainer's own line
-        a = pruned.step(loss_matrix(outputs, y), dual_active=step >= 2)
-        b = full.step(loss_matrix(twin(x), y), dual_active=step >= 2)
+        a = pruned.step(loss_matrix(outputs, y), dual_active=dual_active)
+        b = full.step(loss_matrix(twin(x), y), dual_active=dual_active)
         assert a.lagrangian == b.lagrangian and torch.equal(a.multipliers, b.multipliers)
         for p, q in zip(model.parameters(), twin.parameters()):
             assert torch.equal(p, q), f"step {step}: parameters differ"

@@ -40,15 +40,18 @@ class DescentCMP(cooper.ConstrainedMinimizationProblem):
     """(P-CUT) written for Cooper: one inequality Constraint with one DenseMultiplier over the constraint vector
     [g_0, g_1 .. g_L] (or [g_1 .. g_L] when epsilon is None), g_0 = l_0 - eps, g_l = l_l - (1-alpha) l_{l-1}."""
 
-    def __init__(self, alpha: float, epsilon: float | None, layers: int) -> None:
+    def __init__(self, alpha: float, epsilon: float | None, layers: int, penalty: float = 0.0) -> None:
         super().__init__()
         self.alpha = alpha
         self.epsilon = epsilon
         count = layers if epsilon is not None else layers - 1
+        augmented = {"formulation_type": cooper.formulations.AugmentedLagrangian,
+                     "penalty_coefficient": cooper.penalty_coefficients.DensePenaltyCoefficient(
+                         init=torch.full((count,), penalty))} if penalty else {}
         self.descent = cooper.Constraint(
             constraint_type=cooper.ConstraintType.INEQUALITY,
-            formulation_type=cooper.formulations.Lagrangian,
             multiplier=cooper.multipliers.DenseMultiplier(num_constraints=count),
+            **({"formulation_type": cooper.formulations.Lagrangian} | augmented),
         )
 
     def compute_cmp_state(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> cooper.CMPState:
@@ -109,6 +112,40 @@ def test_matches_cooper_simultaneous_optimizer_bit_for_bit(epsilon: float | None
     # the run is not trivial: multipliers moved, and the projection max(lambda, 0) was exercised
     assert (ours.multipliers[slots] > 0).sum() >= 2
     assert clamped_after_positive
+
+
+def test_augmented_lagrangian_matches_coopers_step_for_step() -> None:
+    # train.penalty = rho against Cooper's AugmentedLagrangian formulation (Nocedal & Wright eq. 17.65): the primal
+    # step on l_L + sum [relu(lambda + rho g)^2 - lambda^2] / (2 rho), the dual step on lambda^T g. Cooper sums the
+    # penalty terms in another order (einsum), so the comparison is to float32 rounding, not bit for bit; 32 steps
+    # with multipliers rising from 0 and violations changing sign keep any wrong term from hiding under it.
+    alpha, primal_lr, dual_lr, rho, steps = 0.2, 1e-2, 0.05, 4.0, 32
+    x, y = regression_batch()
+    ours_model, oracle_model = TinyUnrolled(seed=2), TinyUnrolled(seed=2)
+    ours = PrimalDual(list(ours_model.parameters()), torch.optim.Adam(ours_model.parameters(), lr=primal_lr),
+                      TinyUnrolled.layers, Constraints(alpha=alpha, epsilon=1.0),
+                      DualSettings(lr=dual_lr, optimizer="sgd", penalty=rho))
+    cmp = DescentCMP(alpha, 1.0, TinyUnrolled.layers, penalty=rho)
+    oracle = cooper.optim.SimultaneousOptimizer(
+        cmp=cmp,
+        primal_optimizers=torch.optim.Adam(oracle_model.parameters(), lr=primal_lr),
+        dual_optimizers=torch.optim.SGD(cmp.dual_parameters(), lr=dual_lr, maximize=True),
+    )
+    plain_model = TinyUnrolled(seed=2)  # the same run without the penalty, which must end elsewhere
+    plain = PrimalDual(list(plain_model.parameters()), torch.optim.Adam(plain_model.parameters(), lr=primal_lr),
+                       TinyUnrolled.layers, Constraints(alpha=alpha, epsilon=1.0),
+                       DualSettings(lr=dual_lr, optimizer="sgd"))
+    signs = set()
+    for step in range(steps):
+        result = ours.step(SquaredError().loss_matrix(ours_model(x), y), dual_active=True)
+        plain.step(SquaredError().loss_matrix(plain_model(x), y), dual_active=True)
+        oracle.roll(compute_cmp_state_kwargs={"model": oracle_model, "x": x, "y": y})
+        signs |= set(torch.sign(result.constraint_values[1:]).tolist())
+        for mine, theirs in zip(ours_model.parameters(), oracle_model.parameters()):
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6, msg=f"primal parameters differ after step {step}")
+        torch.testing.assert_close(ours.multipliers, cmp.descent.multiplier.weight.detach(), rtol=1e-5, atol=1e-6)
+    assert signs >= {-1.0, 1.0} and (ours.multipliers > 0).sum() >= 2
+    assert max(float((a - b).detach().abs().max()) for a, b in zip(ours_model.parameters(), plain_model.parameters())) > 1e-3
 
 
 # --------------------------------------------------------------------------------------------------------------
