@@ -120,22 +120,24 @@ def test_a_model_that_cannot_rerun_one_block_is_refused_in_one_line() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
-    (["model=dust", "L=3"], ("full", 0.1, 1)),
-    (["model=dust", "L=4"], ("full", 0.1, 1)),
-    (["model=dust", "L=5"], ("block", 0.3, 0)),
-    (["model=dust", "L=9"], ("block", 0.3, 0)),
-    (["model=ut", "L=7"], ("full", 0.1, 1)),  # no deep_from_layers: never deep
-    (["model=dust", "L=7", "train.dual_lr=0.05", "train.constraint_gradient=full"], ("full", 0.05, 0)),
-    (["model=dust", "L=7", "train.warmup_epochs=1"], ("block", 0.3, 1)),
-    (["model=dust", "L=3", "model.deep_from_layers=3"], ("block", 0.3, 0)),
-    (["model=dust", "L=7", "model.deep_from_layers=null"], ("full", 0.1, 1)),
-    (["model=dust", "L=7", "train=constrained_paper"], ("full", 0.01, 1)),  # the paper's settings stay one override away
+    (["model=dust", "L=3"], ("full", 0.1, 1, 0.0)),
+    (["model=dust", "L=4"], ("full", 0.1, 1, 0.0)),
+    (["model=dust", "L=5"], ("block", 0.3, 0, 3.0)),
+    (["model=dust", "L=9"], ("block", 0.3, 0, 3.0)),
+    (["model=ut", "L=7"], ("full", 0.1, 1, 0.0)),  # no deep_from_layers: never deep
+    (["model=dust", "L=7", "train.dual_lr=0.05", "train.constraint_gradient=full"], ("full", 0.05, 0, 3.0)),
+    (["model=dust", "L=7", "train.warmup_epochs=1"], ("block", 0.3, 1, 3.0)),
+    (["model=dust", "L=7", "train.penalty=0"], ("block", 0.3, 0, 0.0)),  # the deep default before 2026-11-29
+    (["model=dust", "L=3", "model.deep_from_layers=3"], ("block", 0.3, 0, 3.0)),
+    (["model=dust", "L=7", "model.deep_from_layers=null"], ("full", 0.1, 1, 0.0)),
+    # the paper's settings stay one override away
+    (["model=dust", "L=7", "train=constrained_paper"], ("full", 0.01, 1, 0.0)),
 ])
 def test_train_constrained_lets_each_block_answer_for_itself_from_the_models_deep_depth(overrides, expected) -> None:
     from cutlab.config.compose import compose_run_config
 
     cfg = compose_run_config(["train=constrained", *overrides])
-    assert (cfg.train.constraint_gradient, cfg.train.dual_lr, cfg.train.warmup_epochs) == expected
+    assert (cfg.train.constraint_gradient, cfg.train.dual_lr, cfg.train.warmup_epochs, cfg.train.penalty) == expected
 
 
 def test_a_deep_depth_that_is_not_a_depth_is_one_line() -> None:
