@@ -5,9 +5,10 @@
 Renders six clips of a camera panning slowly over a large smooth texture (a "street") with dark blobs walking across
 it, at 160x160, as folders of PNG frames (the layout ``data=video_folder`` reads), then trains DUST and UT at L=5,
 gamma_train 0.09 with ``train=constrained`` (cutlab's defaults), ``train=constrained_paper`` and ``train=erm`` at the
-cpu scale's budget (3 epochs x 20 steps) through the app's own multirun, and tabulates verdicts, in-distribution
-descent and the test mean RMSE. DUST at L=5 is deep (``model.deep_from_layers``), so its default carries the augmented
-Lagrangian (rho 3); a second multirun trains it with ``train.penalty=0`` (the deep default before it) beside it. Neither the scene nor its statistics (panning, texture, blob sizes) were seen by
+cpu scale's budget (3 epochs of at most 20 steps; the footage gives 4 a epoch) through the app's own multirun, and
+tabulates verdicts, in-distribution descent and the test mean RMSE. DUST at L=5 is deep (``model.deep_from_layers``),
+so its default carries the augmented Lagrangian (rho 3); a second multirun trains it with ``train.penalty=0`` (the
+deep default before it) beside it. Neither the scene nor its statistics (panning, texture, blob sizes) were seen by
 the feasibility study. Writes ``benchmarks/own_footage.json`` and ``benchmarks/OWN_FOOTAGE.md``.
 """
 
