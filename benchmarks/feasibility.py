@@ -44,7 +44,7 @@ def run_cells(cells: list[tuple[str, int]], args: argparse.Namespace, runs_dir: 
 
 def find_runs(runs_dir: Path, cells: list[tuple[str, int]], epochs: int, gamma: str) -> dict[tuple[str, int, str], Path]:
     """Each (model, L, arm) run of the cells at this budget and gamma_train, from one look at ``runs_dir`` (each run's
-    folder name holds its overrides); a run that has not completed is left out."""
+    provenance holds its overrides); a run that has not completed is left out."""
     wanted = {(model, str(depth), arm, str(epochs), gamma): (model, depth, arm) for model, depth in cells for arm in ARMS}
     found = {}
     for summary_path in runs_dir.glob("*/summary.json"):
