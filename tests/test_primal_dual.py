@@ -45,13 +45,13 @@ class DescentCMP(cooper.ConstrainedMinimizationProblem):
         self.alpha = alpha
         self.epsilon = epsilon
         count = layers if epsilon is not None else layers - 1
-        augmented = {"formulation_type": cooper.formulations.AugmentedLagrangian,
-                     "penalty_coefficient": cooper.penalty_coefficients.DensePenaltyCoefficient(
-                         init=torch.full((count,), penalty))} if penalty else {}
+        coefficient = {"penalty_coefficient": cooper.penalty_coefficients.DensePenaltyCoefficient(
+            init=torch.full((count,), penalty))} if penalty else {}
         self.descent = cooper.Constraint(
             constraint_type=cooper.ConstraintType.INEQUALITY,
+            formulation_type=cooper.formulations.AugmentedLagrangian if penalty else cooper.formulations.Lagrangian,
             multiplier=cooper.multipliers.DenseMultiplier(num_constraints=count),
-            **({"formulation_type": cooper.formulations.Lagrangian} | augmented),
+            **coefficient,
         )
 
     def compute_cmp_state(self, model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> cooper.CMPState:
