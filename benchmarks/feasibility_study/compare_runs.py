@@ -1,6 +1,7 @@
 """The tables of PENALTY.md, from the committed run records: each run's validation verdict, validation RMSE (over the
 gamma_test grid and at gamma_test = gamma_train), test RMSE, steps to strict feasibility and per-sample descent, and
-two record folders compared setting by setting.
+two record folders compared setting by setting; one row a run adds the largest relative violation, the selected
+iterate's step and the test AUC (text runs).
 
     .venv/bin/python benchmarks/feasibility_study/compare_runs.py RUNS...                      # one row a run
     .venv/bin/python benchmarks/feasibility_study/compare_runs.py BEFORE... --against AFTER...  # side by side
@@ -43,7 +44,8 @@ def read_run(run_dir: Path) -> dict | None:
             "val_grid": summary["selection_metric"], "val_at_gamma_train": at_gamma_train,
             "test": summary["test_mean_metric"], "steps": summary.get("steps_to_strict_feasibility"),
             "descends": in_distribution["strictly_decreasing"],
-            "per_sample_decreasing": in_distribution["fraction_decreasing"]}
+            "per_sample_decreasing": in_distribution["fraction_decreasing"],
+            "selected_step": summary.get("iterate", {}).get("selected_step"), "test_auc": summary.get("test_auc")}
 
 
 def read_runs(folders: list[Path]) -> dict[tuple, dict]:
@@ -60,9 +62,9 @@ def read_runs(folders: list[Path]) -> dict[tuple, dict]:
     return found
 
 
-def cell(run: dict) -> str:
+def cell(run: dict, digits: int = 2) -> str:
     verdict = "feasible" if run["strict"] else f"misses layer {run['worst_layer']} by {100 * run['worst']:.0f} %"
-    return f"{verdict}; val {run['val_grid']:.2f} / {run['val_at_gamma_train']:.2f}"
+    return f"{verdict}; val {run['val_grid']:.{digits}f} / {run['val_at_gamma_train']:.{digits}f}"
 
 
 def totals(name: str, runs: list[dict]) -> str:
@@ -83,12 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="folders of the runs to compare with, setting by setting")
     args = parser.parse_args(argv)
     if not args.against:
-        print("| data | model | L | γ_train | seed | validation | steps to strict feasibility | descends "
-              "| per-sample ℓ_l < ℓ_{l−1} |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| data | model | L | γ_train | seed | validation | largest relative violation | selected step "
+              "| test AUC | steps to strict feasibility | descends | per-sample ℓ_l < ℓ_{l−1} |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (data, model, depth, gamma, seed), run in sorted(read_runs(args.folders).items()):
-            print(f"| {data} | {model} | {depth} | {gamma:g} | {seed} | {cell(run)} | {run['steps'] or 'never'} | "
-                  f"{run['descends']} | {100 * run['per_sample_decreasing']:.0f} % |")
+            auc = "—" if run["test_auc"] is None else f"{run['test_auc']:.3f}"
+            print(f"| {data} | {model} | {depth} | {gamma:g} | {seed} | {cell(run, 3)} | {100 * run['worst']:+.1f} % "
+                  f"(layer {run['worst_layer']}) | {run['selected_step'] or 'last'} | {auc} | "
+                  f"{run['steps'] or 'never'} | {run['descends']} | {100 * run['per_sample_decreasing']:.0f} % |")
         return 0
     before, after = read_runs(args.folders), read_runs(args.against)
     shared = sorted(set(before) & set(after))
