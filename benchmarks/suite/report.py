@@ -228,7 +228,7 @@ def readme_block(data: dict, results_md: str) -> str:
     lines = ([f"> {busy_warning(data['machine'])}.", ""] if busy_warning(data["machine"]) else []) + [f"Measured on {data['machine']['cpu']} ({data['machine']['cores']} cores, torch "
              f"{data['machine']['torch']}, {data['machine']['torch_threads']} threads), {data['machine']['date'][:10]}, "
              f"commit {str(data['machine']['git_commit'])[:10]}; {data['mode']} mode. Full record: `{results_md}`.", "",
-             "| figure | value | target | status |", "|---|---|---|---|"]
+             *merged_lines(data), "| figure | value | target | status |", "|---|---|---|---|"]
     for fig in data["figures"]:
         lines.append(f"| {fig['title']} | {fmt_value(fig)} | {fig['target']} | {fig['status']} |")
     return "\n".join(lines)

@@ -103,6 +103,7 @@ TEXT_OVERRIDES = ("model=hf_encoder", "data=imdb", "L=6", "data.train_file=imdb_
 def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, tuple[torch.nn.Module, Callable]]:
     """{arm: (model, step)}: one Trainer per ``train`` group on the same task, initial weights and batch.
 
+    ``train_groups``: {arm: "group [train.key=value ...]"}, the group and that arm's own train overrides.
     ``train.warmup_epochs=0`` so the constrained arm's dual step is on, as in the UT/DUST arms; its multipliers
     are kept > 0 so that every layer is back-propagated, as in the UT/DUST arms (which never detach a layer)."""
     import copy
@@ -111,8 +112,9 @@ def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, t
     from cutlab.config.compose import compose_run_config
     from cutlab.tasks import build_task
 
-    configs = {arm: compose_run_config([*overrides, f"train={group}", "train.warmup_epochs=0", "progress=false"])
-               for arm, group in train_groups.items()}
+    configs = {arm: compose_run_config([*overrides, f"train={spec.split()[0]}", *spec.split()[1:],
+                                        "train.warmup_epochs=0", "progress=false"])
+               for arm, spec in train_groups.items()}
     first = next(iter(configs.values()))
     for arm, cfg in configs.items():  # the arms may differ in their train group only
         if (cfg.model, cfg.data, cfg.train.batch_size) != (first.model, first.data, first.train.batch_size):

@@ -80,6 +80,7 @@ def section_constraint(res: Results, mode: Mode, data: Data, workdir: Path) -> N
         details["step_medians_s"].update({n: statistics.median(t) for n, t in app_times.items()})
         details["matmul_gflop_per_step"].update({n: count_flops(step) / 1e9 for n, (_, step) in app_arms.items()})
         profiled.append((f"constraint_overhead.{key}", app_arms, constrained, erm))
+    deep_dust_step(res, mode, data, workdir, details)
     res.details["constraint_overhead"] = details
     for fid, steps, slow, fast in profiled:
         if res.status_of(fid) == "NOT met":
@@ -97,3 +98,34 @@ def vit_data(data: Data, workdir: Path) -> list[str]:
     if data.ped2 is not None:
         return ["data=ucsd_ped2", f"data.root={data.ped2}", cache]
     return ["data=synthetic", cache]
+
+
+# The deep DUST default (train=constrained at L >= model.deep_from_layers) against the paper's dual, per step: a
+# 400-step run of it took 1.9x the paper's dual's time beside it (benchmarks/FEASIBILITY_DEEP_DUST_PENALTY.md);
+# the two further arms split that into the block gradient and the augmented Lagrangian.
+DEEP_DUST_OVERRIDES = ("model=dust", "L=5")
+DEEP_DUST_ARMS = {"deep_paper": "constrained_paper", "deep_default": "constrained",
+                  "deep_default_full_gradient": "constrained train.constraint_gradient=full",
+                  "deep_default_no_penalty": "constrained train.penalty=0"}
+
+
+def deep_dust_step(res: Results, mode: Mode, data: Data, workdir: Path, details: dict) -> None:
+    overrides = [*DEEP_DUST_OVERRIDES, *vit_data(data, workdir)]
+    say(f"  deep DUST: building the task through the app ({' '.join(overrides)})")
+    arms = app_steps(overrides, DEEP_DUST_ARMS)
+    times = interleave({name: timed(step) for name, (_, step) in arms.items()}, mode.app_reps, mode.app_warmup,
+                       "deep DUST")
+    note = (f"Built by the app's code as `python -m cutlab {' '.join(overrides)} train=<group> "
+            "train.warmup_epochs=0` would, on one fixed training batch from the same initial weights, every "
+            "multiplier > 0 (so every layer is back-propagated in every arm, as a run whose constraints are live). "
+            "Arms: " + "; ".join(f"{name} = train={spec}" for name, spec in DEEP_DUST_ARMS.items()) + ".")
+    for fid, title, slow, fast in (
+            ("deep_dust_step.default_vs_paper", "DUST L = 5: train=constrained step ÷ train=constrained_paper step",
+             "deep_default", "deep_paper"),
+            ("deep_dust_step.block_gradient", "DUST L = 5: train=constrained ÷ the same with the full gradient",
+             "deep_default", "deep_default_full_gradient"),
+            ("deep_dust_step.penalty", "DUST L = 5: train=constrained ÷ the same without the penalty (rho 0)",
+             "deep_default", "deep_default_no_penalty")):
+        res.ratio(fid, 1, title, slow, times[slow], fast, times[fast], note)
+    details["parameters"].update({n: sum(p.numel() for p in m.parameters()) for n, (m, _) in arms.items()})
+    details["step_medians_s"].update({n: statistics.median(t) for n, t in times.items()})
