@@ -112,9 +112,11 @@ def app_steps(overrides: list[str], train_groups: dict[str, str]) -> dict[str, t
     from cutlab.config.compose import compose_run_config
     from cutlab.tasks import build_task
 
-    configs = {arm: compose_run_config([*overrides, f"train={spec.split()[0]}", *spec.split()[1:],
-                                        "train.warmup_epochs=0", "progress=false"])
-               for arm, spec in train_groups.items()}
+    configs = {}
+    for arm, spec in train_groups.items():
+        group, *train_overrides = spec.split()
+        configs[arm] = compose_run_config([*overrides, f"train={group}", *train_overrides, "train.warmup_epochs=0",
+                                           "progress=false"])
     first = next(iter(configs.values()))
     for arm, cfg in configs.items():  # the arms may differ in their train group only
         if (cfg.model, cfg.data, cfg.train.batch_size) != (first.model, first.data, first.train.batch_size):
