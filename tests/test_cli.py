@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import platform
+import shutil
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 from conftest import PED2_FULL, require_shared
 from helpers.cli import cutlab, folder_fingerprint, wandb_history
@@ -25,7 +27,8 @@ def ped2_sweep(tmp_path_factory) -> Path:
     """Both models x both training modes on the real Ped2 npz, one Hydra multirun, tiny budget."""
     require_shared(PED2_FULL)
     runs = tmp_path_factory.mktemp("ped2") / "runs"
-    cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], runs)
+    # torch's plain kernels (every processor has them): the record must name the level the run itself used
+    cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], runs, env={"ATEN_CPU_CAPABILITY": "default"})
     return runs
 
 
@@ -84,8 +87,10 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert f"name: {model}" in config and "ucsd_ped2" in config
     provenance = json.loads((run / "provenance.json").read_text())
     assert provenance["seed"] == 0 and provenance["device"] in ("cpu", "cuda") and provenance["versions"]["torch"]
-    assert provenance["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert provenance["cpu_capability"] == "DEFAULT"
+    assert provenance["numerics_environment"] == {"ATEN_CPU_CAPABILITY": "default"}
     assert provenance["device_name"] not in ("", "cpu")  # the processor's name (platform.processor() is "" on Linux)
+    assert_generation_is_lscpus(provenance["cpu_generation"])
     # W&B ran offline into the run folder, under the id the record names
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
     (offline,) = run.glob("wandb/offline-run-*")
@@ -186,3 +191,17 @@ def test_a_nan_loss_stops_with_the_fix_and_a_failed_record(earlier_run):
     summary = json.loads((earlier_run / "nan" / "summary.json").read_text())
     assert summary["status"] == "failed" and "NonFiniteLoss" in summary["error"]
     assert {k: v for k, v in folder_fingerprint(earlier_run).items() if not k.startswith("nan/")} == before
+
+
+def assert_generation_is_lscpus(generation: dict | None) -> None:
+    """The recorded vendor, family, model and stepping are what util-linux's lscpu reads, where it runs."""
+    lscpu = shutil.which("lscpu")
+    if lscpu is None or platform.machine() not in ("x86_64", "AMD64"):
+        assert generation is None or generation.keys() <= {"vendor", "family", "model", "stepping"}
+        return
+    fields = dict(line.split(":", 1) for line in subprocess.run([lscpu], capture_output=True, text=True,
+                                                                  env={"LC_ALL": "C"}, check=True).stdout.splitlines()
+                  if ":" in line)
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    assert generation == {"vendor": fields["Vendor ID"], "family": fields["CPU family"], "model": fields["Model"],
+                          "stepping": fields["Stepping"]}

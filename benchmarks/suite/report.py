@@ -17,7 +17,7 @@ from suite.paths import ROOT
 
 
 def machine_info() -> dict:
-    from cutlab.run.provenance import cpu_model
+    from cutlab.run.provenance import cpu_generation, cpu_model
 
     def git(*args: str) -> str | None:
         try:
@@ -33,6 +33,7 @@ def machine_info() -> dict:
         wandb_version = None
     return {
         "cpu": cpu_model(),
+        "cpu_generation": cpu_generation(),
         "cores": os.cpu_count(),
         "cores_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
@@ -95,6 +96,14 @@ def fmt_spread(fig: dict) -> str:
     return "—"
 
 
+def cpu_text(meta: dict) -> str:
+    """The processor's name and, where recorded, its generation (a virtual machine's name alone hides it)."""
+    generation = meta.get("cpu_generation")
+    if not generation:
+        return meta["cpu"]
+    return f"{meta['cpu']} ({', '.join(f'{key} {value}' for key, value in generation.items())})"
+
+
 def render_markdown(data: dict) -> str:
     meta, mode = data["machine"], data["mode"]
     lines = ["# cutlab benchmark results", ""]
@@ -106,7 +115,7 @@ def render_markdown(data: dict) -> str:
         "Written by `python benchmarks/run.py` (see benchmarks/README.md). Every ratio is the median of per-repetition "
         "ratios A_i/B_i with the arms interleaved in the same run.", "",
         "| machine | |", "|---|---|",
-        f"| CPU | {meta['cpu']} |", f"| cores | {meta['cores']} (available to this process: {meta['cores_available']}) |",
+        f"| CPU | {cpu_text(meta)} |", f"| cores | {meta['cores']} (available to this process: {meta['cores_available']}) |",
         *([f"| GPU | {meta['gpu']} |"] if meta.get("gpu") else []),
         f"| torch | {meta['torch']}, {meta['torch_threads']} threads |",
         f"| python / numpy / wandb | {meta['python']} / {meta['numpy']} / {meta['wandb']} |",
@@ -216,7 +225,7 @@ def merged_lines(data: dict) -> list[str]:
     runs: dict[str, list[str]] = {}
     for section, entry in sorted(data.get("merged", {}).items(), key=lambda item: int(item[0])):
         m = entry["machine"]
-        described = (f"{m.get('gpu') or 'no GPU'}; CPU {m['cpu']}, {m['cores']} cores; torch {m['torch']}; python "
+        described = (f"{m.get('gpu') or 'no GPU'}; CPU {cpu_text(m)}, {m['cores']} cores; torch {m['torch']}; python "
                      f"{m['python']}; {m['date']}; commit {str(m['git_commit'])[:10]}"
                      f"{' (dirty tree)' if m['git_dirty'] else ''}; {entry['mode']} mode, {entry['wall_s'] / 60:.1f} min")
         runs.setdefault(described, []).append(section)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import subprocess
@@ -22,15 +23,38 @@ def _git(args: list[str], cwd: Path) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+# Environment variables that pick a numerical library's code path on the CPU (torch's own kernels, MKL, oneDNN):
+# each can change a run's digits (benchmarks/demo_numerics.py: which do for the default run), so a record names them
+NUMERICS_ENVIRONMENT = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (Linux), or nothing."""
+    fields: dict[str, str] = {}
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return fields
+    for line in lines:
+        if not line.strip():
+            break  # the first processor's block ends at its blank line
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return fields
+
+
 def cpu_model() -> str:
     """The processor's name (Linux: /proc/cpuinfo; platform.processor() is empty there), or the architecture."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_generation() -> dict[str, str] | None:
+    """Vendor, family, model and stepping (x86 Linux): a virtual machine's name ("AMD EPYC") hides the generation,
+    and two generations can pick different kernels from the same libraries. None where /proc/cpuinfo lacks them."""
+    info = _cpuinfo()
+    keys = {"vendor": "vendor_id", "family": "cpu family", "model": "model", "stepping": "stepping"}
+    generation = {name: info[key] for name, key in keys.items() if key in info}
+    return generation or None
 
 
 def provenance(seed: int, device: torch.device) -> dict:
@@ -53,6 +77,8 @@ def provenance(seed: int, device: torch.device) -> dict:
         # the SIMD kernels torch picked (e.g. AVX2, AVX512) round differently: a long primal-dual run on another
         # processor can end elsewhere from the same commit, seed and threads
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_generation": cpu_generation(),
+        "numerics_environment": {name: os.environ[name] for name in NUMERICS_ENVIRONMENT if name in os.environ},
         "torch_threads": torch.get_num_threads(),
         "command": redact_argv(sys.argv),  # a password in an address must not reach the record
         "versions": {

@@ -1,0 +1,91 @@
+"""The default run (``make run``) under other numerical code paths: which digits move, and whether the verdict holds.
+
+    .venv/bin/python benchmarks/demo_numerics.py     # 8 runs of the demo, one after another: ~5 min on 2 idle cores
+
+The demo's 180 primal-dual steps are sensitive to float summation order, so its digits depend on which kernels
+torch and MKL pick on the processor at hand. Each setting below is an environment variable those libraries
+document (or cutlab's ``threads``); the run's own ``provenance.json`` says which were set and which kernels torch
+used. Writes ``benchmarks/demo_numerics.json`` (one entry per setting, with the machine's ``cpu_generation``) and
+prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (label, environment, extra overrides): the first is what `make run` runs
+SETTINGS = [
+    ("as `make run` runs it", {}, []),
+    ("torch's AVX2 kernels", {"ATEN_CPU_CAPABILITY": "avx2"}, []),
+    ("MKL's reproducible AVX2 branch", {"MKL_CBWR": "AVX2"}, []),
+    ("both of those", {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}, []),
+    ("SSE2 everywhere", {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}, []),
+    ("MKL and oneDNN capped at AVX2", {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}, []),
+    ("numpy without its AVX-512 loops", {"NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL"}, []),
+    ("torch's 2 threads, not 1", {}, ["threads=2"]),
+]
+
+
+def run_demo(env: dict, overrides: list[str], runs: Path) -> dict:
+    """One `python -m cutlab threads=1` (W&B off) in ``runs``; its verdict, losses, speed and last line."""
+    command = [sys.executable, "-m", "cutlab", "threads=1", *overrides, "wandb.mode=disabled",
+               f"paths.runs_dir={runs}"]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, check=True)
+    seconds = time.perf_counter() - started
+    run = runs / "default"
+    summary = json.loads((run / "summary.json").read_text())
+    provenance = json.loads((run / "provenance.json").read_text())
+    return {
+        "environment": env, "overrides": overrides, "seconds": round(seconds, 1),
+        "verdict": summary["verdict"],
+        "test_mean_rmse": summary["test_mean_metric"],
+        "test_layer_loss": summary["in_distribution"]["test_layer_loss"],
+        "cpu_capability": provenance["cpu_capability"],
+        "last_line": done.stderr.strip().splitlines()[-1],
+        "cpu_generation": provenance["cpu_generation"],
+    }
+
+
+def table(results: list[dict]) -> str:
+    rows = ["| setting | environment / override | verdict | test mean RMSE "
+            "| test loss by layer at γ_test = γ_train |", "|---|---|---|---:|---|"]
+    for result in results:
+        knobs = " ".join([*(f"`{k}={v}`" for k, v in result["environment"].items()),
+                          *(f"`{o}`" for o in result["overrides"])]) or "—"
+        losses = " > ".join(f"{loss:.4g}" for loss in result["test_layer_loss"])
+        rows.append(f"| {result['label']} | {knobs} | {result['verdict']} | {result['test_mean_rmse']:.3f} | "
+                    f"{losses} |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "demo_numerics.json")
+    args = parser.parse_args()
+    results, started = [], time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        for index, (label, env, overrides) in enumerate(SETTINGS):
+            result = {"label": label, **run_demo(env, overrides, Path(scratch) / str(index))}
+            results.append(result)
+            elapsed = time.perf_counter() - started
+            left = elapsed / len(results) * (len(SETTINGS) - len(results))
+            print(f"[{len(results)}/{len(SETTINGS)}] {label}: {result['verdict']}, {result['test_mean_rmse']:.3f} "
+                  f"({elapsed / 60:.1f} min elapsed, about {left / 60:.1f} min left)", file=sys.stderr, flush=True)
+    record = {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "cpu_generation": results[0]["cpu_generation"], "settings": results}
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
