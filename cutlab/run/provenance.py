@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import socket
@@ -28,6 +29,7 @@ def _git(args: list[str], cwd: Path) -> str | None:
 NUMERICS_ENVIRONMENT = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
+@functools.cache  # read once: the processor's name and its generation come from the same file
 def _cpuinfo() -> dict[str, str]:
     """The first processor's fields in /proc/cpuinfo (Linux), or nothing."""
     fields: dict[str, str] = {}
