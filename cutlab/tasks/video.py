@@ -14,7 +14,8 @@ from cutlab.tasks.models import instantiate_model
 
 def build_video_task(cfg: DictConfig) -> Task:
     data = cfg.data
-    options = {"test_clips": data.test_clips} if "test_clips" in data else {}  # video_folder's flat layout
+    # set-specific loader options: video_folder's flat layout, the generated set's size
+    options = {key: data[key] for key in ("test_clips", "training_clips") if key in data}
     clips = load_video_clips(data.name, data.root, cfg.paths.cache_dir, data.image_size, progress=cfg.progress, **options)
     train_clips, val_clips = split_validation(clips.train, data.val_clips)
     return Task(

@@ -56,9 +56,17 @@ def make_synthetic_clips(
     return VideoClips(train=train, test=test, source=source)
 
 
-def load_synthetic(root, cache_dir: str | None, image_size: int, progress: bool) -> VideoClips:
-    """data=synthetic (the registry's entry point): generated, so root and cache_dir are not used."""
-    return make_synthetic_clips(size=image_size, progress=progress)
+def load_synthetic(
+    root, cache_dir: str | None, image_size: int, progress: bool, training_clips: int = 6
+) -> VideoClips:
+    """data=synthetic (the registry's entry point): generated, so root and cache_dir are not used.
+
+    The test clips are drawn after the training clips, so ``training_clips`` changes them too; 6 gives the set of
+    every measurement made before the key existed.
+    """
+    if isinstance(training_clips, bool) or not isinstance(training_clips, int) or training_clips < 2:
+        raise CutlabError(f"data.training_clips={training_clips!r} must be an integer >= 2 (one or more validate)")
+    return make_synthetic_clips(n_train=training_clips, size=image_size, progress=progress)
 
 
 def _background(size: int, rng: np.random.Generator) -> np.ndarray:
