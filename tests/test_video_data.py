@@ -329,3 +329,24 @@ def test_synthetic_is_deterministic_moving_and_spans_a_range():
         assert not np.array_equal(clip, other.train[name])
         assert all(np.any(clip[t] != clip[t + 1]) for t in range(len(clip) - 1))  # something moves every frame
         assert clip.max() - clip.min() > 120 and clip.std() > 10
+
+
+def test_synthetic_size_is_a_config_key_whose_default_is_the_set_measured_before_it():
+    """data.training_clips reaches the generator through the task (6: the clips every earlier run trained on);
+    more clips keep the first ones and draw the test clips after them; a bad size is one line naming the key."""
+    from cutlab.config.compose import compose_run_config
+    from cutlab.tasks import build_task
+
+    default = make_synthetic_clips(size=64)
+    task = build_task(compose_run_config(["data.training_clips=9"]))
+    nine = make_synthetic_clips(n_train=9, size=64)
+    assert len(task.train_set) == len(FrameWindows({k: nine.train[k] for k in list(nine.train)[:8]}, 10, 5))
+    for name, clip in default.train.items():
+        np.testing.assert_array_equal(clip, nine.train[name])
+    assert not np.array_equal(default.test["testing_01"], nine.test["testing_01"])
+    np.testing.assert_array_equal(
+        load_video_clips("synthetic", None, None, image_size=64, progress=False).test["testing_01"],
+        default.test["testing_01"])
+    for bad in (1, 0, "many", True):
+        with pytest.raises(CutlabError, match=r"^data\.training_clips=.* must be an integer >= 2"):
+            load_video_clips("synthetic", None, None, image_size=64, progress=False, training_clips=bad)
