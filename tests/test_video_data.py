@@ -335,8 +335,10 @@ def test_synthetic_size_is_a_config_key_whose_default_is_the_set_measured_before
     """data.training_clips reaches the generator through the task (6: the clips every earlier run trained on);
     more clips keep the first ones and draw the test clips after them; a bad size is one line naming the key."""
     from cutlab.config.compose import compose_run_config
+    from cutlab.core.data.synthetic import DEFAULT_TRAINING_CLIPS
     from cutlab.tasks import build_task
 
+    assert compose_run_config([]).data.training_clips == DEFAULT_TRAINING_CLIPS == 6
     default = make_synthetic_clips(size=64)
     task = build_task(compose_run_config(["data.training_clips=9"]))
     nine = make_synthetic_clips(n_train=9, size=64)

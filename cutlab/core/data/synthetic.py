@@ -16,6 +16,9 @@ from cutlab.core.data.video import VideoClips
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
+# the generated training set of every measurement made before data.training_clips existed
+DEFAULT_TRAINING_CLIPS = 6
+
 
 @dataclass
 class _Shape:
@@ -32,7 +35,12 @@ class _Shape:
 
 
 def make_synthetic_clips(
-    n_train: int = 6, n_test: int = 2, frames: int = 40, size: int = 160, seed: int = 0, progress: bool = False
+    n_train: int = DEFAULT_TRAINING_CLIPS,
+    n_test: int = 2,
+    frames: int = 40,
+    size: int = 160,
+    seed: int = 0,
+    progress: bool = False,
 ) -> VideoClips:
     """Deterministic moving-shapes clips, uint8 [frames, size, size], named ``training_NN`` / ``testing_NN``."""
     for what, value, low in (("n_train", n_train, 1), ("n_test", n_test, 1), ("frames", frames, 1), ("size", size, 16)):
@@ -57,12 +65,11 @@ def make_synthetic_clips(
 
 
 def load_synthetic(
-    root, cache_dir: str | None, image_size: int, progress: bool, training_clips: int = 6
+    root, cache_dir: str | None, image_size: int, progress: bool, training_clips: int = DEFAULT_TRAINING_CLIPS
 ) -> VideoClips:
     """data=synthetic (the registry's entry point): generated, so root and cache_dir are not used.
 
-    The test clips are drawn after the training clips, so ``training_clips`` changes them too; 6 gives the set of
-    every measurement made before the key existed.
+    The test clips are drawn after the training clips, so ``training_clips`` changes them too.
     """
     if isinstance(training_clips, bool) or not isinstance(training_clips, int) or training_clips < 2:
         raise CutlabError(f"data.training_clips={training_clips!r} must be an integer >= 2 (one or more validate)")
