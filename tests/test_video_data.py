@@ -339,10 +339,15 @@ def test_synthetic_size_is_a_config_key_whose_default_is_the_set_measured_before
     from cutlab.tasks import build_task
 
     assert compose_run_config([]).data.training_clips == DEFAULT_TRAINING_CLIPS == 6
+    from cutlab.core.data.video import split_validation
+
     default = make_synthetic_clips(size=64)
-    task = build_task(compose_run_config(["data.training_clips=9"]))
+    cfg = compose_run_config(["data.training_clips=9"])
+    task = build_task(cfg)
     nine = make_synthetic_clips(n_train=9, size=64)
-    assert len(task.train_set) == len(FrameWindows({k: nine.train[k] for k in list(nine.train)[:8]}, 10, 5))
+    nine_training, _ = split_validation(nine.train, cfg.data.val_clips)
+    assert len(nine_training) == 8
+    assert len(task.train_set) == len(FrameWindows(nine_training, cfg.data.frames, cfg.data.stride))
     for name, clip in default.train.items():
         np.testing.assert_array_equal(clip, nine.train[name])
     assert not np.array_equal(default.test["testing_01"], nine.test["testing_01"])
