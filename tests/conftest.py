@@ -51,6 +51,7 @@ def ped2_tokens() -> torch.Tensor:
 
 # ------------------------------------------------------------------ slow tests: a sample in every default run
 SLOW_SAMPLE = pytest.StashKey[tuple]()  # (seed, the chosen test ids, how many slow tests were collected)
+WORKERS_SLOW_SAMPLE = pytest.StashKey[tuple]()  # the same, as a pytest-xdist worker handed it to the controller
 
 
 def pytest_addoption(parser):
@@ -80,8 +81,27 @@ def pytest_collection_modifyitems(config, items):
 def pytest_collection_finish(session):
     if SLOW_SAMPLE not in session.config.stash:
         return
-    seed, chosen, total = session.config.stash[SLOW_SAMPLE]
-    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its controller prints the line at the end
+        session.config.workeroutput["slow_sample"] = session.config.stash[SLOW_SAMPLE]
+        return
+    write_slow_sample_line(session.config, *session.config.stash[SLOW_SAMPLE])
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: without xdist it is never called
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller collects nothing itself: it keeps the sample a worker chose (every worker chose the
+    same one, or xdist stops the run)."""
+    if "slow_sample" in getattr(node, "workeroutput", {}):
+        node.config.stash[WORKERS_SLOW_SAMPLE] = tuple(node.workeroutput["slow_sample"])
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    if WORKERS_SLOW_SAMPLE in config.stash:
+        write_slow_sample_line(config, *config.stash[WORKERS_SLOW_SAMPLE])
+
+
+def write_slow_sample_line(config, seed: str, chosen, total: int) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line(f"slow tests: {len(chosen)} of {total} in this run (sample of {seed[:12]}; all of them: "
                             f"make test-all; this sample again: CUTLAB_SLOW_SEED={seed}): {', '.join(chosen) or 'none'}")

@@ -12,12 +12,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from conftest import ROOT, SHARED, require_shared
 from helpers.cli import cutlab
 from helpers.contract import steps_on_a_fixed_batch
 
+from cutlab.config.compose import compose_run_config
 from cutlab.core.data.alpaca import (
     IGNORE, PROMPT_NO_INPUT, PROMPT_WITH_INPUT, Example, load_examples, prompt_of, tokenize_example,
 )
@@ -66,16 +67,14 @@ def tiny_tokenizer(tmp_path_factory) -> Path:
 
 
 def task_config(root, tokenizer_folder, **model) -> OmegaConf:
-    """The composed config of ``model=causal_lm data=alpaca`` with a random-init 2-layer Llama."""
-    cfg = OmegaConf.load(ROOT / "conf" / "config.yaml")
-    cfg.model = OmegaConf.load(ROOT / "conf" / "model" / "causal_lm.yaml")
-    cfg.data = OmegaConf.load(ROOT / "conf" / "data" / "alpaca.yaml")
-    # train=constrained is the paper's preset (its defaults list) with cutlab's dual dynamics merged over it
-    defaults = OmegaConf.load(ROOT / "conf" / "train" / "constrained.yaml")
-    cfg.train = OmegaConf.merge(OmegaConf.load(ROOT / "conf" / "train" / "constrained_paper.yaml"),
-                                {key: value for key, value in defaults.items() if key != "defaults"})
-    cfg.merge_with({"L": 2, "progress": False, "model": {"pretrained": None, "tokenizer": str(tokenizer_folder), **model},
-                    "data": {"root": str(root), "val_fraction": 0.1, "test_fraction": 0.2}})
+    """The config ``python -m cutlab model=causal_lm data=alpaca`` composes, with a random-init 2-layer Llama;
+    ``model`` keys (a dict for a nested one) are merged over its model node, new ones too (``+model.KEY=`` on the
+    command line)."""
+    cfg = compose_run_config(["model=causal_lm", "data=alpaca", f"data.root={root}", "model.pretrained=null",
+                              f"model.tokenizer={tokenizer_folder}", "L=2", "progress=false",
+                              "data.val_fraction=0.1", "data.test_fraction=0.2"])
+    with open_dict(cfg):
+        cfg.model.merge_with(model)
     return cfg
 
 
@@ -328,8 +327,7 @@ def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_p
     ({"architecture": {"hidden_size": 30}}, "not a valid LlamaConfig"),
 ])
 def test_unsupported_model_settings_are_refused(alpaca_file, tiny_tokenizer, override, message):
-    cfg = task_config(alpaca_file, tiny_tokenizer)
-    cfg.model.merge_with(override)
+    cfg = task_config(alpaca_file, tiny_tokenizer, **override)
     with pytest.raises(CutlabError, match=message):
         build(cfg)
 

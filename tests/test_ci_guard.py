@@ -49,3 +49,12 @@ def test_a_default_run_includes_a_sample_of_the_slow_tests_chosen_by_its_seed(tm
     assert passed(run_sample(tmp_path, "--slow-sample", "2", seed="commit-b")) != passed(first), "another sample"
     assert passed(run_sample(tmp_path, "--slow-sample", "0", seed="commit-a")) == {"test_quick"}
     assert len(passed(run_sample(tmp_path, "-m", "slow or not slow", seed="commit-a"))) == 6, "-m decides alone"
+
+
+def test_parallel_workers_run_the_same_sample_and_name_it(tmp_path):
+    """`make test` runs the suite on pytest-xdist workers: each collects alone, so each must choose the same sample
+    (xdist stops a run whose workers collected different tests), and the controller names it."""
+    serial = run_sample(tmp_path, "--slow-sample", "2", seed="commit-a")
+    parallel = run_sample(tmp_path, "--slow-sample", "2", "-n", "2", seed="commit-a")
+    assert passed(parallel) == passed(serial) and len(passed(parallel)) == 3
+    assert "slow tests: 2 of 5 in this run" in parallel and "CUTLAB_SLOW_SEED=commit-a" in parallel
