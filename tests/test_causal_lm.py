@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from omegaconf import OmegaConf, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
-from conftest import ROOT, SHARED, require_shared
+from conftest import SHARED, require_shared
 from helpers.cli import cutlab
 from helpers.contract import steps_on_a_fixed_batch
 
@@ -66,7 +66,7 @@ def tiny_tokenizer(tmp_path_factory) -> Path:
     return train_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
-def task_config(root, tokenizer_folder, **model) -> OmegaConf:
+def task_config(root, tokenizer_folder, **model) -> DictConfig:
     """The config ``python -m cutlab model=causal_lm data=alpaca`` composes, with a random-init 2-layer Llama;
     ``model`` keys (a dict for a nested one) are merged over its model node, new ones too (``+model.KEY=`` on the
     command line)."""

@@ -336,11 +336,10 @@ def test_synthetic_size_is_a_config_key_whose_default_is_the_set_measured_before
     more clips keep the first ones and draw the test clips after them; a bad size is one line naming the key."""
     from cutlab.config.compose import compose_run_config
     from cutlab.core.data.synthetic import DEFAULT_TRAINING_CLIPS
+    from cutlab.core.data.video import split_validation
     from cutlab.tasks import build_task
 
     assert compose_run_config([]).data.training_clips == DEFAULT_TRAINING_CLIPS == 6
-    from cutlab.core.data.video import split_validation
-
     default = make_synthetic_clips(size=64)
     cfg = compose_run_config(["data.training_clips=9"])
     task = build_task(cfg)
