@@ -164,11 +164,17 @@ def corrupt_npz(folder: Path) -> Path:
         (["train.detach_prev=last"], "train.detach_prev must be true, false, first or local, got 'last'"),
         (["train.constraint_gradient=layer"], "train.constraint_gradient must be one of full, block, layerwise, got 'layer'"),
         (["train.dual_optimizer=nupi", "train.kappa_p=-1"], "train.kappa_p must be >= 0, got -1"),
+        (["train.dual_restarts=maybe"], "train.dual_restarts must be true or false, got 'maybe'"),
+        (["progress=1"], "progress must be true or false, got 1; e.g. progress=false"),
+        (["model.patch=8"], "model.patch=8 but data.patch=16: model=dust reads the data's patch tokens; set data.patch=8"),
+        (["model.atoms=0"], "model=dust cannot be built: a DCT dictionary needs at least 256 atoms"),
+        (["model=ut", "model.attention_step=-1"], "model=ut cannot be built: attention_step (beta) and"),
         (["model=ut", "gamma=0"], "Phi_0 already equals the target"),  # the ratio form would divide by l_0 = 0
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
-         "negative-kappa",
+         "negative-kappa", "restarts-not-a-flag", "progress-not-a-flag",
+         "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):

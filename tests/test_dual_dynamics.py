@@ -306,10 +306,12 @@ def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
     (lambda: DualSettings(lr=0.1, penalty=-1.0), "train.penalty must be >= 0"),
+    (lambda: DualSettings(lr=0.1, dual_restarts="maybe"), "train.dual_restarts must be true or false, got 'maybe'"),
     (lambda: DualSettings(lr=0.1, penalty=5.0, resilience="slack"), "use train.resilience=off or train.penalty=0"),
     (lambda: Constraints(alpha=0.3, form="quotient"), "train.constraint_form must be one of difference, ratio"),
     (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false, first or local"),
-], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "negative-penalty", "penalty-resilience",
+], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "negative-penalty", "restarts-not-a-flag",
+        "penalty-resilience",
         "form", "detach-prev"])
 def test_bad_dual_settings_are_one_clear_line(make, message: str) -> None:
     with pytest.raises(CutlabError, match=message) as error:

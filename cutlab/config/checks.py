@@ -36,6 +36,11 @@ def _integer(key: str, value: Any, example: str, minimum: int) -> int:
     return value
 
 
+def _flag(key: str, value: Any, example: str) -> None:
+    if not isinstance(value, bool):  # a string such as 'maybe' would read as true
+        raise CutlabError(f"{key} must be true or false, got {value!r}; e.g. {key}={example}")
+
+
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise CutlabError(f"{key} must be one of {', '.join(choices)}, got {value!r}; e.g. {key}={choices[0]}")
@@ -49,6 +54,7 @@ def check_config(cfg: DictConfig) -> None:
     _number("noise_mean", cfg.noise_mean, "0.0", finite=True)
     _integer("L", cfg.L, "5", 1)
     _integer("seed", cfg.seed, "0", 0)
+    _flag("progress", cfg.progress, "false")
     if cfg.threads is not None:
         _integer("threads", cfg.threads, "1", 1)
     gammas = cfg.eval.gamma_test
@@ -81,10 +87,16 @@ def check_config(cfg: DictConfig) -> None:
         _choice("train.constraint_gradient", train.get("constraint_gradient", "full"), CONSTRAINT_GRADIENTS)
         _choice("train.dual_optimizer", train.dual_optimizer, DUAL_OPTIMIZERS)
         _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
+        _flag("train.dual_restarts", train.dual_restarts, "false")
+        _flag("train.resilience_restarts", train.resilience_restarts, "true")
         _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
         _number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         _number("train.nu", train.nu, "0.0", minimum=0.0)
     if kind == "video":
+        if "patch" in cfg.model and cfg.model.patch != cfg.data.patch:
+            raise CutlabError(f"model.patch={cfg.model.patch} but data.patch={cfg.data.patch}: model={cfg.model.name} "
+                              f"reads the data's patch tokens; set data.patch={cfg.model.patch} instead (cutlab's video models "
+                              "take model.patch from it)")
         _integer("data.frames", cfg.data.frames, "10", 1)
         _integer("data.stride", cfg.data.stride, "10", 1)
         _integer("data.val_clips", cfg.data.val_clips, "2", 1)

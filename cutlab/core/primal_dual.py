@@ -84,6 +84,9 @@ class DualSettings:
             raise CutlabError("train.dual_update=alternating needs train.dual_cadence=batch (an epoch-cadence dual "
                               "step has no primal step of its own to precede)")
 
+        for key, value in (("dual_restarts", self.dual_restarts), ("resilience_restarts", self.resilience_restarts)):
+            if not isinstance(value, bool):  # a string such as 'maybe' would read as true
+                raise CutlabError(f"train.{key} must be true or false, got {value!r}; e.g. train.{key}=false")
         if not self.penalty >= 0:
             raise CutlabError(f"train.penalty must be >= 0, got {self.penalty}; e.g. train.penalty=10 (0 = off)")
         if self.penalty and self.resilience != "off":

@@ -38,4 +38,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if missing:
         raise CutlabError(f"model._target_={target} needs {', '.join(missing)}, which neither the model config nor "
                           f"the task gives; add them to the model's yaml")
-    return build(**given)
+    try:
+        return build(**given)
+    except ValueError as error:  # a model refuses a value of its own config (Python's convention for bad arguments)
+        raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None

@@ -61,6 +61,9 @@ class DUST(LayerwiseModel):
         super().__init__()
         if depth < 1:
             raise ValueError(f"DUST needs depth L >= 1, got {depth}")
+        if not threshold >= 0 or not attention_step >= 0:
+            raise ValueError(f"threshold (theta) and attention_step (beta) must be >= 0, got {threshold} and "
+                             f"{attention_step}")
         if lipschitz_margin < 1.0:
             raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
         self.depth = depth

@@ -34,6 +34,9 @@ class UT(LayerwiseModel):
         super().__init__()
         if depth < 1:
             raise ValueError(f"UT needs depth L >= 1, got {depth}")
+        if not attention_step >= 0 or not feedforward_init_std >= 0:
+            raise ValueError(f"attention_step (beta) and feedforward_init_std must be >= 0, got {attention_step} and "
+                             f"{feedforward_init_std}")
         self.depth = depth
         self.attention_step = attention_step
         self.attention_scale = attention_scale if attention_scale is not None else 1.0 / (patch * patch)
