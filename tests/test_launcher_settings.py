@@ -100,16 +100,35 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
         (["+launcher.partition=gpu"], "launcher.partition is a key of launcher=slurm: write launcher.partition=gpu "
                                       "without the '+' (with launcher=slurm)"),
         (["launcher.mem_gb=0"], "launcher.mem_gb must be a positive number, got 0"),
+        (["launcher.threads=0"], "launcher.threads must be a whole number >= 1, got 0; e.g. launcher.threads=1"),
     ],
-    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value"],
+    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value", "no-threads"],
 )
 def test_a_bad_launcher_key_is_one_line_naming_the_fix(tmp_path, args, expected):
+    assert_plan_refused_in_one_line(tmp_path, ["launcher=slurm", *args], expected)
+
+
+def assert_plan_refused_in_one_line(tmp_path, args: list[str], expected: str) -> None:
     runs = tmp_path / "runs"
-    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm", *args], runs, check=False)
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", *args], runs, check=False)
     assert result.returncode == 2, result.stderr[-2000:]
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert not runs.exists()
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["launcher.max_parallel=0"], "launcher.max_parallel must be a whole number >= 1, got 0; e.g. "
+                                      "launcher.max_parallel=2"),
+        (["launcher.warm_workers=maybe"], "launcher.warm_workers must be true or false, got 'maybe'"),
+    ],
+    ids=["no-slots", "warm-workers-not-a-flag"],
+)
+def test_a_bad_local_launcher_value_is_one_line_instead_of_another_value(tmp_path, args, expected):
+    """Not coerced: max_parallel=0 used to run one slot, and any string turned warm workers on."""
+    assert_plan_refused_in_one_line(tmp_path, ["launcher=local", *args], expected)
 
 
 def test_a_key_of_another_launcher_names_each_launchers_keys(tmp_path):

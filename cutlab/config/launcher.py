@@ -78,4 +78,18 @@ def check_launcher_node(launcher: dict) -> str:
     if extra:
         raise CutlabError(f"launcher={name} has no key {', '.join(extra)}; its keys are "
                           f"{', '.join(k for k in KEYS[name] if k != 'name') or '(none)'} ({valid_keys_text()})")
+    _check_own_values(launcher)
     return name
+
+
+def _check_own_values(launcher: dict) -> None:
+    """cutlab's own launcher keys (the SLURM ones are checked with their profile, cutlab/launch/slurm_profile.py)."""
+    for key, example in (("max_parallel", "2"), ("threads", "1")):
+        if key not in launcher or (key == "threads" and launcher[key] is None):  # null threads: SLURM's cpus_per_task
+            continue
+        value = launcher[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CutlabError(f"launcher.{key} must be a whole number >= 1, got {value!r}; e.g. launcher.{key}={example}")
+    if "warm_workers" in launcher and not isinstance(launcher["warm_workers"], bool):
+        raise CutlabError(f"launcher.warm_workers must be true or false, got {launcher['warm_workers']!r}; "
+                          "e.g. launcher.warm_workers=false")
