@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cutlab.config.launcher import check_launcher_node
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
 from cutlab.launch.plan import SWEEP_RECORDS, Plan, _duration, expand, format_plan, parse_command
 from cutlab.reproduce_grids import SCALES, Grid, grids
@@ -45,7 +46,8 @@ def expand_all(planned: list[ScaleGrid]) -> None:
 
 def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
     """The whole plan: per table or figure its grids (runs, states, estimates, sbatch scripts) and totals."""
-    launcher = next((item.plan.launcher.get("name", "inprocess") for item in planned), "inprocess")
+    # the launcher check a sweep's launch makes, so the plan refuses what the launch would
+    launcher = next((check_launcher_node(item.plan.launcher) for item in planned), "inprocess")
     lines = [f"# cutlab-reproduce --scale {scale} --plan (launcher: {launcher}); nothing is started"]
     totals = _Tally()
     for entry in SCALES[scale]:
@@ -110,7 +112,7 @@ def _parallel(plan: Plan, launcher: str):
 
         profile = slurm_settings(plan.launcher)
         return profile.array_parallelism, profile
-    return (int(plan.launcher.get("max_parallel") or 1) if launcher == "local" else 1), None
+    return (plan.launcher.get("max_parallel", 1) if launcher == "local" else 1), None
 
 
 def _sbatch(plan: Plan, profile) -> str:

@@ -76,8 +76,8 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     elif launcher == "local":
         from cutlab.launch.local import run_local
 
-        outcomes = run_local(commands, int(plan.launcher.get("max_parallel") or 1),
-                             warm_workers=bool(plan.launcher.get("warm_workers", True)),
+        outcomes = run_local(commands, plan.launcher.get("max_parallel", 1),
+                             warm_workers=plan.launcher.get("warm_workers", True),
                              worker_env=_shared_wandb_cache(record))
     else:
         from cutlab.launch import slurm
