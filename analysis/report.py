@@ -169,9 +169,16 @@ def _infeasible(frame: pd.DataFrame) -> list[str]:
     infeasible = sort_cells(frame[frame["usable"] & (frame["verdict"] == INFEASIBLE)])
     lines = ["## Runs that ended infeasible", ""]
     if infeasible.empty:
-        constrained = int((frame["usable"] & (frame["constrained"] == True)).sum())  # noqa: E712 (either arm)
-        return lines + ["None: every complete constrained run satisfies its constraints on held-out data."
-                        if constrained else "None (no complete constrained runs)."]
+        constrained = frame[frame["usable"] & (frame["constrained"] == True)]  # noqa: E712 (either arm)
+        if constrained.empty:
+            return lines + ["None (no complete constrained runs)."]
+        short = constrained[constrained["verdict"].isin([SLACK_FEASIBLE, DEGENERATE])]
+        if short.empty:
+            return lines + ["None: every complete constrained run is strictly feasible on held-out data."]
+        return lines + [f"None, but not every complete constrained run is strictly feasible: "
+                        f"{int((short['verdict'] == SLACK_FEASIBLE).sum())} {NAMES[SLACK_FEASIBLE]} "
+                        f"({SLACK_MEANING}) and {int((short['verdict'] == DEGENERATE).sum())} {NAMES[DEGENERATE]} "
+                        f"({DEGENERATE_MEANING}); neither is counted as feasible."]
     lowest = lowest_last_layer_loss(frame)
     lines += ["Complete constrained runs whose descent constraints are violated on held-out data (validation, "
               "at γ_train). They stay in the tables, marked †, when the selection chooses them. Chained together, "

@@ -127,6 +127,13 @@ def test_a_killed_run_resumes_and_ends_identical_to_an_uninterrupted_one(tmp_pat
     assert "resuming" in result.stdout + result.stderr
     assert_same_records(killed, runs / "uninterrupted")
     assert json.loads((killed / "summary.json").read_text())["status"] == "complete"
+    # the first session's provenance stays; the resumed one is added beside it (threads, processor, kernels)
+    first = json.loads((runs / "uninterrupted" / "provenance.json").read_text())
+    provenance = json.loads((killed / "provenance.json").read_text())
+    assert "resumed" not in first and provenance["seed"] == first["seed"]
+    [session] = provenance["resumed"]
+    assert session["at_step"] in (3, 6) and session["torch_threads"] == first["torch_threads"]
+    assert session["cpu_generation"] == first["cpu_generation"] and "seed" not in session
 
 
 def test_the_embedded_default_runs_with_no_file(tmp_path):
@@ -165,6 +172,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["train.constraint_gradient=layer"], "train.constraint_gradient must be one of full, block, layerwise, got 'layer'"),
         (["train.dual_optimizer=nupi", "train.kappa_p=-1"], "train.kappa_p must be >= 0, got -1"),
         (["train.dual_restarts=maybe"], "train.dual_restarts must be true or false, got 'maybe'"),
+        (["train.dual_optimizer=adam", "train.dual_restarts=true"],
+         "train.dual_restarts=true is not supported with train.dual_optimizer=adam"),
+        (["train.resilience=slack", "train.slack_lr=0"], "train.slack_lr must be > 0, got 0"),
         (["progress=1"], "progress must be true or false, got 1; e.g. progress=false"),
         (["model.patch=8"], "model.patch=8 but data.patch=16: model=dust reads the data's patch tokens; set data.patch=8"),
         (["model.atoms=0"], "model=dust cannot be built: a DCT dictionary needs at least 256 atoms"),
@@ -173,7 +183,7 @@ def corrupt_npz(folder: Path) -> Path:
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
-         "negative-kappa", "restarts-not-a-flag", "progress-not-a-flag",
+         "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0"],
 )
@@ -197,6 +207,19 @@ def test_a_nan_loss_stops_with_the_fix_and_a_failed_record(earlier_run):
     summary = json.loads((earlier_run / "nan" / "summary.json").read_text())
     assert summary["status"] == "failed" and "NonFiniteLoss" in summary["error"]
     assert {k: v for k, v in folder_fingerprint(earlier_run).items() if not k.startswith("nan/")} == before
+
+
+@pytest.mark.parametrize("train", ["constrained_paper", "constrained"])  # the difference form, and the ratio one
+def test_a_model_that_diverges_on_its_last_step_fails_instead_of_reading_as_feasible(earlier_run, train):
+    # one step at a huge lr: the minibatch loss before it is finite, the parameters after it are not, so only the
+    # held-out evaluation sees NaN (which compares as below every bound: it once gave "verdict feasible")
+    name = f"diverged_{train}"
+    result = cutlab([f"train={train}", "train.lr=1e30", "train.epochs=1", "train.max_steps_per_epoch=1",
+                     "train.warmup_epochs=0", "wandb.mode=disabled", f"run_name={name}"], earlier_run, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "held-out loss" in result.stderr and "train.lr" in result.stderr.strip().splitlines()[-1]
+    summary = json.loads((earlier_run / name / "summary.json").read_text())
+    assert summary["status"] == "failed" and "NonFiniteLoss" in summary["error"] and "verdict" not in summary
 
 
 def assert_generation_is_lscpus(generation: dict | None) -> None:

@@ -75,6 +75,20 @@ def test_a_killed_cuda_run_resumes_and_ends_identical_to_an_uninterrupted_one(tm
 
 
 @needs_cuda
+def test_a_cuda_checkpoint_carries_the_gpus_random_state_for_dropout():
+    # the Hugging Face encoders and LoRA keep their dropout, whose masks come from the CUDA generator
+    cfg = compose_run_config(["L=2", "train.warmup_epochs=0"])
+    task = build_task(cfg)
+    task.model.to("cuda")
+    trainer = build_trainer(cfg, task, reference_epsilon(cfg, task, torch.device("cuda")), torch.device("cuda"))
+    state = trainer.state_dict()
+    expected = torch.rand(4, device="cuda")
+    torch.rand(100, device="cuda")  # move the generator on
+    trainer.load_state_dict(state)
+    assert torch.equal(torch.rand(4, device="cuda"), expected)
+
+
+@needs_cuda
 @pytest.mark.parametrize("started, resumed", [("cuda", "cpu"), ("cpu", "cuda")])
 def test_a_run_resumed_on_another_kind_of_device_is_refused_in_one_line_and_resumes_on_its_own(tmp_path, started,
                                                                                                resumed):

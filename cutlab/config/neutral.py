@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from cutlab.config.launcher import folder_neutral_keys
 
-# Keys whose value never changes what a run computes: how it is launched, logged, threaded, checkpointed, and where
-# its files are (what ``paths`` changes, the data and model files, is compared through the keys resolved from it).
+# Keys that choose how a run executes, not what it computes: how it is launched, logged, threaded, checkpointed, and
+# where its files are (what ``paths`` changes, the data and model files, is compared through the keys resolved from
+# it). Threads and device can move the last digits, as the processor does (float summation order); a resumed
+# session's are recorded in provenance.json instead (cutlab.run.experiment).
 RESULT_NEUTRAL_KEYS = (
     "run_name", *folder_neutral_keys(), "device", "threads", "progress", "wandb.mode", "wandb.project",
     "wandb.entity", "wandb.group", "wandb.tags", "paths.runs_dir", "paths.cache_dir", "paths.data_dir", "paths.models_dir", "checkpoint.every_steps",

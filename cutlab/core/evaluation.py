@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Protocol
 import torch
 
 from cutlab.core.data.groups import SampleGroups
+from cutlab.core.errors import NonFiniteLoss
 from cutlab.core.perturbation import EVAL_STREAM, Perturbation, noise_generator, perturbed_forward
 from cutlab.core.constraints import Constraints
 from cutlab.core.precision import DEFAULT_PRECISION, as_float32, forward_precision
@@ -116,9 +117,23 @@ def evaluate(
     if metric_sums is None:
         raise ValueError("evaluate() got an empty split")
     losses = torch.stack([torch.cat(per_gamma) for per_gamma in sample_losses])
+    _check_finite(losses.mean(dim=1), gammas)
     metric = torch.stack([objective.metric_from_sums(metric_sums[g], counts[g]) for g in range(len(gammas))])
     return Evaluation(list(gammas), objective.metric_name, metric, losses.mean(dim=1), losses,
                       getattr(samples, "sample_groups", None))
+
+
+def _check_finite(mean_loss: torch.Tensor, gammas: list[float]) -> None:
+    """Refuse held-out losses that are NaN or infinite: a NaN compares as neither above nor below a bound, so the
+    verdict would read a diverged model as feasible. Training checks each minibatch before its step; this catches
+    the parameters the last step left (or a held-out input with NaNs)."""
+    bad = ~torch.isfinite(mean_loss)
+    if bool(bad.any()):
+        g, layer = (int(i) for i in bad.nonzero()[0])
+        raise NonFiniteLoss(
+            f"the held-out loss of layer {layer} at gamma_test={gammas[g]:g} is {float(mean_loss[g, layer])}: the model's "
+            "parameters diverged; lower the primal learning rate (train.lr=...), set gradient clipping "
+            "(train.grad_clip=1.0), or check the input data for NaNs")
 
 
 STRICTLY_FEASIBLE = "feasible"
@@ -164,11 +179,18 @@ class Verdict:
 def misses(constraints: Constraints, layer_losses: torch.Tensor, slacks: torch.Tensor,
            tolerance: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Masks [L+1] of the active constraints missed by more than ``tolerance`` of their right-hand side (strictly),
-    and of those missed even with the run's resilience slack: the one rule of the verdict and the feasibility clock."""
-    violation = constraints.relative_violations(layer_losses)
-    active = constraints.active_mask(len(layer_losses))
-    relative_slack = constraints.relative_slacks(slacks, layer_losses)
-    return active & (violation > tolerance), active & (violation > tolerance + relative_slack)
+    and of those missed even with the run's resilience slack: the one rule of the verdict and the feasibility clock.
+    A NaN counts as missed, never as met."""
+    losses = layer_losses.detach().cpu()
+    violation = constraints.relative_violations(losses)
+    active = constraints.active_mask(len(losses))
+    beyond_slack = ~(violation <= tolerance + constraints.relative_slacks(slacks, losses))
+    if constraints.form == "difference":
+        # a zero right-hand side (l_{l-1} = 0) makes both relative numbers inf whatever the slack: read g_l <= u_l
+        rhs = constraints.right_hand_sides(losses)
+        within = (losses - rhs) <= slacks.detach().cpu().to(losses.dtype)
+        beyond_slack = torch.where(rhs > 0, beyond_slack, ~within)
+    return active & ~(violation <= tolerance), active & beyond_slack
 
 
 INTERVAL_LEVEL = 0.9

@@ -32,7 +32,7 @@ import torch
 
 from cutlab.core.constraints import Constraints, value_with_gradient_of
 from cutlab.core.nupi import NuPI
-from cutlab.core.errors import CutlabError
+from cutlab.core.errors import CutlabError, NonFiniteLoss
 
 Resilience = Literal["off", "slack", "weight_decay"]
 Cadence = Literal["batch", "epoch"]
@@ -40,6 +40,16 @@ DualOptimizer = Literal["adam", "sgd", "nupi"]
 DualUpdate = Literal["simultaneous", "alternating"]
 DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
+
+
+def check_dual_restarts(optimizer: str, dual_restarts: bool) -> None:
+    """Restarts need a per-multiplier optimiser state: torch's Adam keeps one step count for all the multipliers,
+    so zeroing a restarted multiplier's moments leaves its bias correction that of an old Adam (its first step
+    after a restart about 3 times a fresh Adam's)."""
+    if dual_restarts and optimizer == "adam":
+        raise CutlabError("train.dual_restarts=true is not supported with train.dual_optimizer=adam (torch's Adam keeps "
+                          "one step count for all multipliers, so a restarted one would not move as a fresh Adam); "
+                          "use train.dual_optimizer=sgd or nupi with restarts, or train.dual_restarts=false")
 
 
 @dataclass(frozen=True)
@@ -87,6 +97,10 @@ class DualSettings:
         for key, value in (("dual_restarts", self.dual_restarts), ("resilience_restarts", self.resilience_restarts)):
             if not isinstance(value, bool):  # a string such as 'maybe' would read as true
                 raise CutlabError(f"train.{key} must be true or false, got {value!r}; e.g. train.{key}=false")
+        check_dual_restarts(self.optimizer, self.dual_restarts)
+        if self.slack_lr is not None and not self.slack_lr > 0:
+            raise CutlabError(f"train.slack_lr must be > 0 or null (= train.dual_lr), got {self.slack_lr}; "
+                              "e.g. train.slack_lr=null")
         if not self.penalty >= 0:
             raise CutlabError(f"train.penalty must be >= 0, got {self.penalty}; e.g. train.penalty=10 (0 = off)")
         if self.penalty and self.resilience != "off":
@@ -114,10 +128,6 @@ class StepResult:
     slacks: torch.Tensor
     lagrangian: float
     grad_norm: float
-
-
-class NonFiniteLoss(CutlabError):
-    """A loss became NaN or infinite; the parameters are left at the last finite step."""
 
 
 class PrimalDual:
@@ -153,7 +163,7 @@ class PrimalDual:
         if constraints is not None and dual is not None:
             self.dual_optimizer = dual.make_optimizer(self.multipliers)
             if dual.resilience == "slack":
-                self.slack_optimizer = torch.optim.SGD([self.slacks], lr=dual.slack_lr or dual.lr)
+                self.slack_optimizer = torch.optim.SGD([self.slacks], lr=dual.lr if dual.slack_lr is None else dual.slack_lr)
         self._epoch_sum = torch.zeros(layers)
         self._epoch_batches = 0
 
@@ -270,8 +280,8 @@ class PrimalDual:
             self._restart_met(self.multipliers.grad <= 0)
 
     def _restart_met(self, met: torch.Tensor) -> None:
-        """Dual restarts (Cooper issue #28): a met constraint's multiplier and its optimiser state (Adam's moments,
-        nuPI's xi) go back to 0, so momentum gathered while it was met cannot delay its reaction when violated."""
+        """Dual restarts (Cooper issue #28): a met constraint's multiplier and its optimiser state (nuPI's xi; SGD
+        has none) go back to 0, so momentum gathered while it was met cannot delay its reaction when violated."""
         if not bool(met.any()):
             return
         self.multipliers[met] = 0.0

@@ -173,7 +173,9 @@ class Trainer:
             "primal_optimizer": self.primal_dual.primal_optimizer.state_dict(),
             "primal_dual": self.primal_dual.state_dict(),
             "progress": vars(self.progress).copy(),
-            "rng": {"torch": torch.get_rng_state()},
+            # dropout (the Hugging Face encoders', LoRA's) draws from the device's global generator: on CUDA not the CPU's
+            "rng": {"torch": torch.get_rng_state(),
+                    **({"cuda": torch.cuda.get_rng_state(self.device)} if self.device.type == "cuda" else {})},
             "noise_device": self.device.type,
         }
 
@@ -192,3 +194,5 @@ class Trainer:
         self.primal_dual.load_state_dict(state["primal_dual"])
         self.progress = Progress(**state["progress"])
         torch.set_rng_state(state["rng"]["torch"])
+        if "cuda" in state["rng"]:  # same device kind, checked above; absent from checkpoints before 2026-12-03
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)

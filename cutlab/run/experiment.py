@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
@@ -27,7 +28,8 @@ from cutlab.run.progress import ProgressReporter, announce_start
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
-    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, read_summary, write_atomic, write_json,
+    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, read_mapping, read_summary,
+    write_atomic, write_json,
 )
 from cutlab.run.results import evaluate_and_write
 from cutlab.run.tracking import ServiceStart, Tracker
@@ -109,10 +111,20 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
                               f"({type(error).__name__}: {reason[:200]}); move it aside to restart this run from "
                               "scratch") from None
         log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
+        _record_resumption(run_dir, trainer.progress.step, cfg.seed, device)
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
     return task, trainer, epsilon
+
+
+def _record_resumption(run_dir: Path, step: int, seed: int, device: torch.device) -> None:
+    """Add this session's machine to provenance.json's ``resumed`` list: threads, processor and kernels are left out
+    of a run's identity (cutlab.config.neutral), yet change its float rounding, so a run resumed elsewhere says so."""
+    record = read_mapping(run_dir / PROVENANCE, json.loads, (json.JSONDecodeError,), "run provenance") or {}
+    session = {"at_step": step, **{key: value for key, value in provenance(seed, device).items() if key != "seed"}}
+    earlier = record.get("resumed")
+    write_json(run_dir / PROVENANCE, {**record, "resumed": [*(earlier if isinstance(earlier, list) else []), session]})
 
 
 def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None,
