@@ -287,6 +287,21 @@ def test_verdict_is_the_same_in_every_form_and_degenerate_when_nothing_can_desce
     assert degenerate.status == "degenerate" and degenerate.degenerate_layers == [1]
 
 
+def test_a_zero_right_hand_side_is_met_within_a_slack_only_when_the_slack_covers_the_loss() -> None:
+    # l_0 = 0: g_1 = l_1 - 0.75 * 0 = 5, so a slack u_1 meets it only if u_1 >= 5 (both relative numbers are inf)
+    losses, constraints = torch.tensor([0.0, 5.0, 3.0, 2.0]), Constraints(alpha=0.25)
+    tiny = feasibility_verdict(losses, constraints, torch.tensor([0.0, 1e-6, 0.0, 0.0]), 0.02, True)
+    assert tiny.status == "degenerate" and tiny.degenerate_layers == [1] and tiny.slack_layers == []
+    covering = feasibility_verdict(losses, constraints, torch.tensor([0.0, 6.0, 0.0, 0.0]), 0.02, True)
+    assert covering.status == "slack_feasible" and covering.slack_layers == [1]
+
+
+def test_a_nan_loss_is_never_read_as_a_met_constraint() -> None:
+    losses = torch.tensor([1.0, float("nan"), 0.3])
+    assert feasibility_verdict(losses, Constraints(alpha=0.5, epsilon=2.0), torch.zeros(3), 0.02, True).status \
+        == "infeasible"
+
+
 def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> None:
     clock = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)  # no smoothing: exact
     sequence = [(1.0, 0.9), (1.0, 0.4), (1.0, 0.45), (1.0, 0.6), (1.0, 0.3), (1.0, 0.2)]
