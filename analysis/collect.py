@@ -141,11 +141,39 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
             metrics.append(evaluation.assign(run=run_id))
         if history is not None:
             histories.append(history.assign(run=run_id))
-    runs = _runs_frame(rows)
+    runs = label_data_settings(_runs_frame(rows))
     metric_frame = (pd.concat(metrics, ignore_index=True)[["run", *EVAL_COLUMNS]] if metrics
                     else pd.DataFrame(columns=["run", *EVAL_COLUMNS]))
     history_frame = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["run", "step"])
     return RunTable(runs, metric_frame, history_frame, roots)
+
+
+def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:
+    """Runs of one data set trained on other data settings (another ``data.root``, image size, subset, ...) are
+    other cells, not seeds or trials of one: each gets ``dataset = "name (key=value, ...)"`` with the ``data.*``
+    keys whose values tell them apart, so no table, figure or selection merges them. A key a record lacks (written
+    before the key existed) is not counted as a difference; a path is shown by its last part where that is unique."""
+    fixed = {"cfg.data.name", "cfg.data.task"}
+    columns = [column for column in frame.columns if column.startswith("cfg.data.") and column not in fixed]
+    for name, group in frame.groupby("dataset", dropna=True):
+        differing = [c for c in columns if group[c].dropna().map(repr).nunique() > 1]
+        if not differing:
+            continue
+        shown = {c: _short_values(group[c].dropna().unique()) for c in differing}
+        for index, row in group.iterrows():
+            parts = [f"{c[len('cfg.data.'):]}={shown[c][row[c]]}" for c in differing if not _absent(row[c])]
+            frame.at[index, "dataset"] = f"{name} ({', '.join(parts)})" if parts else name
+    return frame
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
+
+
+def _short_values(values) -> dict[Any, str]:
+    """Each value as written, a path by its last part when no two values share it."""
+    names = {value: Path(value).name if isinstance(value, str) and "/" in value else str(value) for value in values}
+    return names if len(set(names.values())) == len(names) else {value: str(value) for value in values}
 
 
 def find_run_dirs(root: Path) -> list[Path]:

@@ -120,11 +120,12 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
     lines = ["## What ran", "",
              f"{len(frame)} run folders: {counts.get('complete', 0)} complete ({count_line(complete['verdict'])}), "
              f"{counts.get('failed', 0)} failed, "
-             f"{counts.get('partial', 0)} partial, {counts.get('unsupported', 0)} unreadable. "
+             f"{counts.get('partial', 0)} partial, {counts.get('unsupported', 0)} unreadable, "
+             f"{counts.get('pruned', 0)} pruned (stopped early by a search's pruner). "
              f"Only complete runs are counted as results.", ""]
     lines += ["| task | model | dataset | " + " | ".join(ARM_LABELS[arm] for arm in ARMS)
-              + " | failed | partial / unreadable | steps | wall time |",
-              "|---|---|---|" + "---:|" * (len(ARMS) + 4)]
+              + " | failed | partial / unreadable | pruned | steps | wall time |",
+              "|---|---|---|" + "---:|" * (len(ARMS) + 5)]
     keyed = frame.assign(task=frame["task"].fillna("?"), model=frame["model"].fillna("?"),
                          dataset=frame["dataset"].fillna("?"))
     keys = [row for _, row in keyed.drop_duplicates(["task", "model", "dataset"]).iterrows()]
@@ -138,6 +139,7 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
             + "".join(f"{int((done['arm'] == arm).sum())} | " for arm in ARMS)
             + f"{int((group['state'] == 'failed').sum())} | "
             f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
+            f"{int((group['state'] == 'pruned').sum())} | "
             f"{int(pd.to_numeric(group['steps'], errors='coerce').fillna(0).sum())} | "
             f"{_duration(pd.to_numeric(group['wall_time_s'], errors='coerce').fillna(0).sum())} |")
     steps = int(pd.to_numeric(frame["steps"], errors="coerce").fillna(0).sum())

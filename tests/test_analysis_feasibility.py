@@ -355,3 +355,21 @@ def test_the_studys_median_time_to_feasibility_counts_the_cells_that_never_got_t
         if 2 * len(reached) <= len(same):
             assert row["median_steps_to_feasibility"] == float("inf")
     assert (2 * table["reached_feasibility"] <= table["cells"]).any()
+
+
+def test_runs_on_other_data_settings_are_other_cells_never_seeds_of_one(tmp_path):
+    """Two folders of footage (both called clips/) and a record from before data.root existed: three cells, each
+    named by what tells it apart, and the run better on validation does not stand for the others' footage."""
+    from analysis.collect import collect_runs
+    from analysis.report import write_report
+
+    cell = dict(model="dust", dataset="video_folder", L=3, gamma=0.09, constrained=False)
+    write_run(tmp_path / "runs", "a", **cell, test=10.0, selection=10.0, data={"root": "/footage/a/clips", "frames": 10})
+    write_run(tmp_path / "runs", "b", **cell, test=12.0, selection=9.0, data={"root": "/footage/b/clips", "frames": 10})
+    write_run(tmp_path / "runs", "older", **cell, test=11.0, selection=11.0, data={"frames": 10})
+    runs = collect_runs(tmp_path / "runs")
+    labels = dict(zip(runs.runs["run"], runs.runs["dataset"]))
+    assert labels == {"a": "video_folder (root=/footage/a/clips)", "b": "video_folder (root=/footage/b/clips)",
+                      "older": "video_folder"}
+    report = write_report(runs, tmp_path / "out").path.read_text()
+    assert "| dust | video_folder (root=/footage/a/clips) | 3 | 0.09 |" in report and "10.000" in report

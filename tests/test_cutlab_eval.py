@@ -100,6 +100,19 @@ def test_a_second_call_skips_and_the_run_record_stays_byte_identical(evaluated):
     assert fingerprint(run) == before
 
 
+def test_another_evaluation_batch_size_is_another_evaluation_not_a_skip(trained, tmp_path):
+    # the evaluation noise is drawn batch by batch: another batch size draws other noise, so other numbers
+    run = tmp_path / "runs" / trained[0].name
+    shutil.copytree(trained[0], run)
+    shutil.rmtree(run / "evaluations", ignore_errors=True)
+    for size in (1, 2):
+        result = run_command("cutlab.transfer.cli", [str(run), "data=synthetic", f"eval.batch_size={size}"], run.parent)
+        assert result.returncode == 0 and "already done" not in result.stdout, result.stderr[-2000:]
+    records = [json.loads((folder / "evaluation.json").read_text()) for folder in sorted((run / "evaluations").iterdir())]
+    assert sorted(record["request"]["batch_size"] for record in records) == [1, 2]
+    assert records[0]["at_gamma_train"]["test_layer_loss"] != records[1]["at_gamma_train"]["test_layer_loss"]
+
+
 def test_a_run_on_its_own_data_and_grid_reproduces_its_own_test_numbers(evaluated):
     run, _, before, _ = evaluated
     result = run_command("cutlab.transfer.cli", [str(run)], run.parent)

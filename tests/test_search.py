@@ -171,6 +171,12 @@ def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatc
     assert summary["status"] == "pruned" and summary["steps"] == 2  # stopped after its first epoch
     assert "worse than the median" in summary["error"]
     assert_run_complete(Path(sane.user_attrs["run_dir"]), steps=8)
+    # the analysis report counts the pruned trial, so its counts add up to the folders
+    from analysis.collect import collect_runs
+    from analysis.report import write_report
+
+    report = write_report(collect_runs(Path(hopeless.user_attrs["run_dir"]).parent), tmp_path / "report").path
+    assert "2 run folders: 1 complete" in report.read_text() and "1 pruned (stopped early" in report.read_text()
     # the pruner's validation after each epoch leaves training as it was: the same overrides run without a pruner
     # give the same history to the last digit (DUST's power iteration updates a buffer at every forward)
     from cutlab.config.compose import compose_run_config

@@ -18,8 +18,8 @@ RESULT_NEUTRAL_KEYS = (
     "run_name", *folder_neutral_keys(), "device", "threads", "progress", "wandb.mode", "wandb.project",
     "wandb.entity", "wandb.group", "wandb.tags", "paths.runs_dir", "paths.cache_dir", "paths.data_dir", "paths.models_dir", "checkpoint.every_steps",
 )
-# Left out of folder names as well, yet compared before a folder is reused: the evaluation batch size changes only
-# the float summation order of the metrics, so another value gets the same folder and is refused, naming the key.
+# Left out of folder names as well, yet compared before a folder is reused: the evaluation noise is drawn batch by
+# batch, so another evaluation batch size draws other noise; it gets the same folder and is refused, naming the key.
 FOLDER_NEUTRAL_KEYS = (*RESULT_NEUTRAL_KEYS, "eval.batch_size")
 # Sections whose every key is result-neutral: dropped whole from a stored config before it is compared
 RESULT_NEUTRAL_SECTIONS = ("paths", "wandb", "launcher", "checkpoint")

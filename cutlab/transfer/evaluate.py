@@ -37,6 +37,7 @@ class Request:
     sigma: str  # data: sigma_x of the evaluated data's training clips; run: the run's own sigma_x
     seed: int
     noise_mean: float
+    batch_size: int  # the evaluation noise is drawn batch by batch, so another batch size draws other noise
 
     def as_dict(self) -> dict:
         return dict(vars(self))
@@ -48,7 +49,7 @@ class Request:
         if sigma not in SIGMAS:
             raise CutlabError(f"--sigma {sigma!r} is not one of {', '.join(SIGMAS)}; e.g. --sigma data")
         return cls(OmegaConf.to_container(cfg.data, resolve=True), [float(g) for g in cfg.eval.gamma_test], split,
-                   sigma, int(cfg.seed), float(cfg.noise_mean))
+                   sigma, int(cfg.seed), float(cfg.noise_mean), int(cfg.eval.batch_size))
 
 
 def split_of(task: Task, split: str):

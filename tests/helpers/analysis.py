@@ -39,7 +39,7 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
               error: str | None = None, evaluation: bool = True, truncate_eval: bool = False,
               record_version: int | None = RECORD_VERSION, train: dict | None = None,
               met_from: tuple[int | None, int | None] | None = None, slack: dict[int, float] | None = None,
-              in_distribution: dict | None = None) -> Path:
+              in_distribution: dict | None = None, data: dict | None = None) -> Path:
     """One run folder in cutlab's record format. ``test``: the last layer's test metric per gamma_test
     (text: accuracies), or for video the mean over the grid (a straight line of slope 4 around it).
 
@@ -47,12 +47,12 @@ def write_run(root: Path, name: str, *, model: str, dataset: str, L: int, gamma:
     adds train.* keys (the dual settings), ``met_from`` = (first step of the final strictly-met streak, of the
     within-slack one; None: never) writes history's constraints_met columns and the summary's steps,
     ``slack`` = {layer: relative violation covered by its slack} the verdict's slack layers, and
-    ``in_distribution`` the summary's block of that name."""
+    ``in_distribution`` the summary's block of that name; ``data`` adds data.* keys."""
     text = dataset in ("imdb", "mnli")
     grid = TEXT_GRID if text else VIDEO_GRID
     run = root / name
     run.mkdir(parents=True)
-    config = {"model": {"name": model}, "data": {"name": dataset}, "gamma": gamma, "L": L, "seed": seed,
+    config = {"model": {"name": model}, "data": {"name": dataset, **(data or {})}, "gamma": gamma, "L": L, "seed": seed,
               "train": {"constrained": constrained, "alpha": alpha, "dual_lr": dual_lr, "epsilon": "auto", "lr": 1e-3,
                         "epochs": 2, "batch_size": 4, "resilience": "slack", "resilience_c": 1.0,
                         "dual_cadence": "batch", "warmup_epochs": 1, "detach_prev": False, **(train or {})},
