@@ -14,6 +14,7 @@ the feasibility study. Writes ``benchmarks/own_footage.json`` and ``benchmarks/O
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -65,6 +66,7 @@ def relative(command: list[str]) -> list[str]:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.split("\n")[0]).parse_args()  # no options; --help says what it runs
     footage = HERE / ".own_footage"
     runs = HERE / ".own_footage_runs"
     for index in range(6):  # the last one (by name) is the test split, one more is held out for validation

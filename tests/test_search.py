@@ -89,6 +89,28 @@ def test_unreachable_database_stops_before_any_run(tmp_path, capsys, monkeypatch
     assert not list((tmp_path / "runs").rglob("summary.json"))
 
 
+def test_a_setting_that_every_trial_drawing_it_would_refuse_stops_the_search_before_any_trial(tmp_path, capsys,
+                                                                                              monkeypatch):
+    # from L = 5 DUST's default augments its Lagrangian (train.penalty=3), which resilience=slack refuses: before the
+    # space's corners were checked, each worker died at its first trial that drew slack
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    space = {"train.resilience": {"type": "categorical", "choices": ["off", "slack"]}}
+    preset = write_preset(tmp_path, space, overrides=["model=dust", "train=constrained"])
+    assert main([f"search={preset}", "--dry-run", *TINY, "L=5"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "a trial with train.resilience=slack would be refused" in error[0]
+    assert "train.penalty=3.0" in error[0] and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("depth", ["L=3", "L=5"])
+def test_the_readmes_search_plans_at_both_depths_of_dust(tmp_path, monkeypatch, capsys, depth):
+    stderr = search_in_process(["search=dust_video", "--dry-run", "data=ucsd_ped2", depth], tmp_path, monkeypatch,
+                               capsys)
+    assert "train.penalty float [0, 10]" in stderr and "dry run: nothing was run" in stderr
+
+
 def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, capsys):
     stderr = search_in_process(["search=fair_comparison", "--dry-run", "--n-trials", "3", *TINY], tmp_path,
                                monkeypatch, capsys)

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
-from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, check_dual_restarts
+from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
@@ -89,12 +89,12 @@ def check_config(cfg: DictConfig) -> None:
         _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
         _flag("train.dual_restarts", train.dual_restarts, "false")
         _flag("train.resilience_restarts", train.resilience_restarts, "true")
-        check_dual_restarts(train.dual_optimizer, train.dual_restarts)
         if train.get("slack_lr") is not None:
             _number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True)
         _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
         _number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         _number("train.nu", train.nu, "0.0", minimum=0.0)
+        DualSettings.of(train)  # the rules on combinations (penalty with resilience, restarts with Adam, ...)
     if kind == "video":
         if "patch" in cfg.model and cfg.model.patch != cfg.data.patch:
             raise CutlabError(f"model.patch={cfg.model.patch} but data.patch={cfg.data.patch}: model={cfg.model.name} "

@@ -42,16 +42,6 @@ DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
 
 
-def check_dual_restarts(optimizer: str, dual_restarts: bool) -> None:
-    """Restarts need a per-multiplier optimiser state: torch's Adam keeps one step count for all the multipliers,
-    so zeroing a restarted multiplier's moments leaves its bias correction that of an old Adam (its first step
-    after a restart about 3 times a fresh Adam's)."""
-    if dual_restarts and optimizer == "adam":
-        raise CutlabError("train.dual_restarts=true is not supported with train.dual_optimizer=adam (torch's Adam keeps "
-                          "one step count for all multipliers, so a restarted one would not move as a fresh Adam); "
-                          "use train.dual_optimizer=sgd or nupi with restarts, or train.dual_restarts=false")
-
-
 @dataclass(frozen=True)
 class DualSettings:
     """How the multipliers (and slacks) move. ``resilience_c`` is c in (c/2)||u||^2; ignored when off."""
@@ -97,7 +87,12 @@ class DualSettings:
         for key, value in (("dual_restarts", self.dual_restarts), ("resilience_restarts", self.resilience_restarts)):
             if not isinstance(value, bool):  # a string such as 'maybe' would read as true
                 raise CutlabError(f"train.{key} must be true or false, got {value!r}; e.g. train.{key}=false")
-        check_dual_restarts(self.optimizer, self.dual_restarts)
+        if self.dual_restarts and self.optimizer == "adam":
+            # restarts need a per-multiplier state: zeroing a restarted multiplier's Adam moments leaves its bias
+            # correction that of an old Adam, so its first step after a restart is about 3 times a fresh Adam's
+            raise CutlabError("train.dual_restarts=true is not supported with train.dual_optimizer=adam (torch's Adam "
+                              "keeps one step count for all multipliers, so a restarted one would not move as a fresh "
+                              "Adam); use train.dual_optimizer=sgd or nupi with restarts, or train.dual_restarts=false")
         if self.slack_lr is not None and not self.slack_lr > 0:
             raise CutlabError(f"train.slack_lr must be > 0 or null (= train.dual_lr), got {self.slack_lr}; "
                               "e.g. train.slack_lr=null")
@@ -106,6 +101,16 @@ class DualSettings:
         if self.penalty and self.resilience != "off":
             raise CutlabError(f"train.penalty={self.penalty} augments strict constraints, and train.resilience="
                               f"{self.resilience} relaxes them; use train.resilience=off or train.penalty=0")
+
+    @classmethod
+    def of(cls, train) -> "DualSettings":
+        """The dual settings of a run's ``train`` config section (every combination rule checked on the way)."""
+        return cls(
+            lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
+            cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
+            optimizer=train.dual_optimizer, kappa_p=train.kappa_p, kappa_i=train.kappa_i, nu=train.nu,
+            update=train.dual_update, dual_restarts=train.dual_restarts, penalty=train.penalty,
+        )
 
     def make_optimizer(self, multipliers: torch.Tensor) -> torch.optim.Optimizer:
         """The dual optimiser: ascent (maximize=True) on lambda; weight decay 1/c is the resilient dual's -lambda/c."""

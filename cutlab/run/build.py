@@ -121,8 +121,8 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
         raise CutlabError(
             f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
             f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
-            f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, a number for "
-            "train.epsilon, or train.constraint_form=difference")
+            f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, the paper's "
+            "difference form (train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon")
     return epsilon
 
 
@@ -152,12 +152,7 @@ def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | 
     constraints = dual = None
     if train.constrained:
         constraints = constraints_of(cfg, epsilon)
-        dual = DualSettings(
-            lr=train.dual_lr, resilience=train.resilience, resilience_c=train.resilience_c, slack_lr=train.slack_lr,
-            cadence=train.dual_cadence, resilience_restarts=train.resilience_restarts,
-            optimizer=train.dual_optimizer, kappa_p=train.kappa_p, kappa_i=train.kappa_i, nu=train.nu,
-            update=train.dual_update, dual_restarts=train.dual_restarts, penalty=train.penalty,
-        )
+        dual = DualSettings.of(train)
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 
 

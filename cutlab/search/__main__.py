@@ -83,8 +83,8 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.checks import check_config
     from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
-    from cutlab.search.compose import check_space_keys
-    from cutlab.search.preset import as_override, load_preset
+    from cutlab.search.compose import check_space_keys, space_corners
+    from cutlab.search.preset import load_preset
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
@@ -104,9 +104,14 @@ def build_plan(args: argparse.Namespace):
     for arm in preset.arms:
         cfg = compose_run_config([*arm.overrides, *overrides])
         check_space_keys(cfg, arm.space)
-        # a sample trial at the low end of every range must make a valid run (types, bounds)
-        sample = [as_override(p.key, p.choices[0] if p.type == "categorical" else p.low) for p in arm.space]
-        check_config(compose_run_config([*arm.overrides, *overrides, *sample]))
+        # trials at every end of the space must make valid runs (types, bounds, combinations): a refusal stops the
+        # search here, naming the setting, instead of ending each worker at the first trial that draws it
+        for sample in space_corners(arm.space):
+            try:
+                check_config(compose_run_config([*arm.overrides, *overrides, *sample]))
+            except CutlabError as error:
+                raise CutlabError(f"search={preset.name}: a trial with {' '.join(sample)} would be refused: "
+                                  f"{error}") from None
     kind = task_kind(base)
     higher = objective_of(kind).higher_is_better  # the objective declares its metric's direction
     direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")

@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.groups import GROUPS, choices
 from cutlab.errors import CutlabError
-from cutlab.search.preset import Param
+from cutlab.search.preset import Param, as_override
 
 _MISSING = object()
 
@@ -28,3 +28,22 @@ def check_space_keys(cfg: DictConfig, space: tuple[Param, ...]) -> None:
             raise CutlabError(f"search space key {param.key!r} is not in the config tree"
                               + (f"; keys under {section or 'the root'}: {', '.join(map(str, nearby))}" if nearby else "")
                               + " (see conf/ or `python -m cutlab --cfg job`)")
+
+
+def space_corners(space: tuple[Param, ...]) -> list[list[str]]:
+    """Sample trials that reach every end of the space one key at a time: every key at its low end (a
+    categorical at its first choice), then each key moved alone to its high end or to each other choice. A
+    combination that a run refuses (the deep default's penalty with ``train.resilience=slack``) shows in one."""
+    def value(param: Param, end: str):
+        if param.type == "categorical":
+            return param.choices[0]
+        bound = param.low if end == "low" else param.high
+        return int(bound) if param.type == "int" else bound
+
+    base = [as_override(p.key, value(p, "low")) for p in space]
+    corners = [base]
+    for index, param in enumerate(space):
+        others = [as_override(param.key, c) for c in param.choices[1:]] if param.type == "categorical" \
+            else [as_override(param.key, value(param, "high"))]
+        corners += [[*base[:index], other, *base[index + 1:]] for other in others]
+    return corners
