@@ -10,7 +10,7 @@ import torch
 from cutlab.core.evaluation import evaluate, feasibility_verdict, violation_intervals
 from cutlab.core.models import DUST
 from cutlab.core.objectives import DenoisingObjective
-from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, Perturbation, noise_generator, perturb
+from cutlab.core.perturbation import EVAL_STREAM, TRAIN_STREAM, Perturbation, noise_generator, noise_seed, perturb
 from cutlab.core.constraints import Constraints
 
 
@@ -20,6 +20,21 @@ def test_perturbation_has_the_requested_mean_and_standard_deviation():
         noise = perturb(clean, gamma, sigma, mean, noise_generator(0, TRAIN_STREAM, 7)) - clean
         assert math.isclose(float(noise.std()), gamma * sigma, rel_tol=0.01)
         assert math.isclose(float(noise.mean()), mean, abs_tol=4 * gamma * sigma / math.sqrt(noise.numel()))
+
+
+def test_no_two_seeds_streams_or_indices_share_their_noise_and_old_records_keep_theirs():
+    # the linear seed once made training step 7919 + i draw evaluation index i's noise, and seed 1's evaluation
+    # index 5000 seed 0's index 1005003 (a text split of over 1000 batches)
+    clean = torch.zeros(1000)
+    draw = lambda seed, stream, index: perturb(clean, 1.0, 1.0, 0.0, noise_generator(seed, stream, index))  # noqa: E731
+    assert not torch.equal(draw(0, TRAIN_STREAM, 7919 + 3002), draw(0, EVAL_STREAM, 3002))
+    assert not torch.equal(draw(1, EVAL_STREAM, 5000), draw(0, EVAL_STREAM, 1_005_003))
+    seeds = [noise_seed(seed, stream, index) for seed in range(3) for stream in (TRAIN_STREAM, EVAL_STREAM)
+             for index in [*range(0, 12_000, 7), *range(990_000, 1_010_000, 11), 10**9]]
+    assert len(set(seeds)) == len(seeds)
+    # inside the ranges every committed record drew from (steps < 7919, evaluation indices < 992084), the same seeds
+    assert noise_seed(3, TRAIN_STREAM, 2850) == 3 * 1_000_003 + 2850
+    assert noise_seed(0, EVAL_STREAM, 781 * 1000 + 1) == 7_919 + 781_001
 
 
 def test_noise_is_a_function_of_seed_stream_and_index_only():

@@ -210,6 +210,41 @@ def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatc
     pd.testing.assert_frame_equal(history(unpruned), history(Path(sane.user_attrs["run_dir"])), check_exact=True)
 
 
+def test_a_resumed_study_keeps_its_base_config_and_does_not_repropose_its_first_points(tmp_path, monkeypatch, capsys):
+    from cutlab.search.__main__ import main
+
+    first = search_in_process(["search=dust_video", "--n-trials", "1", "search.pruner=null", *TINY], tmp_path,
+                              monkeypatch, capsys)
+    assert "trial 0 complete" in first
+    # another base config would mix two problems in one study (its best trial could be the other's)
+    assert main(["search=dust_video", "--n-trials", "2", "search.pruner=null", *TINY, "L=3"]) == 2
+    refused = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "was started with the overrides" in refused and "search.study=<new name>" in refused
+    search_in_process(["search=dust_video", "--n-trials", "2", "search.pruner=null", *TINY], tmp_path, monkeypatch,
+                      capsys)
+    study = study_of(tmp_path, "dust_video")
+    trial_0, trial_1 = sorted(study.trials, key=lambda t: t.number)
+    # a fresh sampler with the first session's seed would propose trial 0's parameters again
+    assert trial_0.user_attrs["sampler_seed"] == 0 and trial_1.user_attrs["sampler_seed"] == 1000
+    assert trial_0.params != trial_1.params and [t.state.name for t in (trial_0, trial_1)] == ["COMPLETE"] * 2
+
+
+def test_trials_that_fail_as_results_count_toward_the_total(tmp_path, monkeypatch, capsys):
+    # a configuration whose every run raises (out of memory, say): before, failed trials were not counted and the
+    # search asked new ones forever. The run itself is replaced, since no real run here raises an ordinary error.
+    import cutlab.run.experiment as experiment
+
+    def out_of_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(experiment, "run_experiment", out_of_memory)
+    search_in_process(["search=dust_video", "--n-trials", "3", "search.pruner=null", *TINY], tmp_path, monkeypatch,
+                      capsys)
+    study = study_of(tmp_path, "dust_video")
+    assert [t.state.name for t in study.trials] == ["FAIL"] * 3
+    assert all("out of memory" in t.user_attrs["error"] for t in study.trials)
+
+
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,
                                                                                              capsys):
     stderr = search_in_process(["search=fair_comparison", "--n-trials", "2", *TINY], tmp_path, monkeypatch, capsys)

@@ -146,6 +146,22 @@ def test_video_folder_flat_layout_holds_out_the_last_clips(tmp_path):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=3)
 
 
+def test_validation_is_held_out_in_the_same_natural_order_as_the_test_clips():
+    from cutlab.core.data.video import split_validation
+
+    clips = {f"training_clip{number}": np.zeros(1) for number in range(1, 13)}
+    train, val = split_validation(clips, 2)  # by string order it was clip8 and clip9, keeping clip10 to clip12
+    assert sorted(val) == ["training_clip11", "training_clip12"] and len(train) == 10
+
+
+def test_two_videos_of_one_name_are_refused_instead_of_one_replacing_the_other(tmp_path):
+    root = tmp_path / "flat"
+    for name in ("cam1.avi", "cam1.mp4", "cam2.avi"):
+        write_video(root / name, make_frames(3, 160, 120, seed=len(name)), codec="mjpeg")
+    with pytest.raises(CutlabError, match=r"cam1.avi and cam1.mp4 both name clip 'cam1'"):
+        load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=1)
+
+
 @pytest.mark.parametrize(
     "name, expected",
     [

@@ -62,6 +62,8 @@ def check_config(cfg: DictConfig) -> None:
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     for gamma in gammas:
         _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0, finite=True)  # noise of std inf: NaN
+    if len(gammas) > 998:  # with gamma_train added, each batch's noise index is batch * 1000 + the gamma's index
+        raise CutlabError(f"eval.gamma_test holds {len(gammas)} values; at most 998 are supported (e.g. a grid in steps of 0.01)")
     _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
     _number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
     _choice("eval.iterate", cfg.eval.iterate, ITERATES)

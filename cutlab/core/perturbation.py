@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 
 import torch
 
-# Distinct streams for training and evaluation noise, so neither depends on how much of the other ran.
+# Distinct streams for training and evaluation noise, so neither depends on how much of the other ran
+# (noise_seed keeps them apart).
 TRAIN_STREAM = 0
 EVAL_STREAM = 1
 
@@ -28,10 +30,27 @@ class Perturbation:
         return replace(self, gamma=float(gamma))
 
 
+# The linear seed seed * 1_000_003 + stream * 7_919 + index keeps seeds and streams apart only over these index
+# ranges: beyond them training step 7 919 + i drew evaluation index i's noise, and seed s + 1's evaluation batch b
+# seed s's batch b + 1000. Inside them it is kept, so every record written with it draws the same noise again.
+LINEAR_INDICES = {TRAIN_STREAM: 7_919, EVAL_STREAM: 1_000_003 - 7_919}
+LINEAR_SEEDS = 2**40
+HASHED_FROM = 2**62  # above every linear seed (2**40 * 1_000_003 < 2**62)
+
+
+def noise_seed(seed: int, stream: int, index: int) -> int:
+    """The generator seed of (seed, stream, index): distinct for distinct triples (outside the linear ranges, a
+    56-bit hash of the triple, in a range the linear seeds never reach)."""
+    if 0 <= seed < LINEAR_SEEDS and 0 <= index < LINEAR_INDICES[stream]:
+        return seed * 1_000_003 + stream * 7_919 + index
+    digest = hashlib.blake2b(f"{seed}:{stream}:{index}".encode(), digest_size=7).digest()
+    return HASHED_FROM + int.from_bytes(digest, "big")
+
+
 def noise_generator(seed: int, stream: int, index: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A generator determined by (seed, stream, index) alone: a resumed run draws the same noise."""
     generator = torch.Generator(device=device)
-    generator.manual_seed((seed * 1_000_003 + stream * 7_919 + index) % (2**63 - 1))
+    generator.manual_seed(noise_seed(seed, stream, index))
     return generator
 
 

@@ -37,6 +37,7 @@ from cutlab.tasks import objective_of
 # with a budget shared by all workers
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
+ERROR = "error"  # the user attribute of a trial that failed as a result (its run raised): counted, not re-queued
 SEEDS_QUEUED = "cutlab:seeds_queued"
 
 
@@ -57,9 +58,16 @@ def say(text: str) -> None:
     print(f"[cutlab-search] {text}", file=sys.stderr, flush=True)
 
 
-def make_sampler(preset: Preset, worker_index: int) -> optuna.samplers.BaseSampler:
+def sampler_seed(preset: Preset, worker_index: int, trials_before: int) -> int:
+    """Worker i samples with the preset's seed + i (workers with one seed would propose the same points); a worker
+    of a resumed study adds 1000 per trial the study already holds, since its sampler starts afresh and would
+    otherwise propose the first session's random start-up points again."""
+    return int(preset.sampler.get("seed", 0)) + worker_index + 1000 * trials_before
+
+
+def make_sampler(preset: Preset, seed: int) -> optuna.samplers.BaseSampler:
     options = dict(preset.sampler)
-    seed = int(options.pop("seed", 0)) + worker_index  # workers with one seed would propose the same points
+    options.pop("seed", None)
     try:
         return optuna.samplers.TPESampler(seed=seed, **options)
     except TypeError as error:
@@ -79,15 +87,26 @@ def make_pruner(preset: Preset) -> optuna.pruners.BasePruner:
 
 
 def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.Study:
+    """The arm's study, created or resumed, with this worker's sampler (its seed: ``study.sampler_seed``)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=plan.preset.study_name(arm), storage=storage, direction=plan.direction,
-                                sampler=make_sampler(plan.preset, worker_index), pruner=make_pruner(plan.preset),
+                                sampler=optuna.samplers.RandomSampler(), pruner=make_pruner(plan.preset),
                                 load_if_exists=True)
+    overrides = list(plan.base_overrides + arm.overrides)
+    if "preset" in study.user_attrs and study.user_attrs.get("overrides") != overrides:
+        # the trials of one study are compared as one problem: another base config would mix two, and its best trial
+        # could be one of the other's
+        raise CutlabError(f"study {study.study_name} was started with the overrides "
+                          f"{' '.join(study.user_attrs.get('overrides') or []) or '(none)'}, and this command gives "
+                          f"{' '.join(overrides) or '(none)'}; run it with those, or start another study with "
+                          f"search.study=<new name>")
+    study.sampler_seed = sampler_seed(plan.preset, worker_index, len(study.get_trials(deepcopy=False)))
+    study.sampler = make_sampler(plan.preset, study.sampler_seed)
     if study.user_attrs.get("n_trials") != plan.preset.n_trials:  # the latest total asked for
         study.set_user_attr("n_trials", plan.preset.n_trials)
     if "preset" not in study.user_attrs:  # the study's record: how it was first asked for
         study.set_user_attr("preset", plan.preset.name)
-        study.set_user_attr("overrides", list(plan.base_overrides + arm.overrides))
+        study.set_user_attr("overrides", overrides)
         study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
     return study
 
@@ -114,10 +133,18 @@ def next_trial(plan: Plan, arm: Arm, study: optuna.Study) -> optuna.Trial | str:
             for seed in range(plan.base_seed, plan.base_seed + plan.preset.n_trials):
                 study.enqueue_trial({"seed": seed})
             study.set_user_attr(SEEDS_QUEUED, True)
-        trials = study.get_trials(deepcopy=False, states=COUNTED)
+        trials = counted(study)
         if len(trials) < plan.preset.n_trials or any(t.state == TrialState.WAITING for t in trials):
             return study.ask()
         return "wait" if any(t.state == TrialState.RUNNING for t in trials) else "done"
+
+
+def counted(study: optuna.Study) -> list:
+    """The trials that count toward the total: complete, pruned, running or waiting, and failed as a result (a run
+    that raised: otherwise a configuration that always fails, out of memory say, would be asked again forever). A
+    trial failed because its worker stopped or died is not: its parameters are queued again."""
+    return [t for t in study.get_trials(deepcopy=False)
+            if t.state in COUNTED or (t.state == TrialState.FAIL and ERROR in t.user_attrs)]
 
 
 def run_folder(plan: Plan, arm: Arm, trial: optuna.Trial) -> Path:
@@ -155,7 +182,7 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     trial.set_user_attr("run_dir", str(run_dir))
     trial.set_user_attr("overrides", overrides)
     trial.set_user_attr("seed", int(cfg.seed))
-    trial.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)) + worker_index)
+    trial.set_user_attr("sampler_seed", study.sampler_seed)
     shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
     say(f"{study.study_name} trial {trial.number} (worker {worker_index}): {shown} -> {run_dir}")
     metric = objective_of(task_kind(cfg)).metric_name
@@ -173,7 +200,7 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             requeue(study, trial)
             raise
         except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
-            trial.set_user_attr("error", f"{type(error).__name__}: {error}")
+            trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
             study.tell(trial, state=TrialState.FAIL)
             say(f"{study.study_name} trial {trial.number} failed: {type(error).__name__}: {error}")
             return "failed"
@@ -203,8 +230,8 @@ def requeue(study: optuna.Study, trial: optuna.Trial) -> None:
 
 
 def finished(study: optuna.Study) -> int:
-    """Trials that count toward the total and will not run again (a failed one is re-queued or not counted)."""
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    """Trials that count toward the total and will not run again (complete, pruned, failed as a result)."""
+    return sum(t.state not in (TrialState.RUNNING, TrialState.WAITING) for t in counted(study))
 
 
 def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:

@@ -8,7 +8,6 @@ the second run over an unchanged folder reads one uncompressed .npz instead of d
 from __future__ import annotations
 
 import os
-import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Union
@@ -17,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import VideoClips
+from cutlab.core.data.video import VideoClips, natural_order
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 from cutlab.core.extras import optional_import
@@ -32,8 +31,8 @@ Layout = dict[str, dict[str, ClipSource]]
 
 
 def natural_key(path: Path) -> list:
-    """Order 2.jpg before 10.jpg (and 01_001 before 01_002): digit runs compare as numbers."""
-    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", path.name)]
+    """A path's name in natural order (cutlab.core.data.video.natural_order)."""
+    return natural_order(path.name)
 
 
 def is_visible_file(path: Path, suffixes: tuple[str, ...]) -> bool:

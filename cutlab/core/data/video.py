@@ -7,6 +7,7 @@ float32); conversion to float happens per batch in :func:`to_patch_tokens`.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,16 +56,22 @@ def load_video_clips(
     return getattr(importlib.import_module(module), function)(root, cache_dir, image_size, progress, **options)
 
 
+def natural_order(name: str) -> list:
+    """Order 2.jpg before 10.jpg (and 01_001 before 01_002): digit runs compare as numbers."""
+    return [int(part) if part.isdigit() else part.lower() for part in re.split(r"(\d+)", name)]
+
+
 def split_validation(
     clips: dict[str, np.ndarray], val_clips: int
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Hold out the last ``val_clips`` clips (sorted by name) as validation: returns (train, val)."""
+    """Hold out the last ``val_clips`` clips (in natural order of their names, as the test clips of a flat
+    video_folder are chosen: clip9 before clip10) as validation: returns (train, val)."""
     if isinstance(val_clips, bool) or not isinstance(val_clips, int) or not 1 <= val_clips < len(clips):
         raise CutlabError(
             f"data.val_clips={val_clips!r} must be an integer in [1, {len(clips) - 1}] for {len(clips)} training "
             "clips (at least one clip must stay for training); change data.val_clips"
         )
-    names = sorted(clips)
+    names = sorted(clips, key=natural_order)
     keep, held = names[: len(names) - val_clips], names[len(names) - val_clips :]
     return {n: clips[n] for n in keep}, {n: clips[n] for n in held}
 

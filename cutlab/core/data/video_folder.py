@@ -56,7 +56,12 @@ def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bo
 
 def find_clips(folder: Path) -> dict[str, ClipSource]:
     """{clip name: video file or sorted frame files} for every clip directly in ``folder``."""
-    clips: dict[str, ClipSource] = {video.stem: video for video in video_files(folder)}
+    clips: dict[str, ClipSource] = {}
+    for video in video_files(folder):
+        if video.stem in clips:  # a.avi and a.mp4: one would silently replace the other
+            raise CutlabError(f"data.root: {clips[video.stem].name} and {video.name} both name clip {video.stem!r} in "
+                              f"{folder}; rename or remove one")
+        clips[video.stem] = video
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         frames = frame_files(sub)
         if frames:
