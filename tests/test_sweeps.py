@@ -120,6 +120,12 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert [line.split()[1] for line in plan.stdout.splitlines() if not line.startswith("#")] == ["complete"] * 2 + ["new"]
     assert "2 complete (skipped), 1 to run" in plan.stdout
     assert "for the 1 measured runs" in plan.stdout, "a new run is priced from its complete peers"
+    # one run to run takes its own time however many slots there are (it was once halved over 2 slots)
+    parallel = cutlab(["--plan", "-m", "gamma=0,0.09,0.15", *TINY, "wandb.mode=offline", "launcher=local",
+                       "launcher.max_parallel=2"], runs)
+    estimate = re.search(r"estimated (.+?) of run time for the 1 measured runs \(about (.+?) of wall time with 2 in "
+                         r"parallel\)", parallel.stdout)
+    assert estimate and estimate.group(1) == estimate.group(2), parallel.stdout
     rerun = cutlab(["-m", "gamma=0,0.09", *TINY, "wandb.mode=offline"], runs)
     assert (rerun.stdout + rerun.stderr).count("complete; skipped") == 2
     kept = list((runs / "_sweeps").glob("multirun-*.yaml"))

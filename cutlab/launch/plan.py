@@ -180,7 +180,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         cost.seconds += PROCESS_STARTUP_S * cost.measured
     lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run")
     if plan.to_run:
-        wall = cost.seconds / max(1, min(parallel, len(plan.to_run)))
+        wall = cost.seconds / max(1, min(parallel, cost.measured))  # the measured runs alone, spread over the slots
         measured = (f"estimated {_duration(cost.seconds)} of run time for the {cost.measured} measured runs "
                     f"(about {_duration(wall)} of wall time with {parallel} in parallel)")
         lines.append(f"# {measured}" if cost.measured else "# no run of these kinds has completed in this folder yet")
