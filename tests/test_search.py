@@ -271,6 +271,10 @@ def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_
         assert re.search(rf"\[cutlab-search\] fair_comparison-{arm}: 1/2 trials done \(50%\), .* left; trial \d+ "
                          "complete", stderr), stderr[-3000:]
         assert f"[cutlab-search] fair_comparison-{arm}: 2/2 trials done (100%)" in stderr
+    # widening the total queues the ERM arm's next seed (it once drew a seed it had already run)
+    search_in_process(["search=fair_comparison", "--n-trials", "3", *TINY], tmp_path, monkeypatch, capsys)
+    erm = study_of(tmp_path, "fair_comparison-erm", f"journal:{study_dir / 'optuna.journal'}")
+    assert sorted(t.params["seed"] for t in erm.trials) == [0, 1, 2]
 
 
 # ---------------------------------------------------------------- feasibility: the verdict steers the search

@@ -38,7 +38,6 @@ from cutlab.tasks import objective_of
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 ERROR = "error"  # the user attribute of a trial that failed as a result (its run raised): counted, not re-queued
-SEEDS_QUEUED = "cutlab:seeds_queued"
 
 
 @dataclass(frozen=True)
@@ -129,14 +128,20 @@ def seed_space(plan: Plan) -> tuple[Param, ...]:
 def next_trial(plan: Plan, arm: Arm, study: optuna.Study) -> optuna.Trial | str:
     """A trial to run, or "wait" (others are still running and may die), or "done" (the budget is spent)."""
     with study_lock(plan.study_dir):
-        if arm.seeds and not study.user_attrs.get(SEEDS_QUEUED):
+        if arm.seeds:  # every seed of the total queued once, also the ones a widened total adds
+            claimed = {trial_seed(t) for t in study.get_trials(deepcopy=False)}
             for seed in range(plan.base_seed, plan.base_seed + plan.preset.n_trials):
-                study.enqueue_trial({"seed": seed})
-            study.set_user_attr(SEEDS_QUEUED, True)
+                if seed not in claimed:
+                    study.enqueue_trial({"seed": seed})
         trials = counted(study)
         if len(trials) < plan.preset.n_trials or any(t.state == TrialState.WAITING for t in trials):
             return study.ask()
         return "wait" if any(t.state == TrialState.RUNNING for t in trials) else "done"
+
+
+def trial_seed(trial) -> int | None:
+    """The seed a seeds arm's trial runs: drawn, or fixed when it was queued (and not yet asked)."""
+    return trial.params.get("seed", trial.system_attrs.get("fixed_params", {}).get("seed"))
 
 
 def counted(study: optuna.Study) -> list:
