@@ -29,3 +29,9 @@ def without_result_neutral_keys(config: dict) -> dict:
     """``config`` (a resolved run config) without the keys that do not change its result."""
     top = {key for key in RESULT_NEUTRAL_KEYS if "." not in key} | set(RESULT_NEUTRAL_SECTIONS)
     return {key: value for key, value in config.items() if key not in top}
+
+
+def is_result_neutral_override(override: str) -> bool:
+    """Whether a ``key=value`` override only sets a key that does not change a run's result (threads, W&B, paths)."""
+    key = override.split("=", 1)[0].lstrip("+~")
+    return key in RESULT_NEUTRAL_KEYS or key.split(".", 1)[0] in RESULT_NEUTRAL_SECTIONS

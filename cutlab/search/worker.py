@@ -25,6 +25,7 @@ from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
 from cutlab.config.groups import task_kind
+from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
@@ -92,7 +93,7 @@ def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.S
                                 sampler=optuna.samplers.RandomSampler(), pruner=make_pruner(plan.preset),
                                 load_if_exists=True)
     overrides = list(plan.base_overrides + arm.overrides)
-    if "preset" in study.user_attrs and study.user_attrs.get("overrides") != overrides:
+    if "preset" in study.user_attrs and _problem(study.user_attrs.get("overrides") or []) != _problem(overrides):
         # the trials of one study are compared as one problem: another base config would mix two, and its best trial
         # could be one of the other's
         raise CutlabError(f"study {study.study_name} was started with the overrides "
@@ -108,6 +109,12 @@ def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.S
         study.set_user_attr("overrides", overrides)
         study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
     return study
+
+
+def _problem(overrides: list[str]) -> list[str]:
+    """The overrides that change what a trial computes, in order (threads, W&B, paths and launcher left out: the
+    workers of one search add their own threads)."""
+    return [override for override in overrides if not is_result_neutral_override(override)]
 
 
 @contextmanager
