@@ -100,6 +100,7 @@ def test_a_second_call_skips_and_the_run_record_stays_byte_identical(evaluated):
     assert fingerprint(run) == before
 
 
+@pytest.mark.slow  # two evaluations of a copied run (about 1.5 min on 2 cores)
 def test_another_evaluation_batch_size_is_another_evaluation_not_a_skip(trained, tmp_path):
     # the evaluation noise is drawn batch by batch: another batch size draws other noise, so other numbers
     run = tmp_path / "runs" / trained[0].name

@@ -210,6 +210,7 @@ def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatc
     pd.testing.assert_frame_equal(history(unpruned), history(Path(sane.user_attrs["run_dir"])), check_exact=True)
 
 
+@pytest.mark.slow  # three sessions of a search, two trials
 def test_a_resumed_study_keeps_its_base_config_and_does_not_repropose_its_first_points(tmp_path, monkeypatch, capsys):
     from cutlab.search.__main__ import main
 
