@@ -133,6 +133,18 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
 
 
+def test_a_sweep_records_the_plan_it_printed_with_its_parallel_slots(tmp_path):
+    """plan.txt in the sweep's record is ``--plan``'s text: the wall-time estimate over the launcher's slots (it was
+    once written for 1 slot whatever launcher.max_parallel said)."""
+    runs = tmp_path / "runs"
+    cutlab(["gamma=0", *TINY, "wandb.mode=disabled"], runs)  # one measured run to price the sweep's new one
+    args = ["-m", "gamma=0,0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.max_parallel=2"]
+    printed = cutlab(["--plan", *args], runs).stdout
+    cutlab(args, runs)
+    recorded = next((runs / "_sweeps").glob("sweep-*/plan.txt")).read_text()
+    assert "with 2 in parallel" in printed and recorded == printed, (printed, recorded)
+
+
 @pytest.mark.parametrize("warm_workers", ["true", pytest.param("false", marks=pytest.mark.slow)],
                          ids=["warm-workers", "process-per-run"])
 def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inprocess_sweep, warm_workers):

@@ -32,9 +32,10 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
     plan = expand(command)
     launcher = check_launcher_node(plan.launcher)
     profile = _profile(plan) if launcher == "slurm" else None
-    parallel = {"local": plan.launcher.get("max_parallel", 1), "slurm": profile.array_parallelism if profile else 1}
+    parallel = {"local": plan.launcher.get("max_parallel", 1),
+                "slurm": profile.array_parallelism if profile else 1}.get(launcher, 1)
     if command.plan:
-        print(format_plan(plan, launcher, parallel.get(launcher, 1)), flush=True)
+        print(format_plan(plan, launcher, parallel), flush=True)
         if profile is not None:
             from cutlab.launch.slurm_profile import sbatch_script
 
@@ -46,7 +47,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         from cutlab.launch.slurm_profile import check_cluster
 
         check_cluster(profile)
-    record = _start_record(plan, launcher)
+    record = _start_record(plan, launcher, parallel)
     print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {len(plan.runs) - len(plan.to_run)} complete "
           f"(skipped), {len(plan.to_run)} to run with launcher={launcher}; record in {record}", file=sys.stderr, flush=True)
     if launcher == "inprocess":
@@ -97,12 +98,13 @@ def _shared_wandb_cache(record: Path) -> dict:
     return {} if os.environ.get("WANDB_CACHE_DIR") else {"WANDB_CACHE_DIR": str((record / "wandb-cache").resolve())}
 
 
-def _start_record(plan: Plan, launcher: str) -> Path:
+def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
+    """The sweep's own folder: its config, its plan as ``--plan`` prints it (same estimate) and its command."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     record = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-{stamp}"
     record.mkdir(parents=True, exist_ok=False)
     (record / "sweep.yaml").write_text(plan.config_yaml)
-    (record / "plan.txt").write_text(format_plan(plan, launcher, 1) + "\n")
+    (record / "plan.txt").write_text(format_plan(plan, launcher, parallel) + "\n")
     (record / "command.json").write_text(json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher}, indent=1))
     return record
 
