@@ -182,3 +182,53 @@ def test_cutlab_search_takes_the_same_launcher_settings(tmp_path, monkeypatch, c
                            "launcher.partition=gpu)")
     assert main(["search=dust_video", "launcher.partiton=gpu", "--dry-run"]) == 2
     assert "unknown launcher key 'launcher.partiton'" in capsys.readouterr().err
+
+
+def test_a_signalled_task_requeues_within_the_profiles_signal_delay_when_its_run_does_not_stop(tmp_path, monkeypatch):
+    """checkpoint() (submitit's SIGUSR2 hook) waits for the run's checkpoint at most what signal_delay_s leaves after
+    the requeue's margin, then hands submitit the same command; it once waited 60 s whatever the profile said, so
+    with signal_delay_s 30 SLURM killed the task before it could requeue. The child here is a real process that
+    ignores SIGTERM, as a run inside one long step does."""
+    import pickle
+    import threading
+    import time
+
+    from cutlab.launch.job import DEFAULT_STOP_GRACE_S, RunCommand
+    from cutlab.launch.slurm_profile import REQUEUE_MARGIN_S, SlurmProfile
+
+    assert SlurmProfile(signal_delay_s=30).stop_grace_s == 30 - REQUEUE_MARGIN_S
+    assert SlurmProfile(signal_delay_s=5).stop_grace_s == 1.0  # never a deadline already past
+    (tmp_path / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                          "print('ready', flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    command = RunCommand([], "stubborn", str(tmp_path), str(tmp_path), module="stubborn",
+                         stop_grace_s=SlurmProfile(signal_delay_s=12).stop_grace_s)
+    ended = []
+    job = threading.Thread(target=lambda: ended.append(_ended(command)), daemon=True)
+    job.start()
+    while command._child is None or command._child.poll() is not None:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the child has installed its handler
+    started = time.monotonic()
+    again = command.checkpoint()
+    waited = time.monotonic() - started
+    try:
+        assert command._child.poll() is None, "the stubborn child was not killed: SLURM does that, or it stops itself"
+        assert 2.0 <= waited < 8.0, waited  # 12 - 10 = 2 s of grace, not 60
+        assert pickle.loads(pickle.dumps(again.function)).stop_grace_s == 2.0, "the requeued job keeps its grace"
+    finally:
+        command._child.kill()
+        job.join(timeout=10)
+    assert ended and not job.is_alive()
+    old = {k: v for k, v in command.__getstate__().items() if k != "stop_grace_s"}  # pickled by an earlier version
+    restored = RunCommand.__new__(RunCommand)
+    restored.__setstate__(old)
+    assert restored.stop_grace_s == DEFAULT_STOP_GRACE_S
+
+
+def _ended(command) -> str:
+    try:
+        command()
+    except Exception as error:  # the killed child is a failed run: what matters here is that the job ended
+        return type(error).__name__
+    return "complete"

@@ -31,21 +31,26 @@ except ImportError:  # pragma: no cover
     Checkpointable, DelayedSubmission = object, None
 
 
+DEFAULT_STOP_GRACE_S = 60.0  # how long checkpoint() waits for the child outside SLURM's signal_delay_s
+
+
 class RunCommand(Checkpointable):
     def __init__(self, argv: list[str], run_id: str, run_dir: str, cwd: str, threads: int | None = None,
-                 module: str = "cutlab", own_session: bool = False) -> None:
+                 module: str = "cutlab", own_session: bool = False, stop_grace_s: float = DEFAULT_STOP_GRACE_S) -> None:
         # module: ``cutlab`` for a run, ``cutlab.search`` for a search worker (same job, same requeue)
         # own_session: the child does not get the terminal's Ctrl-C; the local launcher stops it with SIGTERM
         # (a checkpoint at the next step) instead
+        # stop_grace_s: checkpoint() waits this long for the child's checkpoint, then requeues all the same (the
+        # child resumes from its last checkpoint); SLURM's submit sets it inside the profile's signal_delay_s
         self.argv, self.run_id, self.run_dir, self.cwd, self.threads = argv, run_id, run_dir, cwd, threads
-        self.module, self.own_session = module, own_session
+        self.module, self.own_session, self.stop_grace_s = module, own_session, stop_grace_s
         self._child: subprocess.Popen | None = None
 
     def __getstate__(self) -> dict:  # the child process is not part of what a requeued job needs
         return {k: v for k, v in self.__dict__.items() if k != "_child"}
 
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _child=None)
+    def __setstate__(self, state: dict) -> None:  # a job pickled before stop_grace_s existed waits as it did
+        self.__dict__.update({"stop_grace_s": DEFAULT_STOP_GRACE_S, **state, "_child": None})
 
     def run_argv(self) -> list[str]:
         """The arguments after ``python -m <module>``."""
@@ -72,7 +77,7 @@ class RunCommand(Checkpointable):
         child = self._child
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)  # cutlab stops at the next step boundary with a checkpoint
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + self.stop_grace_s
             while child.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.1)
         return DelayedSubmission(self)  # the same command again; the child process is not pickled

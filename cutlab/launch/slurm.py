@@ -30,6 +30,8 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
 
     executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=profile.max_requeues)
     executor.update_parameters(**profile.executor_parameters(job_name))
+    for command in commands:  # a signalled task must requeue before SLURM's time limit kills it
+        command.stop_grace_s = profile.stop_grace_s
     with executor.batch():
         jobs = [executor.submit(command) for command in commands]
     print(f"[cutlab] slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]} "

@@ -34,6 +34,7 @@ from cutlab.config.launcher import RENAMED, SLURM_SETTINGS
 from cutlab.config.paths import SLURM_PROFILES_DIR
 from cutlab.errors import CutlabError
 
+REQUEUE_MARGIN_S = 10  # of signal_delay_s, kept for submitit to pickle a signalled job and call scontrol requeue
 WHOLE = ("timeout_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node")
 MAY_BE_ZERO = ("gpus_per_node", "max_requeues")
 
@@ -54,6 +55,12 @@ class SlurmProfile:
     max_requeues: int = 3
     setup: tuple[str, ...] = ()
     additional_parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_grace_s(self) -> float:
+        """How long a signalled task waits for its run's checkpoint: what is left of ``signal_delay_s`` once submitit
+        has had REQUEUE_MARGIN_S to pickle the job and requeue it before SLURM kills the task."""
+        return float(max(1, self.signal_delay_s - REQUEUE_MARGIN_S))
 
     def executor_parameters(self, job_name: str) -> dict[str, Any]:
         """Keyword arguments for ``submitit.SlurmExecutor.update_parameters`` (and its sbatch writer), whose own
