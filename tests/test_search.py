@@ -168,7 +168,9 @@ def test_sqlite_storage_total_is_per_study_not_per_invocation(tmp_path, monkeypa
     study = study_of(tmp_path, "lite", url)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3 and "lite trial 2 " in widened
     assert study.user_attrs["sampler_seed"] == 0 and all(t.user_attrs["seed"] == 0 for t in study.trials)
-    assert all(t.user_attrs["sampler_seed"] == 0 for t in study.trials)  # worker 0: the preset's seed
+    # worker 0 samples with the preset's seed; resumed with 2 trials in the study, 1000 per trial above it, so its
+    # sampler does not propose the first session's start-up points again
+    assert [t.user_attrs["sampler_seed"] for t in study.trials] == [0, 0, 2000]
 
 
 def test_hopeless_trial_is_pruned_from_epoch_end_validation(tmp_path, monkeypatch):
@@ -377,3 +379,32 @@ def test_a_plain_cutlab_run_never_imports_optuna():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_stopped_trial_is_failed_and_requeued_under_the_ask_lock(tmp_path, monkeypatch):
+    """Failing a stopped worker's trial and queueing its parameters again is one step under the lock that asking
+    takes: a worker asking in between once counted neither and asked a fresh trial, one over the total. Here the
+    lock is held, as an asking worker holds it, while another worker's trial is stopped: nothing moves until it
+    is released, then the trial is failed and its parameters wait for the next worker."""
+    import threading
+
+    from cutlab.search.__main__ import build_plan, parse_args
+    from cutlab.search.storage import open_storage
+    from cutlab.search.worker import open_study, requeue, study_lock
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    preset = write_preset(tmp_path, {"train.lr": {"type": "log_float", "low": 1e-4, "high": 1e-2}}, study="lock")
+    plan = build_plan(parse_args([f"search={preset}", *TINY]))
+    study = open_study(plan, plan.preset.arms[0], open_storage(plan.storage_url, plan.preset.heartbeat))
+    trial = study.ask()
+    trial.suggest_float("train.lr", 1e-4, 1e-2, log=True)
+    stopping = threading.Thread(target=requeue, args=(plan.study_dir, study, trial))
+    with study_lock(plan.study_dir):
+        stopping.start()
+        stopping.join(timeout=1.0)
+        assert stopping.is_alive() and [t.state.name for t in study.get_trials()] == ["RUNNING"]
+    stopping.join(timeout=30)
+    assert not stopping.is_alive()
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "WAITING"]
+    assert trials[1].params == trial.params and trials[1].system_attrs["failed_trial"] == trial.number

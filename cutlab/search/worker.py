@@ -4,8 +4,12 @@ and its feasibility verdict (as constraint values, see verdict.py).
 Any number of workers (processes here, jobs on a cluster) share one study through its storage. The budget
 ``n_trials`` is the study's total: trials that finished (complete or pruned), run or wait count, failed
 ones do not (a dead worker's trial is re-queued, see storage.py), so a resumed or widened search stops
-at the same total. Asking is serialised by a lock file in the study folder, so parallel workers never
-overshoot the total.
+at the same total. Asking, and failing a stopped or dead worker's trial together with re-queueing its parameters,
+are serialised by a lock file in the study folder, so parallel workers never overshoot the total (a worker that
+asked between another's fail and its re-queue once counted neither, and asked a fresh trial). The lock is an
+flock(2) on that folder: workers on several machines share it where the folder's file system honours flock across
+machines (NFS does; Lustre only when mounted with -o flock); where it does not, two workers can overshoot the total
+by one.
 """
 
 from __future__ import annotations
@@ -135,6 +139,7 @@ def seed_space(plan: Plan) -> tuple[Param, ...]:
 def next_trial(plan: Plan, arm: Arm, study: optuna.Study) -> optuna.Trial | str:
     """A trial to run, or "wait" (others are still running and may die), or "done" (the budget is spent)."""
     with study_lock(plan.study_dir):
+        fail_stale_trials(study)  # a dead worker's trial -> failed -> re-queued with its parameters, in one step
         if arm.seeds:  # every seed of the total queued once, also the ones a widened total adds
             claimed = {trial_seed(t) for t in study.get_trials(deepcopy=False)}
             for seed in range(plan.base_seed, plan.base_seed + plan.preset.n_trials):
@@ -209,7 +214,7 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             study.tell(trial, state=TrialState.FAIL)
             raise
         except (KeyboardInterrupt, SystemExit):  # stopped: re-queue its parameters now; it resumes its folder
-            requeue(study, trial)
+            requeue(plan.study_dir, study, trial)
             raise
         except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
             trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
@@ -233,12 +238,14 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     return "complete"
 
 
-def requeue(study: optuna.Study, trial: optuna.Trial) -> None:
-    """Fail a stopped trial and queue its parameters again, as a heartbeat timeout would (without the wait)."""
-    study.tell(trial, state=TrialState.FAIL)
-    callback = study._storage.get_heartbeat_stale_trial_callback()
-    if callback is not None:
-        callback(study, study._storage.get_trial(trial._trial_id))
+def requeue(study_dir: Path, study: optuna.Study, trial: optuna.Trial) -> None:
+    """Fail a stopped trial and queue its parameters again, as a heartbeat timeout would (without the wait); under
+    the ask lock, so no other worker counts the total between the two."""
+    with study_lock(study_dir):
+        study.tell(trial, state=TrialState.FAIL)
+        callback = study._storage.get_heartbeat_stale_trial_callback()
+        if callback is not None:
+            callback(study, study._storage.get_trial(trial._trial_id))
 
 
 def finished(study: optuna.Study) -> int:
@@ -255,7 +262,6 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
         # the study's trials done out of its total and the time left, at the rate of every worker since this one began
         done = tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
         while True:
-            fail_stale_trials(study)  # a dead worker's trial -> failed -> re-queued with its parameters
             trial = next_trial(plan, arm, study)
             if trial == "done":
                 break
