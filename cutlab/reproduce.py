@@ -11,10 +11,13 @@ run, its state and the cost estimate (and the sbatch scripts with launcher=slurm
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
@@ -95,10 +98,15 @@ def run(scale: str, planned, out: Path) -> int:
         position += 1
         print(f"cutlab-reproduce: {where}: {item.grid.runs} runs into {out / 'runs'} (complete ones are skipped)",
               file=sys.stderr)
-        result = subprocess.run([sys.executable, "-m", "cutlab", *item.argv])  # in this folder, like the user's command
-        if result.returncode != 0:  # the other grids still run, and the report shows what is there
-            stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {result.returncode}")
-        ended = "finished" if result.returncode == 0 else f"ended with exit {result.returncode}"
+        returncode, interrupted = run_grid(item.argv)
+        if interrupted:
+            print(f"cutlab-reproduce: stopped during {where} (exit {returncode}); run the same command again to "
+                  "resume: finished runs are kept and skipped, the stopped ones resume from their checkpoints",
+                  file=sys.stderr)
+            return 130
+        if returncode != 0:  # the other grids still run, and the report shows what is there
+            stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {returncode}")
+        ended = "finished" if returncode == 0 else f"ended with exit {returncode}"
         done.update(done.done + item.grid.runs,
                     f"grid {position}/{len(grids)} ({where}) {ended}{unrun_kinds(grids, position)}")
     skipped.update(notes(scale))
@@ -121,6 +129,38 @@ def run(scale: str, planned, out: Path) -> int:
         print(f"cutlab-reproduce: error: {line}; the report is partial. Fix the messages above and run the same "
               "command again: finished runs are kept and skipped", file=sys.stderr)
     return 1 if stopped else status
+
+
+def run_grid(argv: list[str]) -> tuple[int, bool]:
+    """One grid's ``python -m cutlab -m ...`` in this folder, like the user's command: (exit status, whether
+    Ctrl-C/SIGTERM stopped it). The grid runs in its own session and gets exactly the signals this process gets,
+    as SIGTERM: the first lets its runs checkpoint at their next step, a second kills them (cutlab/launch/local.py
+    and cutlab/run/preemption.py). subprocess.run would instead kill it 0.25 s after a Ctrl-C."""
+    child = subprocess.Popen([sys.executable, "-m", "cutlab", *argv], start_new_session=True)
+    with _forward_stop_signals(child) as signals:
+        returncode = child.wait()
+    return returncode, bool(signals)
+
+
+@contextmanager
+def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
+    """Within the block, SIGINT/SIGTERM to this process reach ``child`` as SIGTERM; yields the signals received."""
+    received: list[str] = []
+
+    def handler(signum, frame) -> None:
+        received.append(signal.Signals(signum).name)
+        what = ("stopping: its runs checkpoint at their next step" if len(received) == 1
+                else "a second signal: killing its runs (they resume from their last checkpoint)")
+        print(f"cutlab-reproduce: {received[-1]}: {what}", file=sys.stderr, flush=True)
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def unrun_kinds(grids: list, ran: int) -> str:

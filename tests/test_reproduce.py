@@ -256,3 +256,35 @@ def test_the_time_left_names_the_runs_of_a_kind_not_run_yet():
         assert unrun_kinds(planned, after_ut).startswith(
             "; 2 of the runs left (data=imdb model=hf_encoder) are")
     assert unrun_kinds(planned, len(planned)) == "" and unrun_kinds([], 0) == ""
+
+
+def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_path):
+    """Ctrl-C (SIGINT to the terminal's process group) reaches the grid's sweep once, as SIGTERM: its run stops at a
+    step with a checkpoint and the reproduction stops, saying the same command resumes. subprocess.run used to kill
+    the grid 0.25 s after the Ctrl-C, mid-step, leaving the run without its checkpoint."""
+    import signal
+    import time
+
+    out = tmp_path / "smoke"
+    command = [sys.executable, "-m", "cutlab.reproduce", "--scale", "smoke", "--out", str(out), "wandb.mode=disabled",
+               "progress=false", "train.epochs=1", "train.max_steps_per_epoch=100000", "checkpoint.every_steps=100000"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 300
+    histories: list[Path] = []
+    while not histories or len(histories[0].read_text().splitlines()) < 3:  # a few steps into the first run
+        assert process.poll() is None and time.time() < deadline, process.communicate()[1][-3000:]
+        time.sleep(0.2)
+        histories = list((out / "runs").glob("*/history.csv"))
+    os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "cutlab-reproduce: SIGINT: stopping" in stderr and "run the same command again to resume" in stderr
+    run = histories[0].parent
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted", summary
+    from cutlab.run.checkpoints import load_checkpoint
+
+    steps = len(pd.read_csv(run / "history.csv"))
+    assert load_checkpoint(run)["trainer"]["progress"]["step"] == steps >= 2, "checkpointed at the step it stopped"
+    assert not (out / "report").exists(), "a stopped reproduction writes no report"
