@@ -408,3 +408,28 @@ def test_a_stopped_trial_is_failed_and_requeued_under_the_ask_lock(tmp_path, mon
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "WAITING"]
     assert trials[1].params == trial.params and trials[1].system_attrs["failed_trial"] == trial.number
+
+
+def test_a_trial_stopped_more_often_than_max_retry_still_resumes_with_its_parameters(tmp_path, monkeypatch):
+    """Stopping is not dying: a trial stopped five times (each resume stopped again, as on a preemptible partition)
+    is queued again each time with its parameters and its first folder. Once it was abandoned after max_retry (3)
+    stops and the next ask drew fresh parameters, its checkpoint unused."""
+    from cutlab.search.__main__ import build_plan, parse_args
+    from cutlab.search.storage import open_storage
+    from cutlab.search.worker import next_trial, open_study, requeue, run_folder
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    preset = write_preset(tmp_path, {"train.lr": {"type": "log_float", "low": 1e-4, "high": 1e-2}}, study="stops",
+                          heartbeat={"interval_s": 60, "grace_s": 120, "max_retry": 3})
+    plan = build_plan(parse_args([f"search={preset}", *TINY]))
+    arm = plan.preset.arms[0]
+    study = open_study(plan, arm, open_storage(plan.storage_url, plan.preset.heartbeat))
+    first = next_trial(plan, arm, study)
+    lr = first.suggest_float("train.lr", 1e-4, 1e-2, log=True)
+    trial = first
+    for _ in range(5):
+        requeue(plan.study_dir, study, trial)
+        trial = next_trial(plan, arm, study)
+        assert trial.suggest_float("train.lr", 1e-4, 1e-2, log=True) == lr
+        assert run_folder(plan, arm, trial) == run_folder(plan, arm, first)
+    assert [t.state.name for t in study.get_trials()] == ["FAIL"] * 5 + ["RUNNING"]

@@ -240,12 +240,12 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
 
 def requeue(study_dir: Path, study: optuna.Study, trial: optuna.Trial) -> None:
     """Fail a stopped trial and queue its parameters again, as a heartbeat timeout would (without the wait); under
-    the ask lock, so no other worker counts the total between the two."""
+    the ask lock, so no other worker counts the total between the two. However often it was stopped: the cap on
+    retries (heartbeat max_retry) is for a trial whose worker dies each time, and a trial stopped a fourth time (a
+    long trial on a preemptible partition) was abandoned for fresh parameters, its checkpoint unused."""
     with study_lock(study_dir):
         study.tell(trial, state=TrialState.FAIL)
-        callback = study._storage.get_heartbeat_stale_trial_callback()
-        if callback is not None:
-            callback(study, study._storage.get_trial(trial._trial_id))
+        RetryCallback(max_retry=None)(study, study._storage.get_trial(trial._trial_id))
 
 
 def finished(study: optuna.Study) -> int:
