@@ -144,7 +144,8 @@ def run_grid(argv: list[str]) -> tuple[int, bool]:
 
 @contextmanager
 def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
-    """Within the block, SIGINT/SIGTERM to this process reach ``child`` as SIGTERM; yields the signals received."""
+    """Within the block, SIGINT/SIGTERM/SIGHUP to this process reach ``child`` as SIGTERM; yields the signals
+    received. SIGHUP too: in its own session the grid no longer gets the closed terminal's hang-up itself."""
     received: list[str] = []
 
     def handler(signum, frame) -> None:
@@ -155,7 +156,7 @@ def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield received
     finally:

@@ -258,10 +258,12 @@ def test_the_time_left_names_the_runs_of_a_kind_not_run_yet():
     assert unrun_kinds(planned, len(planned)) == "" and unrun_kinds([], 0) == ""
 
 
-def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_path):
+@pytest.mark.parametrize("name", ["SIGINT", "SIGHUP"])
+def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_path, name):
     """Ctrl-C (SIGINT to the terminal's process group) reaches the grid's sweep once, as SIGTERM: its run stops at a
     step with a checkpoint and the reproduction stops, saying the same command resumes. subprocess.run used to kill
-    the grid 0.25 s after the Ctrl-C, mid-step, leaving the run without its checkpoint."""
+    the grid 0.25 s after the Ctrl-C, mid-step, leaving the run without its checkpoint. A closed terminal's SIGHUP
+    (to the reproduction alone: the grid runs in its own session) stops it the same way."""
     import signal
     import time
 
@@ -276,10 +278,13 @@ def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_
         assert process.poll() is None and time.time() < deadline, process.communicate()[1][-3000:]
         time.sleep(0.2)
         histories = list((out / "runs").glob("*/history.csv"))
-    os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    if name == "SIGINT":
+        os.killpg(process.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    else:
+        process.send_signal(signal.SIGHUP)
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 130, stderr[-3000:]
-    assert "cutlab-reproduce: SIGINT: stopping" in stderr and "run the same command again to resume" in stderr
+    assert f"cutlab-reproduce: {name}: stopping" in stderr and "run the same command again to resume" in stderr
     run = histories[0].parent
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted", summary
