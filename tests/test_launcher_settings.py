@@ -232,3 +232,28 @@ def _ended(command) -> str:
     except Exception as error:  # the killed child is a failed run: what matters here is that the job ended
         return type(error).__name__
     return "complete"
+
+
+def test_a_task_whose_run_stopped_on_sigterm_is_interrupted_not_failed(tmp_path, monkeypatch):
+    """Where SLURM preempts with SIGTERM (no preempt_send_user_signal), the run checkpoints and exits 75, and
+    submitit hands back the job's RunInterrupted inside its own error: the sweep reports the run interrupted,
+    with the line that says how to resume, not failed. A real submitit job (its local executor) and a child that
+    exits as a checkpointed cutlab run does."""
+    import submitit
+
+    from cutlab.launch.job import RunCommand
+    from cutlab.launch.outcome import outcome_of
+    from cutlab.run.preemption import PREEMPTED_EXIT
+
+    (tmp_path / "checkpointed.py").write_text(f"raise SystemExit({PREEMPTED_EXIT})\n")
+    (tmp_path / "broken.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    executor = submitit.LocalExecutor(folder=tmp_path / "jobs")
+    executor.update_parameters(timeout_min=5)
+    jobs = {name: executor.submit(RunCommand([], name, str(tmp_path / name), str(tmp_path), module=name))
+            for name in ("checkpointed", "broken")}
+    stopped = outcome_of("checkpointed", jobs["checkpointed"].result, job_id="1")
+    assert stopped.status == "interrupted", stopped
+    assert stopped.error == "checkpointed: stopped by a signal after checkpointing; run the sweep again to resume"
+    broken = outcome_of("broken", jobs["broken"].result, job_id="2")
+    assert broken.status == "failed" and broken.error == "exit 3: no output", broken

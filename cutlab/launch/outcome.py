@@ -43,16 +43,28 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
     except RunFailed as error:
         return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
     except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
+        interrupted = _raised(str(error), "RunInterrupted")  # a task stopped by SIGTERM: checkpointed, not failed
+        if interrupted:
+            return Outcome(run_id, "interrupted", error=interrupted, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
     value = headline_of(summary, objective_of_metric(summary["metric"])) if summary.get("metric") else None
     return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
 
 
+def _raised(trace: str, name: str) -> str | None:
+    """The message of the exception ``name`` in a job's traceback text, if it ended with one."""
+    for line in reversed([line.strip() for line in trace.splitlines() if line.strip()]):
+        if f"{name}: " in line:
+            return line.split(f"{name}: ", 1)[1].strip()
+    return None
+
+
 def _last_line(text: str) -> str:
+    """A failed job's error line: RunFailed's message without its run id, else the traceback's last line."""
+    failed = _raised(text, "RunFailed")
+    if failed is not None:
+        return failed.split(": ", 1)[-1]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "RunFailed:" in line:
-            return line.split("RunFailed:", 1)[1].strip().split(": ", 1)[-1]
     return lines[-1] if lines else "unknown error"
 
 
