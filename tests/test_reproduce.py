@@ -258,7 +258,7 @@ def test_the_time_left_names_the_runs_of_a_kind_not_run_yet():
     assert unrun_kinds(planned, len(planned)) == "" and unrun_kinds([], 0) == ""
 
 
-@pytest.mark.parametrize("name", ["SIGINT", "SIGHUP"])
+@pytest.mark.parametrize("name", ["SIGINT", pytest.param("SIGHUP", marks=pytest.mark.slow)])
 def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_path, name):
     """Ctrl-C (SIGINT to the terminal's process group) reaches the grid's sweep once, as SIGTERM: its run stops at a
     step with a checkpoint and the reproduction stops, saying the same command resumes. subprocess.run used to kill
