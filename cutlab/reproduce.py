@@ -134,8 +134,9 @@ def run(scale: str, planned, out: Path) -> int:
 def run_grid(argv: list[str]) -> tuple[int, bool]:
     """One grid's ``python -m cutlab -m ...`` in this folder, like the user's command: (exit status, whether
     Ctrl-C/SIGTERM stopped it). The grid runs in its own session and gets exactly the signals this process gets,
-    as SIGTERM: the first lets its runs checkpoint at their next step, a second kills them (cutlab/launch/local.py
-    and cutlab/run/preemption.py). subprocess.run would instead kill it 0.25 s after a Ctrl-C."""
+    as SIGTERM: the first lets its runs checkpoint at their next step (cutlab/run/preemption.py); a second is passed
+    on too, on which ``launcher=local`` kills its runs (cutlab/launch/local.py), while an in-process run stops at
+    its step as before. subprocess.run would instead kill the grid 0.25 s after a Ctrl-C."""
     child = subprocess.Popen([sys.executable, "-m", "cutlab", *argv], start_new_session=True)
     with _forward_stop_signals(child) as signals:
         returncode = child.wait()
@@ -151,7 +152,8 @@ def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
     def handler(signum, frame) -> None:
         received.append(signal.Signals(signum).name)
         what = ("stopping: its runs checkpoint at their next step" if len(received) == 1
-                else "a second signal: killing its runs (they resume from their last checkpoint)")
+                else "passed on to the grid again (launcher=local kills its runs on it; an in-process run stops at "
+                     "its next step)")
         print(f"cutlab-reproduce: {received[-1]}: {what}", file=sys.stderr, flush=True)
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)

@@ -199,7 +199,7 @@ def test_a_signalled_task_requeues_within_the_profiles_signal_delay_when_its_run
     assert SlurmProfile(signal_delay_s=30).stop_grace_s == 30 - REQUEUE_MARGIN_S
     assert SlurmProfile(signal_delay_s=5).stop_grace_s == 1.0  # never a deadline already past
     (tmp_path / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                                          "print('ready', flush=True)\ntime.sleep(60)\n")
+                                          "time.sleep(60)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     command = RunCommand([], "stubborn", str(tmp_path), str(tmp_path), module="stubborn",
                          stop_grace_s=SlurmProfile(signal_delay_s=12).stop_grace_s)

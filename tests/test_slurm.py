@@ -1,6 +1,7 @@
 """A real single-node SLURM (munge + slurmctld + slurmd, started here, stopped by PID): a grid runs as a job array
 through ``python -m cutlab -m ... launcher=slurm``; one task is preempted mid-run, checkpoints, is requeued and
-ends with exactly the result of an uninterrupted run; a failing task is FAILED in SLURM's own records and
+ends with exactly the result of an uninterrupted run; a task stopped by SIGTERM (preemption without SLURM's user
+signal) is reported interrupted and resumes; a failing task is FAILED in SLURM's own records and
 does not stop the others; a profile naming a partition the cluster lacks is refused before submitting; launcher
 settings given on the command line (launcher.partition=..., submitit's names) reach the submitted job and leave the
 run folders as they are without them."""
@@ -138,6 +139,39 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
     assert "names partition 'gpu_a100', which this cluster does not have (sinfo lists: debug)" in result.stderr
     assert subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout == before
     assert not runs.exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command_resumes_it(cluster, tmp_path):
+    """SIGTERM to a running task (what SLURM sends on preemption where preempt_send_user_signal is not set): the run
+    checkpoints at its step, SLURM records the task FAILED, and the sweep reports it interrupted with the line that
+    says how to resume, not failed; the same command then finishes it from its checkpoint."""
+    grid = ["gamma=0", "L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gamma_test=[0]",
+            "progress=false", "wandb.mode=disabled"]
+    slurm = ["launcher=slurm", f"launcher.profile={profile(tmp_path)}"]
+    runs = tmp_path / "runs"
+    env = cutlab_env(runs, {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
+    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, *slurm], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60" / "history.csv"
+    deadline = time.time() + 300
+    while not history.exists() or len(pd.read_csv(history)) < 3:
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.2)
+    [task] = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                            check=True).stdout.split()  # one run: submitit submits a plain job, not an array
+    cancel = subprocess.run(["scancel", "--signal=TERM", task], capture_output=True, text=True)
+    assert cancel.returncode == 0, (cancel.stderr, scontrol(task))
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1 and "0 complete, 0 failed, 1 interrupted" in stderr, stderr[-3000:]
+    [outcome] = sweep_outcome(runs)["runs"]
+    assert outcome["status"] == "interrupted" and outcome["error"].endswith("run the sweep again to resume"), outcome
+    assert scontrol(task)["JobState"] == "FAILED"
+    stopped_at = len(pd.read_csv(history))
+    assert json.loads((history.parent / "summary.json").read_text())["status"] == "interrupted"
+    again = cutlab(["-m", *grid], runs, check=False)  # here, in this process: launcher keys never change a run
+    assert again.returncode == 0 and "1 complete" in again.stderr, again.stderr[-3000:]
+    assert len(pd.read_csv(history)) > stopped_at > 2  # resumed after the steps it had, not from the start
 
 
 @pytest.mark.slow

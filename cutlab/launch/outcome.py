@@ -44,7 +44,7 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
         return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
     except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
         interrupted = _raised(str(error), "RunInterrupted")  # a task stopped by SIGTERM: checkpointed, not failed
-        if interrupted:
+        if interrupted is not None:
             return Outcome(run_id, "interrupted", error=interrupted, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
     value = headline_of(summary, objective_of_metric(summary["metric"])) if summary.get("metric") else None
