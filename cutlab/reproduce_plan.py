@@ -49,30 +49,36 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
     # the launcher check a sweep's launch makes, so the plan refuses what the launch would
     launcher = next((check_launcher_node(item.plan.launcher) for item in planned), "inprocess")
     lines = [f"# cutlab-reproduce --scale {scale} --plan (launcher: {launcher}); nothing is started"]
-    totals = _Tally()
+    totals, counted = _Tally(), set()  # the total counts each run folder once
     for entry in SCALES[scale]:
         items = [item for item in planned if item.grid.entry == entry]
         tally = _Tally()
         lines.append(f"## {entry.label} (sweeps/{entry.sweep}.yaml)")
         for item in items:
             lines.append("# command: python -m cutlab " + " ".join(item.argv))
+            # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder, run once
+            first_seen = [run for run in item.plan.runs if run.run_dir not in counted]
+            counted |= {run.run_dir for run in item.plan.runs}
             if item.skipped:
                 lines.append(f"# skipped: {len(item.plan.runs)} runs of data={item.grid.data} model={item.grid.model}: "
                              f"{item.skipped}")
                 width = len(str(len(item.plan.runs)))
                 lines += [f"{run.index:>{width}} {'skipped':<11} {run.run_id}" for run in item.plan.runs]
                 tally.skipped += len(item.plan.runs)
+                totals.skipped += len(first_seen)
                 continue
             parallel, profile = _parallel(item.plan, launcher)
             lines.append(format_plan(item.plan, launcher, parallel))
             if profile is not None:
                 lines.append(_sbatch(item.plan, profile))
-            tally.add(item.plan, launcher)
+            tally.add(item.plan, launcher, item.plan.runs)
+            totals.add(item.plan, launcher, first_seen)
         lines.append(f"# {entry.label}: {tally.text()}")
-        totals.merge(tally)
-    folders = [run.run_dir for item in planned for run in item.plan.runs]
-    shared = len(folders) - len(set(folders))  # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder each
-    lines.append(f"# total: {totals.text()}" + (f"; {shared} of these runs belong to two grids and run once" if shared else ""))
+    listed = sum(len(item.plan.runs) for item in planned)
+    shared = listed - len(counted)
+    lines.append(f"# total: {totals.text()}")
+    if shared:
+        lines.append(f"# {listed} runs are listed above: {shared} belong to two grids (one folder each) and count once")
     return "\n".join(lines)
 
 
@@ -81,21 +87,19 @@ class _Tally:
         self.runs = self.complete = self.skipped = self.measured = 0
         self.seconds, self.kinds, self.unmeasured = 0.0, set(), 0
 
-    def add(self, plan: Plan, launcher: str) -> None:
-        cost = estimate(plan.runs_dir, plan.to_run)
-        self.runs += len(plan.runs)
-        self.complete += len(plan.runs) - len(plan.to_run)
+    def add(self, plan: Plan, launcher: str, runs: list) -> None:
+        """Count ``runs`` (some or all of ``plan``'s), costing the ones not complete."""
+        folders = {run.run_dir for run in runs}
+        to_run = [run for run in plan.to_run if run.run_dir in folders]
+        cost = estimate(plan.runs_dir, to_run)
+        self.runs += len(runs)
+        self.complete += len(runs) - len(to_run)
         self.measured += cost.measured
         # as format_plan: a process per run (SLURM, local without warm workers) pays the start-up per run
         startup = launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True))
         self.seconds += cost.seconds + (PROCESS_STARTUP_S * cost.measured if startup else 0)
         self.unmeasured += len(cost.unmeasured)
         self.kinds |= {run.cost_key for run in cost.unmeasured}
-
-    def merge(self, other: "_Tally") -> None:
-        for key in ("runs", "complete", "skipped", "measured", "seconds", "unmeasured"):
-            setattr(self, key, getattr(self, key) + getattr(other, key))
-        self.kinds |= other.kinds
 
     def text(self) -> str:
         text = (f"{self.runs + self.skipped} runs: {self.runs - self.complete} to run, {self.complete} complete, "

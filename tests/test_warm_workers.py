@@ -76,8 +76,8 @@ def test_a_failed_run_leaves_the_worker_ready_for_the_next(tmp_path, worker):
     assert worker.process.pid == pid and not (tmp_path / "runs" / "bad").exists()
 
 
-def worker_pids(parent: int) -> list[int]:
-    """The warm workers the launcher process ``parent`` started (from /proc)."""
+def worker_pids(parent: int, command: bytes = b"cutlab.launch.worker") -> list[int]:
+    """The warm workers (or other children running ``command``) the launcher process ``parent`` started, from /proc."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -85,7 +85,7 @@ def worker_pids(parent: int) -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == parent and b"cutlab.launch.worker" in cmdline:
+        if int(fields[1]) == parent and command in cmdline:
             pids.append(int(stat.parent.name))
     return pids
 
@@ -153,3 +153,22 @@ def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_
     assert f"from step {steps_done}" in resumed.stderr and "3 complete" in resumed.stderr
     cutlab([f"gamma={gamma}", *LONGER, "threads=1", "run_name=reference"], runs)
     assert_same_records(stopped, runs / "reference")
+
+
+def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tmp_path):
+    """``launcher.warm_workers=false``: SIGTERM reaches a run's fresh process before it installs its handler (while
+    Python imports torch), which kills it; nothing was lost, so the run is interrupted and resumes."""
+    runs = tmp_path / "runs"
+    args = ["gamma=0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.warm_workers=false"]
+    sweep = start_sweep(args, runs)
+    deadline = time.time() + 120
+    while not worker_pids(sweep.pid, b"\0cutlab\0"):  # python -m cutlab <overrides>: the run's process
+        assert sweep.poll() is None and time.time() < deadline, "the run's process never started"
+        time.sleep(0.01)
+    sweep.send_signal(signal.SIGTERM)
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 1, stderr[-2000:]
+    (outcome,) = sweep_outcome(runs)["runs"]
+    assert outcome["status"] == "interrupted", outcome
+    assert outcome["error"].endswith("stopped while it was starting; run the sweep again to resume")
+    assert "1 complete" in cutlab(["-m", *args], runs).stderr

@@ -25,7 +25,7 @@ from typing import Iterator
 
 from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, RunInterrupted, outcome_of
+from cutlab.launch.outcome import Outcome, RunFailed, RunInterrupted, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
 
 
@@ -34,18 +34,27 @@ class ProcessPerRun:
 
     def __init__(self) -> None:
         self.command: RunCommand | None = None
+        self.stopped = False  # interrupt() sent the current run SIGTERM
 
     def run(self, command: RunCommand) -> dict:
         command.own_session = True  # Ctrl-C reaches the launcher only, which stops the run at a step
-        self.command = command
+        self.command, self.stopped = command, False
         try:
             return command()
+        except RunFailed:
+            # SIGTERM before the run installed its handler (still importing or composing) kills it outright:
+            # no step was lost, and the same command starts it again
+            if self.stopped and command._child.returncode == -signal.SIGTERM:
+                raise RunInterrupted(f"{command.run_id}: stopped while it was starting; run the sweep again to "
+                                     "resume") from None
+            raise
         finally:
             self.command = None
 
     def interrupt(self) -> None:
         child = self.command._child if self.command is not None else None
         if child is not None and child.poll() is None:
+            self.stopped = True
             child.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
