@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, best_value, start_search, study_of, wait_for
+from helpers.search import (FAST_HEARTBEAT, TINY, assert_run_complete, best_value, current_folder, start_search,
+                            study_of, wait_for)
 
 
 def search_in_process(args: list[str], tmp: Path, monkeypatch, capsys) -> str:
@@ -433,3 +434,41 @@ def test_a_trial_stopped_more_often_than_max_retry_still_resumes_with_its_parame
         assert trial.suggest_float("train.lr", 1e-4, 1e-2, log=True) == lr
         assert run_folder(plan, arm, trial) == run_folder(plan, arm, first)
     assert [t.state.name for t in study.get_trials()] == ["FAIL"] * 5 + ["RUNNING"]
+
+
+def test_a_worker_paused_past_the_heartbeat_grace_hands_its_trial_over_and_no_trial_is_lost(tmp_path):
+    """A worker stopped (SIGSTOP: Ctrl-Z, SLURM's suspend) for longer than the heartbeat grace looks dead: another
+    worker re-queues its trial, asks it, and finds the trial's folder still held by the paused process. It waits for
+    the folder instead of failing, and the paused worker, when it continues, ends its run at the next epoch with a
+    checkpoint instead of telling a trial that is no longer its own; the other worker resumes the run there."""
+    args = ["search=dust_video", "--n-trials", "3", "search.pruner=null", *FAST_HEARTBEAT,
+            *[o for o in TINY if not o.startswith("train.")], "train.epochs=6", "train.max_steps_per_epoch=4"]
+    paused = start_search(args, tmp_path, tmp_path / "worker-a.log")
+    other = start_search(args, tmp_path, tmp_path / "worker-b.log")
+
+    def pausable_folder():
+        assert paused.poll() is None, (tmp_path / "worker-a.log").read_text()[-4000:]
+        folder = current_folder(tmp_path / "worker-a.log")
+        return folder if folder and (folder / "checkpoint.pt").exists() else None
+
+    victim = wait_for(pausable_folder, 180, "worker A's trial to write its first checkpoint")
+    paused.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: f"-> {victim}" in (tmp_path / "worker-b.log").read_text() or other.poll() is not None, 180,
+                 "worker B to ask the paused worker's trial")
+        time.sleep(3)  # worker B meets the held folder
+        assert other.poll() is None, (tmp_path / "worker-b.log").read_text()[-4000:]
+    finally:
+        paused.send_signal(signal.SIGCONT)
+    assert paused.wait(timeout=300) == 0, (tmp_path / "worker-a.log").read_text()[-4000:]
+    assert other.wait(timeout=300) == 0, (tmp_path / "worker-b.log").read_text()[-4000:]
+    log_a, log_b = ((tmp_path / f"worker-{w}.log").read_text() for w in "ab")
+    assert "is held by" in log_b and "handed over" in log_a, (log_a[-3000:], log_b[-3000:])
+    assert "Traceback" not in log_a + log_b
+    study = study_of(tmp_path, "dust_video")
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE"] * 3 + ["FAIL"], states
+    folders = {Path(t.user_attrs["run_dir"]) for t in study.trials if t.state.name == "COMPLETE"}
+    assert len(folders) == 3 and victim in folders
+    for folder in folders:
+        assert_run_complete(folder, steps=24)  # every step once: the handed-over run resumed from its checkpoint

@@ -11,20 +11,14 @@ from pathlib import Path
 import pytest
 
 from helpers.postgres_server import postgres_server
-from helpers.search import (FAST_HEARTBEAT, TINY, assert_run_complete, best_value, run_search, start_search,
-                            study_of, wait_for)
+from helpers.search import (FAST_HEARTBEAT, TINY, assert_run_complete, best_value, current_folder, run_search,
+                            start_search, study_of, wait_for)
 
 
 @pytest.fixture(scope="module")
 def postgres_url():
     with postgres_server() as url:
         yield url
-
-
-def current_folder(log: Path) -> Path | None:
-    """The run folder of the trial a worker is on (its last "trial N (worker i): ... -> FOLDER" line)."""
-    lines = [line for line in log.read_text().splitlines() if " -> " in line and "(worker " in line]
-    return Path(lines[-1].rsplit(" -> ", 1)[1]) if lines else None
 
 
 def test_two_workers_on_postgresql_one_killed_mid_trial_lose_no_trial(tmp_path, postgres_url):

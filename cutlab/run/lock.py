@@ -16,6 +16,14 @@ from cutlab.errors import CutlabError
 LOCK = ".lock"
 
 
+class RunFolderBusy(CutlabError):
+    """Another live process holds the run folder (``holder`` names it: process id and host)."""
+
+    def __init__(self, message: str, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
+
+
 class RunLock:
     """Hold ``run_dir``'s lock from ``acquire()`` to ``release()`` (or the end of a ``with`` block).
 
@@ -40,8 +48,9 @@ class RunLock:
                 holder = os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
                 os.close(descriptor)
                 self._remove_created_folders()
-                raise CutlabError(f"{self.run_dir} is being written by {holder}; wait for it to end (or stop it), then "
-                                  "run the same command again: a run folder takes one writer at a time") from None
+                raise RunFolderBusy(f"{self.run_dir} is being written by {holder}; wait for it to end (or stop it), "
+                                    "then run the same command again: a run folder takes one writer at a time",
+                                    holder) from None
             if self._still_the_lock_file(descriptor):
                 break
             os.close(descriptor)  # its holder removed the file while we waited for it: lock the new one

@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend
@@ -48,7 +49,14 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
         self._interval, self._grace, self._stale_callback = heartbeat_interval, grace_period, stale_callback
 
     def record_heartbeat(self, trial_id: int) -> None:
-        self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+        # a trial given up while its worker was stopped past the grace (SIGSTOP, a suspended SLURM job) is finished:
+        # its worker hands it over at its next epoch (cutlab/search/worker.py); until then its beats go nowhere
+        if self.get_trial(trial_id).state.is_finished():
+            return
+        try:
+            self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
+        except UpdateFinishedTrialError:  # given up between the check and the beat
+            pass
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         now = time.time()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import fail_stale_trials
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
@@ -172,23 +173,33 @@ def run_folder(plan: Plan, arm: Arm, trial: optuna.Trial) -> Path:
     return plan.study_dir / f"{prefix}trial-{number:04d}"
 
 
+# why a trial can end while its worker still runs it: the trial that re-queued it runs in the same folder
+HANDED_OVER = ("this worker was stopped (SIGSTOP, a suspended SLURM job) for longer than the heartbeat grace, so "
+               "another worker took it for dead and queued its parameters again")
+
+
 def pruning_hook(trial: optuna.Trial, epochs: int, metric: str):
-    """Report the epoch's validation metric at gamma_train; stop hopeless trials (never at the last epoch)."""
+    """Report the epoch's validation metric at gamma_train; stop hopeless trials (never at the last epoch), and a run
+    whose trial was handed over (the re-queued trial resumes from this epoch's checkpoint)."""
     from cutlab.run.experiment import StopRun
 
     def on_epoch_end(epoch: int, validate) -> None:
         value = validate()
         if math.isnan(value):
             raise StopRun("pruned", f"validation {metric} is NaN at epoch {epoch}")
-        trial.report(value, step=epoch)
-        if epoch < epochs and trial.should_prune():
+        try:
+            trial.report(value, step=epoch)
+            prune = epoch < epochs and trial.should_prune()
+        except UpdateFinishedTrialError:
+            raise StopRun("interrupted", f"handed over at epoch {epoch}: {HANDED_OVER}") from None
+        if prune:
             raise StopRun("pruned", f"validation {metric} {value:.4g} at epoch {epoch} is worse than the median "
                                     "of earlier trials")
     return on_epoch_end
 
 
 def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, worker_index: int) -> str:
-    from cutlab.run.experiment import StopRun, run_experiment
+    from cutlab.run.experiment import StopRun
 
     space = seed_space(plan) if arm.seeds else arm.space
     params = {param.key: param.suggest(trial) for param in space}
@@ -205,8 +216,13 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     metric = objective_of(task_kind(cfg)).metric_name
     with get_heartbeat_thread(trial._trial_id, study._storage):
         try:
-            summary = run_experiment(cfg, run_dir, on_epoch_end=pruning_hook(trial, cfg.train.epochs, metric))
+            summary = run_when_free(cfg, run_dir, pruning_hook(trial, cfg.train.epochs, metric),
+                                    f"{study.study_name} trial {trial.number}")
         except StopRun as stop:
+            if stop.status == "interrupted":  # handed over: its run goes on in the same folder
+                say(f"{study.study_name} trial {trial.number} {stop}; the re-queued trial goes on from its checkpoint "
+                    f"in {run_dir}")
+                return "handed over"
             study.tell(trial, state=TrialState.PRUNED)
             say(f"{study.study_name} trial {trial.number} pruned: {stop}")
             return "pruned"
@@ -227,15 +243,39 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
         raise CutlabError(f"the runs' selection metric {summary['metric']} is to {mode}, but the study was created "
                           f"to {plan.direction}; set search.direction={mode} (or auto) and a new study name")
     value = float(summary["selection_metric"])
-    # the verdict goes to the study before tell: TPE and Study.best_trial rank feasible trials first (verdict.py)
-    for name, violation in constraint_values(summary).items():
-        trial.set_constraint(name, violation)
-    for name, attr in trial_attrs(summary, run_dir).items():
-        trial.set_user_attr(name, attr)
-    study.tell(trial, value)
+    try:
+        # the verdict goes to the study before tell: TPE and Study.best_trial rank feasible trials first (verdict.py)
+        for name, violation in constraint_values(summary).items():
+            trial.set_constraint(name, violation)
+        for name, attr in trial_attrs(summary, run_dir).items():
+            trial.set_user_attr(name, attr)
+        study.tell(trial, value)
+    except UpdateFinishedTrialError:  # the trial queued again reads the complete record from the folder
+        say(f"{study.study_name} trial {trial.number} handed over after its run ended: {HANDED_OVER}; its complete "
+            f"record in {run_dir} goes to that trial")
+        return "handed over"
     say(f"{study.study_name} trial {trial.number} complete: validation {summary['metric']} {value:.4g}, "
         f"verdict {summary.get('verdict')}")
     return "complete"
+
+
+def run_when_free(cfg, run_dir: Path, on_epoch_end, name: str) -> dict:
+    """``run_experiment``, once no other process holds ``run_dir``: a re-queued trial's folder can still be held by
+    the worker that ran it before, alive but stopped for longer than the heartbeat grace. It hands the run over at
+    its next epoch (``pruning_hook``); until then this worker waits, its trial's heartbeat going on."""
+    from cutlab.run.experiment import run_experiment
+    from cutlab.run.lock import RunFolderBusy
+
+    waiting = False
+    while True:
+        try:
+            return run_experiment(cfg, run_dir, on_epoch_end=on_epoch_end)
+        except RunFolderBusy as busy:
+            if not waiting:
+                say(f"{name}: {run_dir} is held by {busy.holder} (the worker that ran these parameters before, stopped "
+                    "or slow past the heartbeat grace); waiting for it to hand the run over")
+                waiting = True
+            time.sleep(1.0)
 
 
 def requeue(study_dir: Path, study: optuna.Study, trial: optuna.Trial) -> None:

@@ -80,3 +80,9 @@ def best_value(study) -> float:
     assert all("verdict" in t.user_attrs for t in complete)
     feasible = [t for t in complete if all(v <= 0 for v in t.constraints.values())]
     return min(t.value for t in feasible or complete)
+
+
+def current_folder(log: Path) -> Path | None:
+    """The run folder of the trial a worker is on (its last "trial N (worker i): ... -> FOLDER" line)."""
+    lines = [line for line in log.read_text().splitlines() if " -> " in line and "(worker " in line]
+    return Path(lines[-1].rsplit(" -> ", 1)[1]) if lines else None
