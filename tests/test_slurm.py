@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -222,3 +223,68 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
     assert (tmp_path / "runs" / "search" / "dust_video" / "search_report.json").exists()
     scripts = list((tmp_path / "runs" / "search" / "dust_video" / "slurm").glob("*/*_submission.sh"))
     assert len(scripts) == 1 and "#SBATCH --time=9\n" in scripts[0].read_text()  # the command line's, not the profile's
+
+
+@pytest.mark.slow
+def test_a_task_killed_without_a_result_is_failed_with_slurms_state_and_the_others_go_on(cluster, tmp_path):
+    """SIGKILL to a running task (the OOM killer, a node lost): no result file, so the sweep reports it failed with
+    the state SLURM recorded, where it once said only "killed or lost"."""
+    grid = ["gamma=0,0.09", "L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gamma_test=[0]",
+            "progress=false", "wandb.mode=disabled"]
+    runs = tmp_path / "runs"
+    env = cutlab_env(runs, {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
+    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, "launcher=slurm",
+                              f"launcher.profile={profile(tmp_path, array_parallelism=1)}"], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    history = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60" / "history.csv"
+    deadline = time.time() + 300
+    while not history.exists() or len(pd.read_csv(history)) < 2:
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.2)
+    [task] = subprocess.run(["squeue", "--noheader", "--array", "--states=RUNNING", "--format=%i"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    [job_process] = [int(cmdline.parent.name) for cmdline in Path("/proc").glob("[0-9]*/cmdline")
+                     if _is_submitit_job(_read(cmdline).split(b"\0"))]
+    os.kill(job_process, signal.SIGKILL)  # submitit's own process: nothing is left to write the result
+    _, stderr = sweep.communicate(timeout=600)
+    assert sweep.returncode == 1, stderr[-3000:]
+    outcomes = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
+    state = scontrol(task)["JobState"]
+    assert outcomes["0"]["status"] == "failed" and f"(SLURM state {state};" in outcomes["0"]["error"], outcomes
+    assert outcomes["0.09"]["status"] == "complete"
+
+
+def _is_submitit_job(argv: list[bytes]) -> bool:
+    """submitit's Python process inside the task (not srun's, nor the batch shell's, which name it too)."""
+    return Path(argv[0].decode()).name.startswith("python") and b"submitit.core._submit" in argv
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:  # a process that ended while we looked
+        return b""
+
+
+def test_a_task_slurm_says_completed_is_waited_for_until_its_result_shows():
+    """The decision behind the test above, at the times a slow shared file system makes matter: a task gone from
+    squeue is failed after VANISHED_AFTER_S with the state SLURM gives, but one SLURM says COMPLETED wrote its result,
+    so its file is waited for (NFS shows a new file up to 60 s late) before the folder is named as the cause."""
+    from types import SimpleNamespace
+
+    from cutlab.launch.slurm import RESULT_VISIBLE_S, VANISHED_AFTER_S, vanished
+
+    paths = SimpleNamespace(result_pickle=Path("/shared/logs/7_0_result.pkl"), stderr=Path("/shared/logs/7_0.err"))
+    asked = []
+
+    def state(value):
+        return lambda: asked.append(value) or value
+
+    assert vanished(VANISHED_AFTER_S - 1, state("FAILED"), paths) is None and asked == []
+    assert vanished(VANISHED_AFTER_S, state("OUT_OF_MEMORY"), paths) == \
+        "the job ended without a result (SLURM state OUT_OF_MEMORY; see /shared/logs/7_0.err)"
+    assert vanished(VANISHED_AFTER_S, state(None), paths) == \
+        "the job ended without a result (killed or lost; see /shared/logs/7_0.err)"
+    assert vanished(RESULT_VISIBLE_S - 1, state("COMPLETED"), paths) is None
+    assert vanished(RESULT_VISIBLE_S, state("COMPLETED"), paths).startswith(
+        "SLURM says the job COMPLETED, but its result /shared/logs/7_0_result.pkl has not appeared here in 120 s")

@@ -3,11 +3,13 @@
 submitit writes the sbatch script (``--signal=USR2@<signal_delay_s>``, ``--array=0-N%<array_parallelism>``),
 pickles each run's :class:`RunCommand`, and inside the job turns SIGUSR2 into ``checkpoint()`` + requeue.
 Waiting reads submitit's result files and asks ``squeue`` whether a task still exists, so it needs no
-SLURM accounting database; a task that vanishes without a result (killed, node lost) is reported failed.
+SLURM accounting database; a task that vanishes without a result (killed, node lost) is reported failed with the
+state ``scontrol`` gives it, and one that SLURM says COMPLETED is waited for until its result file shows.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -19,7 +21,8 @@ from cutlab.launch.outcome import Outcome, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
 
 POLL_S = 1.0
-VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one
+VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one ...
+RESULT_VISIBLE_S = 120.0  # ... unless SLURM says it COMPLETED: NFS may show a new file up to 60 s late (acdirmax)
 
 
 def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str):
@@ -52,10 +55,10 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
                 outcome = outcome_of(command.run_id, job.result, job_id=job_id)
             elif queued is not None and job_id not in queued:
                 first = missing_since.setdefault(job_id, time.monotonic())
-                if time.monotonic() - first < VANISHED_AFTER_S:
+                error = vanished(time.monotonic() - first, lambda: slurm_state(job_id), job.paths)
+                if error is None:
                     continue
-                outcome = Outcome(command.run_id, "failed", job_id=job_id,
-                                  error=f"the job ended without a result (killed or lost; see {job.paths.stderr})")
+                outcome = Outcome(command.run_id, "failed", job_id=job_id, error=error)
             else:
                 missing_since.pop(job_id, None)
                 continue
@@ -65,6 +68,36 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
         if pending:
             time.sleep(POLL_S)
     return outcomes
+
+
+def vanished(missing_s: float, state, paths) -> str | None:
+    """Why a task gone from squeue for ``missing_s`` seconds, without a result file, failed; None: wait on.
+
+    ``state()`` asks SLURM how the task ended. COMPLETED means the job wrote its result: wait for the file to show
+    (a slow shared file system), and past RESULT_VISIBLE_S name the folder every node must share."""
+    if missing_s < VANISHED_AFTER_S:
+        return None
+    ended = state()
+    if ended == "COMPLETED":
+        if missing_s < RESULT_VISIBLE_S:
+            return None
+        return (f"SLURM says the job COMPLETED, but its result {paths.result_pickle} has not appeared here in "
+                f"{RESULT_VISIBLE_S:.0f} s: the submitit folder must be on a file system that this machine and the "
+                "nodes share")
+    how = f"SLURM state {ended}" if ended else "killed or lost"
+    return f"the job ended without a result ({how}; see {paths.stderr})"
+
+
+def slurm_state(job_id: str) -> str | None:
+    """A finished task's state (COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, ...) as scontrol
+    keeps it for MinJobAge (300 s by default) after the end, without an accounting database; None if unknown."""
+    try:
+        out = subprocess.run(["scontrol", "show", "job", "--oneliner", job_id], capture_output=True, text=True,
+                             timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"\bJobState=(\S+)", out.stdout) if out.returncode == 0 else None
+    return found.group(1) if found else None
 
 
 def _in_queue(job_ids: list[str]) -> set[str] | None:
