@@ -63,6 +63,27 @@ def sweep_outcome_folder(runs: Path) -> Path:
     return sorted((runs / "_sweeps").glob("sweep-*"))[-1]
 
 
+# a run long enough to act on while it trains (60 epochs of the synthetic video, no checkpoint but on a signal)
+LONG_RUN = ["L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gamma_test=[0]", "progress=false",
+            "wandb.mode=disabled"]
+
+
+def start_slurm_sweep(grid: list[str], profile_path: Path, tmp_path: Path) -> subprocess.Popen:
+    env = cutlab_env(tmp_path / "runs", {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
+    return subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, "launcher=slurm",
+                             f"launcher.profile={profile_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_steps(run_dir: Path, steps: int, sweep: subprocess.Popen) -> Path:
+    """The run's history.csv, once it has ``steps`` rows."""
+    history, deadline = run_dir / "history.csv", time.time() + 300
+    while not history.exists() or len(pd.read_csv(history)) < steps:
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.2)
+    return history
+
+
 def scontrol(job: str) -> dict[str, str]:
     out = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=True).stdout
     return dict(item.split("=", 1) for item in out.split() if "=" in item)
@@ -147,18 +168,10 @@ def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command
     """SIGTERM to a running task (what SLURM sends on preemption where preempt_send_user_signal is not set): the run
     checkpoints at its step, SLURM records the task FAILED, and the sweep reports it interrupted with the line that
     says how to resume, not failed; the same command then finishes it from its checkpoint."""
-    grid = ["gamma=0", "L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gamma_test=[0]",
-            "progress=false", "wandb.mode=disabled"]
-    slurm = ["launcher=slurm", f"launcher.profile={profile(tmp_path)}"]
+    grid = ["gamma=0", *LONG_RUN]
     runs = tmp_path / "runs"
-    env = cutlab_env(runs, {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
-    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, *slurm], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    history = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60" / "history.csv"
-    deadline = time.time() + 300
-    while not history.exists() or len(pd.read_csv(history)) < 3:
-        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
-        time.sleep(0.2)
+    sweep = start_slurm_sweep(grid, profile(tmp_path), tmp_path)
+    history = wait_for_steps(runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60", 3, sweep)
     [task] = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
                             check=True).stdout.split()  # one run: submitit submits a plain job, not an array
     cancel = subprocess.run(["scancel", "--signal=TERM", task], capture_output=True, text=True)
@@ -229,18 +242,9 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
 def test_a_task_killed_without_a_result_is_failed_with_slurms_state_and_the_others_go_on(cluster, tmp_path):
     """SIGKILL to a running task (the OOM killer, a node lost): no result file, so the sweep reports it failed with
     the state SLURM recorded, where it once said only "killed or lost"."""
-    grid = ["gamma=0,0.09", "L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gamma_test=[0]",
-            "progress=false", "wandb.mode=disabled"]
     runs = tmp_path / "runs"
-    env = cutlab_env(runs, {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
-    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, "launcher=slurm",
-                              f"launcher.profile={profile(tmp_path, array_parallelism=1)}"], cwd=ROOT, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    history = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60" / "history.csv"
-    deadline = time.time() + 300
-    while not history.exists() or len(pd.read_csv(history)) < 2:
-        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
-        time.sleep(0.2)
+    sweep = start_slurm_sweep(["gamma=0,0.09", *LONG_RUN], profile(tmp_path, array_parallelism=1), tmp_path)
+    wait_for_steps(runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60", 2, sweep)
     [task] = subprocess.run(["squeue", "--noheader", "--array", "--states=RUNNING", "--format=%i"],
                             capture_output=True, text=True, check=True).stdout.split()
     [job_process] = [int(cmdline.parent.name) for cmdline in Path("/proc").glob("[0-9]*/cmdline")
