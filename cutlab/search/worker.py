@@ -249,8 +249,11 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             trial.set_constraint(name, violation)
         for name, attr in trial_attrs(summary, run_dir).items():
             trial.set_user_attr(name, attr)
-        study.tell(trial, value)
-    except UpdateFinishedTrialError:  # the trial queued again reads the complete record from the folder
+        # a trial another worker already failed is returned as it is (tell itself fails a NaN value)
+        handed = study.tell(trial, value, skip_if_finished=True).state != TrialState.COMPLETE and not math.isnan(value)
+    except UpdateFinishedTrialError:
+        handed = True
+    if handed:  # the trial queued again reads the complete record from the folder
         say(f"{study.study_name} trial {trial.number} handed over after its run ended: {HANDED_OVER}; its complete "
             f"record in {run_dir} goes to that trial")
         return "handed over"
