@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from cutlab.config.groups import task_kind
 from cutlab.config.neutral import is_result_neutral_override
-from cutlab.core.progress import tally
+from cutlab.core.progress import duration, tally
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
@@ -173,6 +173,8 @@ def run_folder(plan: Plan, arm: Arm, trial: optuna.Trial) -> Path:
     return plan.study_dir / f"{prefix}trial-{number:04d}"
 
 
+WAIT_LINE_EVERY_S = 60.0  # how often a worker waiting for a held run folder says so
+
 # why a trial can end while its worker still runs it: the trial that re-queued it runs in the same folder
 HANDED_OVER = ("this worker was stopped (SIGSTOP, a suspended SLURM job) for longer than the heartbeat grace, so "
                "another worker took it for dead and queued its parameters again")
@@ -269,15 +271,18 @@ def run_when_free(cfg, run_dir: Path, on_epoch_end, name: str) -> dict:
     from cutlab.run.experiment import run_experiment
     from cutlab.run.lock import RunFolderBusy
 
-    waiting = False
+    since, said = None, -math.inf
     while True:
         try:
             return run_experiment(cfg, run_dir, on_epoch_end=on_epoch_end)
         except RunFolderBusy as busy:
-            if not waiting:
+            now = time.monotonic()
+            since = now if since is None else since
+            if now - said >= WAIT_LINE_EVERY_S:  # how long so far: the holder may be stopped for good (kill it)
                 say(f"{name}: {run_dir} is held by {busy.holder} (the worker that ran these parameters before, stopped "
-                    "or slow past the heartbeat grace); waiting for it to hand the run over")
-                waiting = True
+                    f"or slow past the heartbeat grace); waiting for it to hand the run over, "
+                    f"{duration(now - since)} so far")
+                said = now
             time.sleep(1.0)
 
 
