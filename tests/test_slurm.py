@@ -239,6 +239,44 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
 
 
 @pytest.mark.slow
+def test_a_search_worker_whose_job_slurm_suspends_hands_its_trial_over_and_no_trial_is_lost(cluster, tmp_path):
+    """``scontrol suspend`` (SIGSTOP to the job) past the heartbeat grace: the other worker re-queues the trial and
+    waits for its held folder; resumed, the suspended worker hands the run over at its next epoch."""
+    from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, search_command, search_env, study_of, wait_for
+
+    budget = ["train.epochs=12", "train.max_steps_per_epoch=4"]
+    args = ["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
+            f"launcher.profile={profile(tmp_path)}", "search.pruner=null", *FAST_HEARTBEAT,
+            *[o for o in TINY if not o.startswith("train.")], *budget]
+    search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    trial_dir = wait_for(lambda: [path.parent for path in study_dir.glob("trial-*/checkpoint.pt")
+                                  if (path.parent / ".lock").exists()] or search.poll() is not None, 300,
+                         "a trial's first checkpoint")
+    assert search.poll() is None, search.communicate()[1][-3000:]
+    task = array_task_of(int((trial_dir[0] / ".lock").read_text().split()[1]))  # "process PID on HOST"
+    subprocess.run(["scontrol", "suspend", task], check=True)  # the worker training that trial, not an idle one
+    try:
+        time.sleep(20)  # well past the 3 s grace: the other worker takes the suspended one's trial for dead
+        assert scontrol(task)["JobState"] == "SUSPENDED"
+    finally:
+        subprocess.run(["scontrol", "resume", task], check=True)
+    _, stderr = search.communicate(timeout=600)
+    assert search.returncode == 0, stderr[-3000:]
+    logs = "".join(log.read_text() for log in study_dir.glob("slurm/*/*_log.err"))  # the workers' own stderr
+    # at its next epoch, having held its folder meanwhile; or, if suspended after its run ended, with its record
+    assert ("handed over at epoch" in logs and "is held by" in logs) or "handed over after its run ended" in logs, \
+        logs[-3000:]
+    assert "Traceback" not in logs, logs[-3000:]
+    study = study_of(tmp_path, "dust_video")
+    assert sorted(t.state.name for t in study.trials) == ["COMPLETE"] * 3 + ["FAIL"]
+    for trial in study.trials:
+        if trial.state.name == "COMPLETE":
+            assert_run_complete(Path(trial.user_attrs["run_dir"]), steps=48)  # every step once
+
+
+@pytest.mark.slow
 def test_a_task_killed_without_a_result_is_failed_with_slurms_state_and_the_others_go_on(cluster, tmp_path):
     """SIGKILL to a running task (the OOM killer, a node lost): no result file, so the sweep reports it failed with
     the state SLURM recorded, where it once said only "killed or lost"."""
@@ -256,6 +294,12 @@ def test_a_task_killed_without_a_result_is_failed_with_slurms_state_and_the_othe
     state = scontrol(task)["JobState"]
     assert outcomes["0"]["status"] == "failed" and f"(SLURM state {state};" in outcomes["0"]["error"], outcomes
     assert outcomes["0.09"]["status"] == "complete"
+
+
+def array_task_of(pid: int) -> str:
+    """The SLURM array task (``JOBID_TASK``) that process ``pid`` runs in, from its environment."""
+    env = dict(item.split(b"=", 1) for item in _read(Path(f"/proc/{pid}/environ")).split(b"\0") if b"=" in item)
+    return f"{env[b'SLURM_ARRAY_JOB_ID'].decode()}_{env[b'SLURM_ARRAY_TASK_ID'].decode()}"
 
 
 def _is_submitit_job(argv: list[bytes]) -> bool:
