@@ -2,7 +2,8 @@
 through ``python -m cutlab -m ... launcher=slurm``; one task is preempted mid-run, checkpoints, is requeued and
 ends with exactly the result of an uninterrupted run; a task stopped by SIGTERM (preemption without SLURM's user
 signal) is reported interrupted and resumes; a failing task is FAILED in SLURM's own records and
-does not stop the others; a profile naming a partition the cluster lacks is refused before submitting; launcher
+does not stop the others; a task killed without a result is failed with the state SLURM gives it; a search worker
+whose job SLURM suspends past the heartbeat grace hands its trial over; a profile naming a partition the cluster lacks is refused before submitting; launcher
 settings given on the command line (launcher.partition=..., submitit's names) reach the submitted job and leave the
 run folders as they are without them."""
 
