@@ -162,7 +162,8 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     args = ["gamma=0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.warm_workers=false"]
     sweep = start_sweep(args, runs)
     deadline = time.time() + 120
-    while not worker_pids(sweep.pid, b"\0cutlab\0"):  # python -m cutlab <overrides>: the run's process
+    while not [pid for pid in worker_pids(sweep.pid, b"\0cutlab\0") if b"\0cutlab\0-m\0" not in _cmdline(pid)]:
+        # python -m cutlab <overrides>, the run's process (not the sweep's own fork before its exec, which names -m)
         assert sweep.poll() is None and time.time() < deadline, "the run's process never started"
         time.sleep(0.01)
     sweep.send_signal(signal.SIGTERM)
@@ -172,3 +173,25 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     assert outcome["status"] == "interrupted", outcome
     assert outcome["error"].endswith("stopped while it was starting; run the sweep again to resume")
     assert "1 complete" in cutlab(["-m", *args], runs).stderr
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_a_stop_that_comes_while_a_runs_process_is_being_started_still_reaches_it(tmp_path, monkeypatch):
+    """The sweep's signal can come while its slot is starting a run's process (inside Popen, before the process
+    object exists): the run is still stopped, as soon as its process exists, and not left to run to the end."""
+    from cutlab.launch.local import ProcessPerRun
+    from cutlab.launch.outcome import RunInterrupted
+
+    for key, value in cutlab_env(tmp_path / "runs").items():
+        monkeypatch.setenv(key, value)
+    slot = ProcessPerRun()
+    slot.interrupt()  # no process yet: as when the signal lands between the slot taking the run and Popen returning
+    with pytest.raises(RunInterrupted, match="stopped while it was starting; run the sweep again to resume"):
+        slot.run(command(tmp_path, *TINY, "wandb.mode=disabled", run_name="late"))
+    assert not (tmp_path / "runs" / "late" / "summary.json").exists()

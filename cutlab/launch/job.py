@@ -45,12 +45,18 @@ class RunCommand(Checkpointable):
         self.argv, self.run_id, self.run_dir, self.cwd, self.threads = argv, run_id, run_dir, cwd, threads
         self.module, self.own_session, self.stop_grace_s = module, own_session, stop_grace_s
         self._child: subprocess.Popen | None = None
+        self.stop_requested = False  # request_stop() was called: the child gets SIGTERM once it exists
 
-    def __getstate__(self) -> dict:  # the child process is not part of what a requeued job needs
-        return {k: v for k, v in self.__dict__.items() if k != "_child"}
+    def __getstate__(self) -> dict:  # the child process and a stop request are not part of what a requeued job needs
+        return {k: v for k, v in self.__dict__.items() if k not in ("_child", "stop_requested")}
 
     def __setstate__(self, state: dict) -> None:  # a job pickled before stop_grace_s existed waits as it did
-        self.__dict__.update({"stop_grace_s": DEFAULT_STOP_GRACE_S, **state, "_child": None})
+        self.__dict__.update({"stop_grace_s": DEFAULT_STOP_GRACE_S, **state, "_child": None, "stop_requested": False})
+
+    def request_stop(self) -> None:
+        """Stop the run at its next step (SIGTERM to its process), also when the request comes while the process is
+        still being started: the polling loop of ``__call__`` sends it as soon as the process exists."""
+        self.stop_requested = True
 
     def run_argv(self) -> list[str]:
         """The arguments after ``python -m <module>``."""
@@ -65,7 +71,11 @@ class RunCommand(Checkpointable):
         output = EchoedOutput(f"[{self.run_id}] ")
         echo = threading.Thread(target=output.echo, args=(self._child.stderr,), daemon=True)
         echo.start()
+        signalled = False
         while self._child.poll() is None:  # polling, not wait(): the checkpoint handler may wait on it too
+            if self.stop_requested and not signalled:
+                self._child.send_signal(signal.SIGTERM)  # cutlab stops at the next step boundary with a checkpoint
+                signalled = True
             time.sleep(0.2)
         echo.join(timeout=5)
         if self.module != "cutlab" and self._child.returncode == 0:  # a search worker's trials are in its storage

@@ -34,17 +34,19 @@ class ProcessPerRun:
 
     def __init__(self) -> None:
         self.command: RunCommand | None = None
-        self.stopped = False  # interrupt() sent the current run SIGTERM
+        self.stopping = False
 
     def run(self, command: RunCommand) -> dict:
         command.own_session = True  # Ctrl-C reaches the launcher only, which stops the run at a step
-        self.command, self.stopped = command, False
+        self.command = command
+        if self.stopping:  # interrupt() came as this run was handed to the slot: it saw no command yet
+            command.request_stop()
         try:
             return command()
         except RunFailed:
             # SIGTERM before the run installed its handler (still importing or composing) kills it outright:
             # no step was lost, and the same command starts it again
-            if self.stopped and command._child.returncode == -signal.SIGTERM:
+            if command.stop_requested and command._child.returncode == -signal.SIGTERM:
                 raise RunInterrupted(f"{command.run_id}: stopped while it was starting; run the sweep again to "
                                      "resume") from None
             raise
@@ -52,10 +54,10 @@ class ProcessPerRun:
             self.command = None
 
     def interrupt(self) -> None:
-        child = self.command._child if self.command is not None else None
-        if child is not None and child.poll() is None:
-            self.stopped = True
-            child.send_signal(signal.SIGTERM)
+        self.stopping = True
+        command = self.command
+        if command is not None:
+            command.request_stop()
 
     def kill(self) -> None:
         child = self.command._child if self.command is not None else None
