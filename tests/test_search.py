@@ -471,3 +471,26 @@ def test_a_worker_paused_past_the_heartbeat_grace_hands_its_trial_over_and_no_tr
     assert len(folders) == 3 and victim in folders
     for folder in folders:
         assert_run_complete(folder, steps=24)  # every step once: the handed-over run resumed from its checkpoint
+
+
+@pytest.mark.parametrize("meanwhile", ["removed", "taken"])
+def test_a_worker_stopped_while_it_holds_the_journal_lock_releases_only_its_own(tmp_path, capsys, meanwhile):
+    """A worker stopped while it holds the journal's lock past the lock's grace finds it removed by the others (and
+    perhaps taken by one of them) when it continues. Optuna's release raised there ("did not possess lock": the
+    trial's run failed), or removed the other worker's lock. Here it leaves what is not its own, and goes on."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    from cutlab.search.storage import JournalLock
+
+    journal = str(tmp_path / "optuna.journal")
+    stopped, other = JournalLock(journal), JournalFileSymlinkLock(journal)
+    assert stopped.acquire()
+    other.release()  # what another worker's acquire does past the grace: the lock is taken for abandoned
+    if meanwhile == "taken":
+        assert other.acquire()
+    stopped.release()  # the stopped worker continues: no error
+    assert os.path.lexists(journal + ".lock") == (meanwhile == "taken"), "the other worker's lock is left in place"
+    assert "journal lock was taken over while this worker was stopped" in capsys.readouterr().err
+    if meanwhile == "taken":
+        other.release()
+    assert stopped.acquire() and not stopped.release() and not os.path.lexists(journal + ".lock")  # usable again

@@ -12,7 +12,9 @@ storage only; :class:`HeartbeatJournalStorage` adds the same contract to the jou
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +23,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages._heartbeat import BaseHeartbeat
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from cutlab.errors import CutlabError
@@ -39,6 +41,46 @@ HEARTBEAT_ATTR = "cutlab:heartbeat"  # wall-clock time of the last heartbeat of 
 FORMS = ("a journal file's path (default: optuna.journal in the study folder), sqlite:///PATH, or "
          "postgresql://USER@HOST:PORT/DB")
 DATABASES = ("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")
+
+
+class JournalLock(JournalFileSymlinkLock):
+    """Optuna's lock on the journal file (a symlink beside it), released only by the worker that made it.
+
+    A worker stopped while it holds the lock (SIGSTOP, a suspended SLURM job) is taken for gone by the others after
+    the lock's grace (30 s), who remove it and go on. Optuna's release, when the stopped worker continues, then
+    raised "did not possess lock" (its trial's run failed, its heartbeat thread died) or, had another worker taken the
+    lock by then, removed that worker's lock. This one releases the lock only if it is still the one this worker
+    made (the same link, by inode and change time); otherwise it leaves it, and says so.
+    """
+
+    def __init__(self, filepath: str) -> None:
+        super().__init__(filepath)
+        self._made: tuple[int, int] | None = None
+
+    def acquire(self) -> bool:
+        self._made = None  # acquire() itself releases an abandoned lock (Optuna's own forced release) through release()
+        acquired = super().acquire()
+        self._made = _link_identity(self._lock_file)
+        return acquired
+
+    def release(self) -> None:
+        made, self._made = self._made, None
+        if made is None:
+            return super().release()
+        if _link_identity(self._lock_file) != made:
+            print(f"[cutlab-search] the study's journal lock was taken over while this worker was stopped (past its "
+                  f"{self.grace_period} s grace); its write is in the journal, and the other worker's lock is left in "
+                  "place", file=sys.stderr, flush=True)
+            return
+        super().release()
+
+
+def _link_identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return info.st_ino, info.st_ctime_ns
 
 
 class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
@@ -85,7 +127,8 @@ def open_storage(url: str, heartbeat: dict):
     if not url.startswith(DATABASES):
         path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return HeartbeatJournalStorage(JournalFileBackend(str(path)), interval, grace, retry)
+        backend = JournalFileBackend(str(path), lock_obj=JournalLock(str(path)))
+        return HeartbeatJournalStorage(backend, interval, grace, retry)
     engine_kwargs = {}
     given, url = url, _with_postgres_driver(with_encoded_password(url))
     if url.startswith("postgresql"):
