@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -190,8 +191,10 @@ def test_a_stop_that_comes_while_a_runs_process_is_being_started_still_reaches_i
 
     for key, value in cutlab_env(tmp_path / "runs").items():
         monkeypatch.setenv(key, value)
-    slot = ProcessPerRun()
-    slot.interrupt()  # no process yet: as when the signal lands between the slot taking the run and Popen returning
+    stopping = threading.Event()
+    slot = ProcessPerRun(stopping)
+    stopping.set()  # as the sweep's handler does, then interrupts every slot:
+    slot.interrupt()  # no process yet, as when the signal lands between the slot taking the run and Popen returning
     with pytest.raises(RunInterrupted, match="stopped while it was starting; run the sweep again to resume"):
         slot.run(command(tmp_path, *TINY, "wandb.mode=disabled", run_name="late"))
     assert not (tmp_path / "runs" / "late" / "summary.json").exists()

@@ -32,14 +32,14 @@ from cutlab.launch.warm import WarmWorker, WorkerDied
 class ProcessPerRun:
     """A slot that runs each run as its own ``python -m cutlab`` process (``launcher.warm_workers=false``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, stopping: threading.Event) -> None:
         self.command: RunCommand | None = None
-        self.stopping = False
+        self.stopping = stopping  # the sweep's: set before interrupt() is called
 
     def run(self, command: RunCommand) -> dict:
         command.own_session = True  # Ctrl-C reaches the launcher only, which stops the run at a step
         self.command = command
-        if self.stopping:  # interrupt() came as this run was handed to the slot: it saw no command yet
+        if self.stopping.is_set():  # interrupt() came as this run was handed to the slot: it saw no command yet
             command.request_stop()
         try:
             return command()
@@ -54,7 +54,6 @@ class ProcessPerRun:
             self.command = None
 
     def interrupt(self) -> None:
-        self.stopping = True
         command = self.command
         if command is not None:
             command.request_stop()
@@ -75,11 +74,11 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
               worker_env: dict | None = None) -> list[Outcome]:
     """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers."""
     count = max(1, min(max_parallel, len(commands)))
-    slots = [WarmWorker(f"worker-{i}", worker_env) if warm_workers else ProcessPerRun() for i in range(count)]
+    stopping = threading.Event()
+    slots = [WarmWorker(f"worker-{i}", worker_env) if warm_workers else ProcessPerRun(stopping) for i in range(count)]
     idle: queue.SimpleQueue = queue.SimpleQueue()
     for slot in slots:
         idle.put(slot)
-    stopping = threading.Event()
 
     def run(command: RunCommand) -> dict:
         slot = idle.get()  # a free one: at most ``count`` runs are in flight

@@ -48,6 +48,13 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
     outcomes: list[Outcome] = []
     done = tally("slurm", len(jobs), "job")  # n/N done and the time left, as each array task ends
     missing_since: dict[str, float] = {}
+    ended: dict[str, str | None] = {}
+
+    def final_state(job_id: str) -> str | None:  # asked once: a COMPLETED task is waited for, polled each second
+        if job_id not in ended:
+            ended[job_id] = slurm_state(job_id)
+        return ended[job_id]
+
     while pending:
         queued = _in_queue(list(pending))
         for job_id, (job, command) in list(pending.items()):
@@ -55,7 +62,7 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
                 outcome = outcome_of(command.run_id, job.result, job_id=job_id)
             elif queued is not None and job_id not in queued:
                 first = missing_since.setdefault(job_id, time.monotonic())
-                error = vanished(time.monotonic() - first, lambda: slurm_state(job_id), job.paths)
+                error = vanished(time.monotonic() - first, lambda: final_state(job_id), job.paths)
                 if error is None:
                     continue
                 outcome = Outcome(command.run_id, "failed", job_id=job_id, error=error)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -68,9 +67,10 @@ class JournalLock(JournalFileSymlinkLock):
         if made is None:
             return super().release()
         if _link_identity(self._lock_file) != made:
-            print(f"[cutlab-search] the study's journal lock was taken over while this worker was stopped (past its "
-                  f"{self.grace_period} s grace); its write is in the journal, and the other worker's lock is left in "
-                  "place", file=sys.stderr, flush=True)
+            from cutlab.search.worker import say  # here: the worker imports this module
+
+            say(f"the study's journal lock was taken over while this worker was stopped (past its {self.grace_period} s "
+                "grace); its write is in the journal, and the other worker's lock is left in place")
             return
         super().release()
 
