@@ -269,8 +269,10 @@ def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_
     import time
 
     out = tmp_path / "smoke"
+    # 1000 epochs: the first run is still training when the signal comes (one epoch of the generated video is a few
+    # steps, and on a busy machine that run once ended between the test's look at it and the signal)
     command = [sys.executable, "-m", "cutlab.reproduce", "--scale", "smoke", "--out", str(out), "wandb.mode=disabled",
-               "progress=false", "train.epochs=1", "train.max_steps_per_epoch=100000", "checkpoint.every_steps=100000"]
+               "progress=false", "train.epochs=1000", "train.max_steps_per_epoch=100000", "checkpoint.every_steps=100000"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.time() + 300
