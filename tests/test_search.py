@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -434,6 +435,40 @@ def test_a_trial_stopped_more_often_than_max_retry_still_resumes_with_its_parame
         assert trial.suggest_float("train.lr", 1e-4, 1e-2, log=True) == lr
         assert run_folder(plan, arm, trial) == run_folder(plan, arm, first)
     assert [t.state.name for t in study.get_trials()] == ["FAIL"] * 5 + ["RUNNING"]
+
+
+def test_workers_started_together_on_a_slow_journal_all_open_the_study(tmp_path, monkeypatch):
+    """Two workers started at once (a SLURM array's tasks) on a journal whose writes are slow, as on a busy shared file
+    system: the second once read the study's record between the first's writes of it (its preset without its
+    overrides) and stopped with "study ... was started with the overrides (none)" (seen in CI, 2 of 20 times with four
+    threads on a local disk)."""
+    from cutlab.search.__main__ import build_plan, parse_args
+    from cutlab.search.storage import open_storage
+    from cutlab.search.worker import open_study
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    plan = build_plan(parse_args(["search=dust_video", *TINY]))
+    arm = plan.preset.arms[0]
+    first, second = (open_storage(plan.storage_url, plan.preset.heartbeat) for _ in range(2))
+    writing = threading.Event()
+    write = first.set_study_user_attr
+
+    def slow_write(study_id, key, value):  # each write of the first worker lands, then the next waits on the disk
+        write(study_id, key, value)
+        if key == "preset":  # the mark that the study's record is written: the second worker starts to read here
+            writing.set()
+        time.sleep(0.5)
+
+    monkeypatch.setattr(first, "set_study_user_attr", slow_write)
+    opened = []
+    opening = threading.Thread(target=lambda: opened.append(open_study(plan, arm, first, 0)))
+    opening.start()
+    assert writing.wait(timeout=60)
+    study = open_study(plan, arm, second, 1)  # raised CutlabError here
+    opening.join(timeout=60)
+    assert len(opened) == 1, "the first worker opened the study too"
+    assert study.user_attrs["overrides"] == list(plan.base_overrides + arm.overrides)
+    assert study.user_attrs["preset"] == "dust_video"
 
 
 def test_a_worker_paused_past_the_heartbeat_grace_hands_its_trial_over_and_no_trial_is_lost(tmp_path):

@@ -94,6 +94,13 @@ def make_pruner(preset: Preset) -> optuna.pruners.BasePruner:
 def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.Study:
     """The arm's study, created or resumed, with this worker's sampler (its seed: ``study.sampler_seed``)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # under the ask lock: workers started together once read the record between another's writes of it (its
+    # "preset" without its "overrides") and stopped, saying the study was started with other overrides
+    with study_lock(plan.study_dir):
+        return _open_study(plan, arm, storage, worker_index)
+
+
+def _open_study(plan: Plan, arm: Arm, storage, worker_index: int) -> optuna.Study:
     study = optuna.create_study(study_name=plan.preset.study_name(arm), storage=storage, direction=plan.direction,
                                 sampler=optuna.samplers.RandomSampler(), pruner=make_pruner(plan.preset),
                                 load_if_exists=True)
@@ -109,10 +116,10 @@ def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.S
     study.sampler = make_sampler(plan.preset, study.sampler_seed)
     if study.user_attrs.get("n_trials") != plan.preset.n_trials:  # the latest total asked for
         study.set_user_attr("n_trials", plan.preset.n_trials)
-    if "preset" not in study.user_attrs:  # the study's record: how it was first asked for
-        study.set_user_attr("preset", plan.preset.name)
-        study.set_user_attr("overrides", overrides)
+    if "preset" not in study.user_attrs:  # the study's record: how it was first asked for; "preset", which marks
+        study.set_user_attr("overrides", overrides)  # it written, last
         study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
+        study.set_user_attr("preset", plan.preset.name)
     return study
 
 
