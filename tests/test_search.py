@@ -438,10 +438,10 @@ def test_a_trial_stopped_more_often_than_max_retry_still_resumes_with_its_parame
 
 
 def test_workers_started_together_on_a_slow_journal_all_open_the_study(tmp_path, monkeypatch):
-    """Two workers started at once (a SLURM array's tasks) on a journal whose writes are slow, as on a busy shared file
-    system: the second once read the study's record between the first's writes of it (its preset without its
-    overrides) and stopped with "study ... was started with the overrides (none)" (seen in CI, 2 of 20 times with four
-    threads on a local disk)."""
+    """Two workers started at once (two cutlab-search commands on one new study) on a journal whose writes are slow,
+    as on a busy shared file system: the second once read the study's record between the first's writes of it (its
+    preset without its overrides) and stopped with "study ... was started with the overrides (none)" (seen once in
+    CI; four threads opening one study on a local disk met it 2 times in 20)."""
     from cutlab.search.__main__ import build_plan, parse_args
     from cutlab.search.storage import open_storage
     from cutlab.search.worker import open_study

@@ -4,12 +4,12 @@ and its feasibility verdict (as constraint values, see verdict.py).
 Any number of workers (processes here, jobs on a cluster) share one study through its storage. The budget
 ``n_trials`` is the study's total: trials that finished (complete or pruned), run or wait count, failed
 ones do not (a dead worker's trial is re-queued, see storage.py), so a resumed or widened search stops
-at the same total. Asking, and failing a stopped or dead worker's trial together with re-queueing its parameters,
-are serialised by a lock file in the study folder, so parallel workers never overshoot the total (a worker that
-asked between another's fail and its re-queue once counted neither, and asked a fresh trial). The lock is an
-flock(2) on that folder: workers on several machines share it where the folder's file system honours flock across
-machines (NFS does; Lustre only when mounted with -o flock); where it does not, two workers can overshoot the total
-by one.
+at the same total. Opening a study (creating its record), asking, and failing a stopped or dead worker's trial
+together with re-queueing its parameters, are serialised by a lock file in the study folder, so parallel workers
+never overshoot the total (a worker that asked between another's fail and its re-queue once counted neither, and
+asked a fresh trial) nor read a study's record half written. The lock is an flock(2) on that folder: workers on
+several machines share it where the folder's file system honours flock across machines (NFS does; Lustre only when
+mounted with -o flock); where it does not, two workers can overshoot the total by one.
 """
 
 from __future__ import annotations
