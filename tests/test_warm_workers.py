@@ -77,8 +77,9 @@ def test_a_failed_run_leaves_the_worker_ready_for_the_next(tmp_path, worker):
     assert worker.process.pid == pid and not (tmp_path / "runs" / "bad").exists()
 
 
-def worker_pids(parent: int, command: bytes = b"cutlab.launch.worker") -> list[int]:
-    """The warm workers (or other children running ``command``) the launcher process ``parent`` started, from /proc."""
+def worker_pids(parent: int, command: bytes = b"cutlab.launch.worker", unless: bytes | None = None) -> list[int]:
+    """The warm workers (or other children running ``command``, and not ``unless``) the launcher process ``parent``
+    started, from /proc."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -86,7 +87,7 @@ def worker_pids(parent: int, command: bytes = b"cutlab.launch.worker") -> list[i
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == parent and command in cmdline:
+        if int(fields[1]) == parent and command in cmdline and (unless is None or unless not in cmdline):
             pids.append(int(stat.parent.name))
     return pids
 
@@ -163,8 +164,8 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     args = ["gamma=0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.warm_workers=false"]
     sweep = start_sweep(args, runs)
     deadline = time.time() + 120
-    while not [pid for pid in worker_pids(sweep.pid, b"\0cutlab\0") if b"\0cutlab\0-m\0" not in _cmdline(pid)]:
-        # python -m cutlab <overrides>, the run's process (not the sweep's own fork before its exec, which names -m)
+    # python -m cutlab <overrides>, the run's process (not the sweep's own fork before its exec, which names -m)
+    while not worker_pids(sweep.pid, b"\0cutlab\0", unless=b"\0cutlab\0-m\0"):
         assert sweep.poll() is None and time.time() < deadline, "the run's process never started"
         time.sleep(0.01)
     sweep.send_signal(signal.SIGTERM)
@@ -174,13 +175,6 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     assert outcome["status"] == "interrupted", outcome
     assert outcome["error"].endswith("stopped while it was starting; run the sweep again to resume")
     assert "1 complete" in cutlab(["-m", *args], runs).stderr
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
 
 
 def test_a_stop_that_comes_while_a_runs_process_is_being_started_still_reaches_it(tmp_path, monkeypatch):
