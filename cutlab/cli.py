@@ -14,15 +14,17 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from cutlab.config.checks import check_runs_dir
 from cutlab.config.groups import check_group_choices
 from cutlab.config.launcher import check_launcher_overrides
-from cutlab.config.paths import CONFIG_MODULE
+from cutlab.config.paths import CONFIG_MODULE, runs_dir_of
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
+INTERRUPTED_EXIT = 130  # the shell's code for a process ended by SIGINT
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
 
@@ -45,6 +47,10 @@ def app(cfg: DictConfig) -> float | None:
     except Preempted as stop:
         print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT) from None
+    except KeyboardInterrupt:  # Ctrl-C: the record says interrupted; a traceback would say nothing more
+        print(f"cutlab: interrupted (Ctrl-C); run the same command again to resume {run_dir.name} from its last "
+              "checkpoint", file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT) from None
     except CutlabError as error:
         _remove_if_empty(run_dir)
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
@@ -91,9 +97,9 @@ def main() -> None:
     from cutlab.launch.plan import parse_command
 
     argv = sys.argv[1:]
-    command = parse_command(argv)
     started, sweep = time.perf_counter(), None
     try:
+        command = parse_command(argv)
         check_launcher_overrides(argv)
         check_group_choices(argv)
         if command is not None and (command.multirun or command.plan):
@@ -106,6 +112,8 @@ def main() -> None:
                 raise SystemExit(status)
             argv = ["-m", *command.hydra_argv()]
             _start_tally(sweep[0])
+        elif command is not None:  # one run: its folder is made by Hydra, which would fail with a traceback
+            check_runs_dir(runs_dir_of(command.overrides))
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None

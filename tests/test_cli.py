@@ -180,17 +180,26 @@ def corrupt_npz(folder: Path) -> Path:
         (["model.atoms=0"], "model=dust cannot be built: a DCT dictionary needs at least 256 atoms"),
         (["model=ut", "model.attention_step=-1"], "model=ut cannot be built: attention_step (beta) and"),
         (["model=ut", "gamma=0"], "Phi_0 already equals the target"),  # the ratio form would divide by l_0 = 0
+        (["train.dual_lr=inf"], "train.dual_lr must be a finite number, got inf; e.g. train.dual_lr=1e-2"),
+        (["train.alpha=1"], "train.alpha must be < 1, got 1"),
+        (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
+        (["paths.runs_dir=FILE"], "cannot hold run folders: "),
+        (["-m", "L=1,2", "paths.runs_dir=FILE"], "cannot hold run folders: "),
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
-         "ratio-with-zero-l0"],
+         "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
+         "sweep-runs-dir-a-file"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)
     folders = set(earlier_run.iterdir())
     args = [f"data.root={corrupt_npz(earlier_run.parent)}" if a == "data.root=CORRUPT" else a for a in args]
+    a_file = earlier_run.parent / "not_a_folder"
+    a_file.write_text("")
+    args = [f"paths.runs_dir={a_file}" if a == "paths.runs_dir=FILE" else a for a in args]
     result = cutlab(args, earlier_run, check=False)
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]

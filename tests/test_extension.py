@@ -88,3 +88,98 @@ def test_a_model_config_without_a_target_is_refused_in_one_line(tmp_path):
     assert result.stderr.strip().splitlines()[-1] == (
         "cutlab: error: model=nameless has no _target_; set model._target_ to the class or function that builds it, "
         "e.g. _target_: cutlab.core.models.DUST")
+
+
+MISTAKES = '''
+import torch
+from torch import nn
+
+from smoothing import TemporalSmoother
+
+
+class SkipsPhi0(TemporalSmoother):  # returns Phi_1..Phi_L
+    def forward(self, tokens):
+        return super().forward(tokens)[1:]
+
+
+class MeansOverTime(TemporalSmoother):  # each Phi_l [B, 1, P, n]: would broadcast against the clean [B, T, P, n]
+    def forward(self, tokens):
+        return [out.mean(dim=1, keepdim=True) for out in super().forward(tokens)]
+
+
+class TwoBlocksAlways(TemporalSmoother):
+    def __init__(self, depth: int, step: float = 0.3) -> None:
+        super().__init__(2, step)
+
+
+class PlainModule(nn.Module):
+    def __init__(self, depth: int, step: float = 0.3) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+'''
+
+
+@pytest.mark.parametrize("target, extra, expected", [
+    ("mistakes.SkipsPhi0", "", "SkipsPhi0 returned 2 representations; a LayerwiseModel of depth L=2 returns the list "
+                               "[Phi_0, ..., Phi_L] of L+1 = 3"),
+    ("mistakes.MeansOverTime", "", "Phi_0 has shape [4, 1, 16, 256] but the clean video tokens have [4, 10, 16, 256]"),
+    ("mistakes.TwoBlocksAlways", "", "was asked for L=3 blocks and built model.depth=2"),
+    ("mistakes.PlainModule", "", "built a PlainModule, not a LayerwiseModel; subclass cutlab.core.models.LayerwiseModel"),
+    ("smoothing.TemporalSmoother", "stepp: 0.5\n", "has key(s) stepp that smoothing.TemporalSmoother does not take "
+                                                   "(its parameters: depth, step)"),
+    ("smoothing.TemporalSmootherr", "", "cannot be imported: module 'smoothing' has no 'TemporalSmootherr'"),
+    ("nosuchmodule.TemporalSmoother", "", "cannot be imported: no module named 'nosuchmodule'; put the folder that "
+                                          "holds it on PYTHONPATH"),
+    ("smoothing.TemporalSmoother", "DROP paper", "train.alpha reads model.paper.alpha, which the config does not have"),
+    ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
+], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
+        "missing-module", "no-paper", "no-task"])
+def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
+    """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
+    silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "smoothing.py").write_text(MODULE)
+    (outside / "mistakes.py").write_text(MISTAKES)
+    config = CONFIG.replace("smoothing.TemporalSmoother", target)
+    if extra.startswith("DROP "):
+        key = extra.split()[1]
+        config = "\n".join(line for line in config.splitlines()
+                           if not line.startswith(f"{key}:") and not (key == "paper" and line.startswith("  ")))
+    else:
+        config += extra
+    (outside / "conf" / "model" / "mine.yaml").write_text(config)
+    runs = tmp_path / "runs"
+    depth = "L=3" if "TwoBlocks" in target else "L=2"
+    result = cutlab(["--config-dir", str(outside / "conf"), "model=mine", depth, "train.epochs=1",
+                     "train.max_steps_per_epoch=2", "wandb.mode=disabled", "threads=1"], runs,
+                    env={"PYTHONPATH": os.pathsep.join([str(outside), str(ROOT)])}, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.strip().splitlines() if not line.startswith(("[cutlab]", "wandb:"))]
+    assert len(lines) == 1 and lines[0].startswith("cutlab: error: ") and expected in lines[0], result.stderr[-2000:]
+    assert not [p for p in runs.glob("*") if not p.name.startswith("_")] if runs.exists() else True
+
+
+def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(tmp_path):
+    """--config-dir goes through cutlab's sweep machinery like any other command: --plan lists the runs, the chosen
+    launcher runs them, and a failed run fails the sweep (it once fell through to plain Hydra, which ignored
+    launcher=, and exited 0)."""
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "smoothing.py").write_text(MODULE)
+    (outside / "conf" / "model" / "smoother.yaml").write_text(CONFIG)
+    runs = tmp_path / "runs"
+    env = {"PYTHONPATH": os.pathsep.join([str(outside), str(ROOT)])}
+    sweep = ["--config-dir", str(outside / "conf"), "-m", "model=smoother", "train.epochs=1",
+             "train.max_steps_per_epoch=2", "wandb.mode=disabled", "threads=1", "eval.gamma_test=[0.09]"]
+
+    plan = cutlab(["--plan", *sweep, "gamma=0,0.09"], runs, env=env)
+    assert plan.stdout.count(" new ") == 2 and "# 0 complete (skipped), 2 to run" in plan.stdout, plan.stdout
+
+    # gamma=0 is refused by the run itself (the ratio form would divide by l_0 = 0), so the sweep must say so
+    result = cutlab([*sweep, "gamma=0,0.09", "launcher=local", "launcher.max_parallel=1"], runs, env=env, check=False)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "1 complete, 1 failed" in result.stderr and "local:" in result.stderr
+    assert len(list((runs / "_sweeps").iterdir())) == 1
+    assert not (runs / "multirun.yaml").exists()

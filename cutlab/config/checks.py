@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ from cutlab.config.groups import task_kind
 
 
 def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
-            finite: bool = False) -> float:
+            finite: bool = True, below: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
         raise CutlabError(f"{key} must be a number, got {value!r}; e.g. {key}={example}")
     value = float(value)
@@ -25,6 +27,8 @@ def _number(key: str, value: Any, example: str, minimum: float | None = None, ex
     if minimum is not None and (value <= minimum if exclusive else value < minimum):
         relation = ">" if exclusive else ">="
         raise CutlabError(f"{key} must be {relation} {minimum:g}, got {value:g}; e.g. {key}={example}")
+    if below is not None and value >= below:
+        raise CutlabError(f"{key} must be < {below:g}, got {value:g}; e.g. {key}={example}")
     return value
 
 
@@ -48,10 +52,24 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
 
 def check_config(cfg: DictConfig) -> None:
     """Raise CutlabError on the first value that cannot make a run."""
+    from omegaconf.errors import InterpolationKeyError
+
+    if not cfg.model.get("name"):
+        raise CutlabError("the model's yaml has no name; add name: <the yaml's file name> to it")
+    try:
+        _check_values(cfg)
+    except InterpolationKeyError as error:  # e.g. train.alpha: ${model.paper.alpha} of a model yaml without paper
+        missing = re.search(r"Interpolation key '([^']+)' not found", str(error))
+        wanted = missing.group(1) if missing else str(error).splitlines()[0]
+        raise CutlabError(f"{error.full_key} reads {wanted}, which the config does not have; add it (a model's yaml "
+                          "gives its paper values as paper: {alpha: 0.25, epsilon: 1.0})") from None
+
+
+def _check_values(cfg: DictConfig) -> None:
     kind = task_kind(cfg)
     check_data_folder(cfg)
-    _number("gamma", cfg.gamma, "0.09", minimum=0.0, finite=True)
-    _number("noise_mean", cfg.noise_mean, "0.0", finite=True)
+    _number("gamma", cfg.gamma, "0.09", minimum=0.0)
+    _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
     _integer("seed", cfg.seed, "0", 0)
     _flag("progress", cfg.progress, "false")
@@ -61,7 +79,11 @@ def check_config(cfg: DictConfig) -> None:
     if not gammas or isinstance(gammas, (str, int, float)):
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     for gamma in gammas:
-        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0, finite=True)  # noise of std inf: NaN
+        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)  # noise of std inf: NaN
+    repeated = sorted(g for g, times in Counter(float(g) for g in gammas).items() if times > 1)
+    if repeated:  # a repeated level would count twice in the mean over the grid (Table 3's number)
+        raise CutlabError(f"eval.gamma_test lists {', '.join(f'{g:g}' for g in repeated)} more than once; give each "
+                          "level once, e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     if len(gammas) > 998:  # with gamma_train added, each batch's noise index is batch * 1000 + the gamma's index
         raise CutlabError(f"eval.gamma_test holds {len(gammas)} values; at most 998 are supported (e.g. a grid in steps of 0.01)")
     _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
@@ -74,10 +96,10 @@ def check_config(cfg: DictConfig) -> None:
     _integer("train.batch_size", train.batch_size, "4", 1)
     if train.max_steps_per_epoch is not None:
         _integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
-    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True, finite=True)
+    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
     if train.grad_clip is not None:
         _number("train.grad_clip", train.grad_clip, "1.0", minimum=0.0, exclusive=True)
-    _number("train.alpha", train.alpha, "0.25", minimum=0.0, exclusive=True)
+    _number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
     if train.epsilon not in (None, "auto"):
         _number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
     _integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
@@ -115,3 +137,13 @@ def check_data_folder(cfg: DictConfig) -> None:
         return
     raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
                       f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")
+
+
+def check_runs_dir(folder: Path) -> None:
+    """A runs folder that is a file (or lies under one) would fail deep inside Hydra's making of the run's folder."""
+    for part in (folder, *folder.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} is a file; give a folder "
+                                  "(paths.runs_dir=DIR, CUTLAB_RUNS_DIR=DIR, or cutlab-reproduce --out DIR)")
+            return

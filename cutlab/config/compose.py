@@ -25,9 +25,9 @@ from cutlab.errors import CutlabError
 
 
 @contextmanager
-def main_hydra() -> Iterator:
-    """Hydra's composer over cutlab.conf + cutlab.sweeps, as ``hydra.main`` builds it; Hydra's global state is cleared
-    after."""
+def main_hydra(config_dir: str | None = None) -> Iterator:
+    """Hydra's composer over cutlab.conf + cutlab.sweeps (+ ``config_dir``, as ``--config-dir`` adds it), as
+    ``hydra.main`` builds it; Hydra's global state is cleared after."""
     from hydra import version
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import create_config_search_path
@@ -38,6 +38,11 @@ def main_hydra() -> Iterator:
     version.setbase("1.3")  # as hydra.main(version_base="1.3") in cutlab.cli
     GlobalHydra.instance().clear()
     search_path = create_config_search_path(f"pkg://{CONFIG_MODULE}")  # + cutlab.sweeps (register_sweeps)
+    if config_dir:  # where and how hydra.main puts --config-dir
+        from hydra.core.config_search_path import SearchPathQuery
+
+        search_path.prepend(provider="command-line", path=f"file://{Path(config_dir).resolve()}",
+                            anchor=SearchPathQuery(provider="schema"))
     try:
         yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
     finally:

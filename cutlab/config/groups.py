@@ -64,6 +64,9 @@ def task_kind(cfg: DictConfig) -> str:
     data_kind, model_kind = cfg.data.get("task"), cfg.model.get("task")
     if data_kind not in TASK_KINDS:
         raise CutlabError(f"data.task must be one of {', '.join(TASK_KINDS)}, got {data_kind!r} (data={cfg.data.name})")
+    if model_kind not in TASK_KINDS:
+        raise CutlabError(f"model.task must be one of {', '.join(TASK_KINDS)}, got {model_kind!r} (model={cfg.model.name}); "
+                          f"set task: {data_kind} in the model's yaml if it reads {data_kind} data")
     if model_kind != data_kind:
         raise CutlabError(
             f"model={cfg.model.name} is for {model_kind} data and data={cfg.data.name} is {data_kind} data; choose "

@@ -132,8 +132,9 @@ def _check_finite(mean_loss: torch.Tensor, gammas: list[float]) -> None:
         g, layer = (int(i) for i in bad.nonzero()[0])
         raise NonFiniteLoss(
             f"the held-out loss of layer {layer} at gamma_test={gammas[g]:g} is {float(mean_loss[g, layer])}: the model's "
-            "parameters diverged; lower the primal learning rate (train.lr=...), set gradient clipping "
-            "(train.grad_clip=1.0), or check the input data for NaNs")
+            "parameters diverged (or its forward returns NaN or inf); lower the primal learning rate (train.lr=...) or "
+            "the dual one (train.dual_lr=...), set gradient clipping (train.grad_clip=1.0), or check the input data "
+            "for NaNs")
 
 
 STRICTLY_FEASIBLE = "feasible"

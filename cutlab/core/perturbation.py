@@ -7,6 +7,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from cutlab.core.errors import CutlabError
+
 # Distinct streams for training and evaluation noise, so neither depends on how much of the other ran
 # (noise_seed keeps them apart).
 TRAIN_STREAM = 0
@@ -64,10 +66,24 @@ def perturb(clean: torch.Tensor, gamma: float, sigma: float, mean: float, genera
 
 def perturbed_forward(model, inputs, gamma: float, sigma: float, mean: float, generator: torch.Generator) -> list:
     """Phi_0..Phi_L of the perturbed input: noise is added where ``model.perturbable`` says (pixels, or embeddings)."""
-    return model.unroll(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)
+    return _all_layers(model, model.unroll(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs))
 
 
 def perturbed_forward_local(model, inputs, gamma: float, sigma: float, mean: float,
                             generator: torch.Generator) -> tuple[list, list]:
     """:func:`perturbed_forward` and each block's output from its detached input (``LayerwiseModel.unroll_local``)."""
-    return model.unroll_local(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)
+    outputs, local = model.unroll_local(perturb(model.perturbable(inputs), gamma, sigma, mean, generator), inputs)
+    return _all_layers(model, outputs), _all_layers(model, local)
+
+
+def _all_layers(model, outputs) -> list:
+    """``outputs``, once it is one representation per layer, Phi_0..Phi_L: a model of the user's own that returns
+    another count would otherwise be paired with the wrong constraints (or fail deep inside the dual step)."""
+    depth = getattr(model, "depth", None)
+    count = len(outputs) if isinstance(outputs, (list, tuple)) else None
+    if count is None or (isinstance(depth, int) and count != depth + 1):
+        got = f"{count} representations" if count is not None else f"a {type(outputs).__name__}"
+        raise CutlabError(f"{type(model).__name__} returned {got}; a LayerwiseModel of depth L={depth} returns the list "
+                          f"[Phi_0, ..., Phi_L] of L+1 = {depth + 1 if isinstance(depth, int) else 'L+1'} (Phi_0: before "
+                          "the first block)")
+    return list(outputs)

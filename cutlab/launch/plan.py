@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cutlab.config.checks import check_runs_dir
 from cutlab.config.compose import JobComposer, main_hydra
 from cutlab.config.launcher import is_launcher_override, valid_keys_text
 from cutlab.errors import CutlabError
@@ -30,12 +31,18 @@ class Command:
 
     overrides: list[str]
     config_name: str | None = None
+    config_dir: str | None = None  # --config-dir: a folder of the user's own configs (absolute), e.g. their model's yaml
     multirun: bool = False
     plan: bool = False
 
+    def config_flags(self) -> list[str]:
+        """--config-dir and --config-name as each run of the sweep is given them."""
+        return ((["--config-dir", self.config_dir] if self.config_dir else [])
+                + (["--config-name", self.config_name] if self.config_name else []))
+
     def hydra_argv(self) -> list[str]:
         """The command line for one run of this sweep (no -m, no --plan)."""
-        return (["--config-name", self.config_name] if self.config_name else []) + list(self.overrides)
+        return self.config_flags() + list(self.overrides)
 
 
 def parse_command(argv: list[str]) -> Command | None:
@@ -51,11 +58,21 @@ def parse_command(argv: list[str]) -> Command | None:
             command.config_name = next(args, None)
         elif arg.startswith("--config-name="):
             command.config_name = arg.split("=", 1)[1]
+        elif arg in ("-cd", "--config-dir") or arg.startswith("--config-dir="):
+            command.config_dir = _config_dir(arg.split("=", 1)[1] if "=" in arg else next(args, None))
         elif arg.startswith("-"):
             return None
         else:
             command.overrides.append(arg)
     return command
+
+
+def _config_dir(folder: str | None) -> str:
+    """The absolute path of --config-dir (each run may start in another process, or on another node)."""
+    if not folder or not Path(folder).is_dir():
+        raise CutlabError(f"--config-dir {folder or '(no folder given)'} is not a folder; give the folder that holds "
+                          "your config groups, e.g. --config-dir my_project/conf (with model/NAME.yaml in it)")
+    return str(Path(folder).resolve())
 
 
 @dataclass
@@ -102,7 +119,7 @@ def expand(command: Command) -> Plan:
 
     overrides = list(command.overrides)
     try:
-        with main_hydra() as hydra:
+        with main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
                                        with_log_configuration=False)
             params = [f"{key}={value}" for key, value in (cfg.hydra.sweeper.get("params") or {}).items()]
@@ -121,6 +138,7 @@ def expand(command: Command) -> Plan:
                                             *_state(run_dir, job), cost_key=cost_key(job)))
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(_composition_message(error)) from None
+    check_runs_dir(plan.runs_dir)
     _check_unique_ids(plan)
     return plan
 
@@ -186,7 +204,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         lines.append(f"# {measured}" if cost.measured else "# no run of these kinds has completed in this folder yet")
         if cost.unmeasured:
             kinds = {run.cost_key: run for run in cost.unmeasured}
-            example = [*plan.command.hydra_argv()[:2 if plan.command.config_name else 0],
+            example = [*plan.command.config_flags(),
                        *(o for o in next(iter(kinds.values())).overrides
                           if not o.startswith("wandb.group=") and not is_launcher_override(o))]
             lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "

@@ -69,8 +69,7 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
 
     started = time.perf_counter()
     threads = plan.launcher.get("threads")
-    config_name = ["--config-name", plan.command.config_name] if plan.command.config_name else []
-    commands = [RunCommand([*config_name, *run.overrides], run.run_id, str(run.run_dir.resolve()), os.getcwd(), threads)
+    commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()), os.getcwd(), threads)
                 for run in plan.to_run]
     if not commands:
         outcomes = []

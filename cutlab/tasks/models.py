@@ -9,12 +9,19 @@ A model of the user's own is their module and their yaml in a folder on Hydra's 
 from __future__ import annotations
 
 import inspect
+import re
 
-from hydra.utils import get_object
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.models import LayerwiseModel
 from cutlab.errors import CutlabError
+
+
+# The model keys cutlab itself reads (not the model class): cutlab.tasks (name, task, lr, patch, sigma, source, tokenizer,
+# pretrained, architecture), the train presets (paper: ${model.paper.alpha}, ...), the deep settings (deep_from_layers)
+# and Hydra's defaults list. Any other key must be a parameter of the target, so a misspelled one stops the run.
+CUTLAB_MODEL_KEYS = frozenset({"_target_", "defaults", "name", "task", "paper", "lr", "deep_from_layers", "patch", "sigma",
+                               "source", "tokenizer", "pretrained", "architecture"})
 
 
 def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
@@ -22,12 +29,14 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if not target:
         raise CutlabError(f"model={model_cfg.get('name')} has no _target_; set model._target_ to the class or function "
                           "that builds it, e.g. _target_: cutlab.core.models.DUST")
-    try:
-        build = get_object(str(target))
-    except Exception as error:  # Hydra's message names the module or attribute it could not import
-        raise CutlabError(f"model._target_={target} cannot be imported ({str(error).splitlines()[0]}); put its "
-                          "module on PYTHONPATH") from None
+    build = _locate_target(str(target))
     parameters = inspect.signature(build).parameters
+    takes_any = "model_cfg" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    unread = sorted(set(model_cfg) - set(parameters) - CUTLAB_MODEL_KEYS)
+    if unread and not takes_any:
+        raise CutlabError(f"model={model_cfg.get('name')} has key(s) {', '.join(unread)} that {target} does not take "
+                          f"(its parameters: {', '.join(parameters) or 'none'}); fix the spelling in the model's yaml "
+                          "or remove them")
     given = {key: value for key, value in OmegaConf.to_container(model_cfg, resolve=True).items()
              if key in parameters and key != "_target_"}
     given.update({key: value for key, value in supplied.items() if key in parameters})
@@ -39,6 +48,40 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model._target_={target} needs {', '.join(missing)}, which neither the model config nor "
                           f"the task gives; add them to the model's yaml")
     try:
-        return build(**given)
-    except ValueError as error:  # a model refuses a value of its own config (Python's convention for bad arguments)
+        model = build(**given)
+    except (ValueError, TypeError) as error:  # a model refuses a value (or a type) of its own config
         raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
+    if not isinstance(model, LayerwiseModel):
+        raise CutlabError(f"model._target_={target} built a {type(model).__name__}, not a LayerwiseModel; subclass "
+                          "cutlab.core.models.LayerwiseModel (its forward returns the L+1 representations Phi_0..Phi_L)")
+    depth = supplied.get("depth")
+    if depth is not None and getattr(model, "depth", depth) != depth:
+        raise CutlabError(f"model={model_cfg.get('name')} was asked for L={depth} blocks and built model.depth="
+                          f"{model.depth}; build the depth it is given")
+    if depth is not None and not hasattr(model, "depth"):
+        model.depth = depth  # the protocol's attribute, which a model of the user's own may not set
+    if not any(parameter.requires_grad for parameter in model.parameters()):
+        raise CutlabError(f"model={model_cfg.get('name')} has no trainable parameters; register them as "
+                          "torch.nn.Parameter (or submodules) in its __init__")
+    return model
+
+
+def _locate_target(target: str):
+    """The object ``target`` names, or one line saying why it cannot be imported (Hydra's ``get_object`` would also
+    log its multi-line message)."""
+    from hydra._internal.utils import _locate
+
+    try:
+        return _locate(target)
+    except Exception as error:
+        text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        missing_module = re.search(r"Are you sure that module '([^']+)' is installed", text)
+        missing_name = re.search(r"Are you sure that '([^']+)' is importable from module '([^']+)'", text)
+        if missing_module:
+            reason = f"no module named {missing_module.group(1)!r}; put the folder that holds it on PYTHONPATH"
+        elif missing_name:
+            reason = (f"module {missing_name.group(2)!r} has no {missing_name.group(1)!r}; check the spelling of "
+                      "model._target_")
+        else:
+            reason = f"{text}; check model._target_"
+        raise CutlabError(f"model._target_={target} cannot be imported: {reason}") from None

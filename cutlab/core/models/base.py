@@ -10,7 +10,8 @@ class LayerwiseModel(nn.Module):
     """A model with ``depth`` blocks that exposes all L+1 representations of its input.
 
     ``forward(x)`` returns a list ``[Phi_0, ..., Phi_L]``; Phi_0 is the representation before the first
-    block. Every objective turns that list into the per-sample, per-layer loss matrix [batch, L+1].
+    block. Every objective turns that list into the per-sample, per-layer loss matrix [batch, L+1]. For video, x and
+    every Phi_l are patch tokens [batch, frames T, patches P, pixels n], each Phi_l a reconstruction of the clean x.
     """
 
     depth: int

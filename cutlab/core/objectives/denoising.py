@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from cutlab.core.errors import CutlabError
 from cutlab.core.objectives.base import Headline
 
 
@@ -25,10 +26,12 @@ class DenoisingObjective(Headline):
         return 0.5 * squared_error.sum(dim=(1, 3)).mean(dim=1)
 
     def loss_matrix(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> torch.Tensor:
+        _check_shapes(outputs, clean)
         return torch.stack([self._sample_losses((out - clean).pow(2)) for out in outputs], dim=1)
 
     def evaluation_terms(self, outputs: list[torch.Tensor], clean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
         """The loss matrix and the metric sums from one squared error per layer (evaluation needs both)."""
+        _check_shapes(outputs, clean)
         losses, sums = [], []
         for out in outputs:
             squared_error = (out.detach() - clean).pow(2)
@@ -38,3 +41,13 @@ class DenoisingObjective(Headline):
 
     def metric_from_sums(self, sums: torch.Tensor, count: int) -> torch.Tensor:
         return 255.0 * torch.sqrt(sums / count)
+
+
+def _check_shapes(outputs: list[torch.Tensor], clean: torch.Tensor) -> None:
+    """Each Phi_l reconstructs the clean tokens, shape for shape: another shape would broadcast against them and give
+    a loss of the wrong thing, silently."""
+    for layer, out in enumerate(outputs):
+        if out.shape != clean.shape:
+            raise CutlabError(f"Phi_{layer} has shape {list(out.shape)} but the clean video tokens have "
+                              f"{list(clean.shape)} ([batch, frames T, patches P, pixels n]); every layer's output "
+                              "must reconstruct the input tokens, shape for shape")
