@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = dataclasses.replace(collect(args, out), selection=args.select)
         from .report import write_report  # matplotlib is imported only once the input is known good
 
-        command = "python -m analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        # the console script: `python -m analysis` works only in a checkout (installed, the package is cutlab_analysis)
+        command = "cutlab-analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         report = write_report(runs, out, gamma_train=args.gamma_train, command=command)
     except AnalysisError as error:
         print(f"analysis: error: {error}", file=sys.stderr)

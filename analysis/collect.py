@@ -33,6 +33,7 @@ from .selection import VALIDATION, arm_of
 from .record_values import CONFIG as CONFIG_RULES
 from .record_values import MAX_DEPTH, checked
 from .record_values import SUMMARY as SUMMARY_RULES
+from .history import lost_steps, read_history
 from .run_numbers import headline, summary_columns
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
@@ -217,7 +218,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     row.update(_config_columns(flat_config))
     row.update(summary_columns(summary))
     evaluation, eval_problem = _read_eval(run_dir, row)
-    history = _read_history(run_dir)
+    history = read_history(run_dir)
     row["has_history"] = history is not None
     row["has_sample_losses"] = (run_dir / SAMPLE_LOSSES).exists()
     if evaluation is not None and len(evaluation):
@@ -230,6 +231,11 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
         row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
                                                        "or move the run folder out of the analysed folders")
     row.update(headline(row, evaluation if row["state"] == "complete" else None))
+    lost = lost_steps(history, (summary or {}).get("steps")) if row["state"] == "complete" else None
+    if lost:  # its evaluation is whole, but the losses and multipliers over training would be drawn with a gap
+        row["state"], row["problem"] = "partial", (f"{HISTORY} lacks training steps {lost} of {summary['steps']}: it "
+                                                   "was cut or replaced after the run; restore it, or train the run "
+                                                   "again into a new folder")
     return row, evaluation, history
 
 
@@ -338,17 +344,6 @@ def _missing_eval_rows(frame: pd.DataFrame, row: dict) -> str | None:
         if lacking:
             return f"{EVAL} is truncated: test {metric} lacks gamma_test={gamma:g}, layers {lacking}"
     return None
-
-
-def _read_history(run_dir: Path) -> pd.DataFrame | None:
-    try:
-        frame = pd.read_csv(run_dir / HISTORY)
-    except (FileNotFoundError, pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError):
-        return None
-    if "step" not in frame.columns:
-        return None
-    frame["step"] = pd.to_numeric(frame["step"], errors="coerce")
-    return frame.dropna(subset=["step"])  # a line cut by a crash mid-write
 
 
 def _classify(summary: dict | None, summary_problem: str | None, config_problem: str | None,

@@ -37,6 +37,7 @@ import pandas as pd
 import yaml
 
 from .collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
+from .history import lost_steps
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
 from cutlab.run.tracking import RUN_FOLDER_KEY, SUMMARY_SEPARATOR, history_column
 
@@ -106,21 +107,10 @@ def write_record(run: WandbRun, run_dir: Path, rebuilt: Rebuilt) -> None:
                                     "run folder instead")
     elif summary["status"] == "complete" and evaluation is None:
         rebuilt.partial[key] = "; ".join(run.problems) or f"the W&B run has no '{EVAL_KEY}' table"
-    elif summary["status"] == "complete" and (lost := _lost_steps(history, summary.get("steps"))):
+    elif summary["status"] == "complete" and (lost := lost_steps(history, summary.get("steps"))):
         rebuilt.partial[key] = (f"W&B lacks training steps {lost} of {summary['steps']} (a session killed before W&B "
                                 "wrote them: an offline W&B session killed by SIGKILL keeps none of its records); "
                                 "the run folder's history.csv has them")
-
-
-def _lost_steps(history: pd.DataFrame | None, steps: Any) -> str | None:
-    """The steps 1..steps missing from the rebuilt history, as a short range text; None if none are."""
-    if not isinstance(steps, int) or steps < 1:
-        return None
-    present = set() if history is None else set(history["step"])
-    lost = [step for step in range(1, steps + 1) if step not in present]
-    if not lost:
-        return None
-    return f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) and len(lost) > 1 else str(lost)
 
 
 def _has_flattened_summary(summary: dict) -> bool:

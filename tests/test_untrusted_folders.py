@@ -109,6 +109,33 @@ def test_a_summary_that_is_not_one_gets_one_line_in_the_run_and_in_the_plan(comp
     assert "refused" in plan.stdout + plan.stderr
 
 
+@pytest.mark.parametrize("damage, expected", [
+    ("cut", "does not hold steps 1..6 (the checkpoint's) once each, in order"),
+    ("delete", "is missing, but the checkpoint is at step 6: the history of steps 1..6 is lost"),
+], ids=["history-cut-short", "history-deleted"])
+def test_a_history_that_lost_rows_stops_the_resume_and_the_analysis_counts_no_such_run(complete_run, tmp_path,
+                                                                                      damage, expected):
+    """Before: the resume kept whatever rows were left (none, or steps 1-2) and wrote steps 7.. after them, and the run
+    ended "complete" with a gap in its history; the analysis counted a complete run whose history was cut."""
+    from analysis.collect import read_run
+
+    run = copied(complete_run, tmp_path)
+    history = run / "history.csv"
+    lines = history.read_text().splitlines(keepends=True)
+    if damage == "cut":
+        history.write_text("".join(lines[:3]))  # the header and steps 1-2 of 6
+    else:
+        history.unlink()
+    row, _, _ = read_run(run)
+    assert row["state"] == "partial" and row["problem"].startswith(
+        f"history.csv lacks training steps {'3-6' if damage == 'cut' else '1-6'} of 6"), row["problem"]
+
+    (run / "summary.json").unlink()  # the run now resumes from its last checkpoint, at step 6
+    one_line_error(cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False), expected)
+    assert not (run / "summary.json").exists()  # nothing was written: put the history back and the run resumes
+    assert (history.read_text() if history.exists() else None) == ("".join(lines[:3]) if damage == "cut" else None)
+
+
 def test_a_garbage_config_and_a_checkpoint_of_another_model_get_one_line(complete_run, tmp_path):
     """Before: a garbage config.yaml, or a checkpoint whose shapes belong to another config, were tracebacks."""
     run = copied(complete_run, tmp_path)
@@ -176,6 +203,27 @@ def wait_until(predicate, process: subprocess.Popen, what: str, timeout: float =
         time.sleep(0.02)
 
 
+def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_resumes_it(tmp_path):
+    """Before: Ctrl-C (SIGINT) ended the run with a Python traceback, exit 1."""
+    runs = tmp_path / "runs"
+    args = [*TINY, "train.epochs=40", "checkpoint.every_steps=2", "run_name=ctrlc"]
+    log = tmp_path / "ctrlc.log"
+    # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and its children would inherit that)
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs),
+                               stdout=log.open("w"), stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    wait_until(lambda: (runs / "ctrlc" / "checkpoint.pt").exists(), process, "the first checkpoint")
+    process.send_signal(signal.SIGINT)
+    assert process.wait(timeout=120) == 130
+    text = log.read_text()
+    assert "Traceback" not in text, text[-3000:]
+    assert text.strip().splitlines()[-1] == ("cutlab: interrupted (Ctrl-C); run the same command again to resume "
+                                             "ctrlc from its last checkpoint")
+    assert json.loads((runs / "ctrlc" / "summary.json").read_text())["status"] == "interrupted"
+    cutlab(args, runs)
+    assert history_steps(runs / "ctrlc") == list(range(1, 121))
+
+
 def test_two_identical_commands_at_once_leave_one_clean_record(tmp_path):
     """Before: both processes wrote the same temporary files (one died with a traceback) and history.csv
     interleaved (steps 1, 2, 3, 4, 8, 5, 9, ...)."""
@@ -229,6 +277,11 @@ def test_a_second_lock_on_a_run_folder_names_the_holder_and_temp_files_are_per_p
             one.write(b"1")
             two.write(b"2")
     assert (run / "x.json").read_bytes() in (b"1", b"2") and sorted(p.name for p in run.iterdir()) == ["x.json"]
+    (run / ".checkpoint.pt.k1ll3d.tmp").write_bytes(b"half a checkpoint")  # a write a kill cut short
+    (run / "notes.tmp").write_text("the user's")
+    with RunLock(run):
+        assert sorted(p.name for p in run.iterdir()) == [".lock", "notes.tmp", "x.json"]  # the stale copy is gone
+    (run / "notes.tmp").unlink()
     with RunLock(tmp_path / "fresh"):
         pass
     assert not (tmp_path / "fresh").exists()  # a lock that created its folder and wrote nothing leaves nothing

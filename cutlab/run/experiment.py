@@ -130,6 +130,8 @@ def _record_resumption(run_dir: Path, step: int, seed: int, device: torch.device
 def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None,
                       resolved: dict, epsilon: float | None, on_epoch_end: EpochEndHook | None,
                       wandb_service: ServiceStart) -> dict:
+    # first: a history that lost rows of the checkpoint's steps stops the resume before any record file is written
+    history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
     tracker = Tracker(
         cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
         cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
@@ -154,7 +156,6 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
             return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
 
     selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
-    history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
                             started, validate, on_epoch_end, selector, cfg.eval.check_every_steps)
     try:

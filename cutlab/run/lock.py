@@ -57,7 +57,17 @@ class RunLock:
         os.ftruncate(descriptor, 0)
         os.write(descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
         self._descriptor = descriptor
+        self._remove_stale_temporaries()
         return self
+
+    def _remove_stale_temporaries(self) -> None:
+        """The temporary files of record writes that a kill cut short (cutlab.atomic): with the lock held, no writer of
+        this folder is alive, so they are partial copies nobody will finish (a checkpoint's are megabytes each)."""
+        for stale in self.run_dir.glob(".*.tmp"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
 
     def _still_the_lock_file(self, descriptor: int) -> bool:
         try:

@@ -105,10 +105,14 @@ class HistoryWriter:
         self._writer = csv.writer(self._file)
 
     def _rows_through(self, step: int) -> list[list[str]]:
-        """The file's complete rows up to ``step`` (a row cut by a kill mid-write is not complete)."""
-        if step == 0 or not self.path.exists():
+        """The file's complete rows of steps 1..``step``, the checkpoint's (a row cut by a kill mid-write is not
+        complete; rows after ``step`` re-run). A history without all of them would end a "complete" record with gaps."""
+        if step == 0:
             return []
-        fix = f"move {self.path} aside to resume without it, or pass run_name=<new name> to start again"
+        fix = "pass run_name=<new name> to train the run again (or move its folder aside)"
+        if not self.path.exists():
+            raise CutlabError(f"{self.path} is missing, but the checkpoint is at step {step}: the history of steps "
+                              f"1..{step} is lost, so the run cannot resume with a whole record; {fix}")
         try:
             with open(self.path, newline="", encoding="utf-8") as handle:
                 header, *rows = list(csv.reader(handle)) or [[]]
@@ -117,8 +121,8 @@ class HistoryWriter:
         if header != self.columns:
             raise CutlabError(f"{self.path} has other columns than this run writes (another run's history?); {fix}")
         kept = [row for row in rows if len(row) == len(header) and row[0].isdigit() and int(row[0]) <= step]
-        if [int(row[0]) for row in kept] != list(range(1, len(kept) + 1)):
-            raise CutlabError(f"{self.path} does not hold steps 1..{step} once each, in order; {fix}")
+        if [int(row[0]) for row in kept] != list(range(1, step + 1)):
+            raise CutlabError(f"{self.path} does not hold steps 1..{step} (the checkpoint's) once each, in order; {fix}")
         return kept
 
     def write(self, row: dict[str, Any]) -> None:
