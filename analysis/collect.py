@@ -371,8 +371,9 @@ def _classify(summary: dict | None, summary_problem: str | None, config_problem:
         return "unsupported", f"{SUMMARY} has an unknown status {status!r}"
     if config_problem:
         return "partial", config_problem
-    if eval_problem:
-        return "partial", eval_problem
+    if eval_problem:  # the evaluation is redone from the final checkpoint once the summary no longer says complete
+        return "partial", (f"{eval_problem}; delete the run's {SUMMARY} and run the same command again: it evaluates "
+                           "the run's final checkpoint anew")
     return "complete", ""
 
 

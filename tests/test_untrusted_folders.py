@@ -136,6 +136,30 @@ def test_a_history_that_lost_rows_stops_the_resume_and_the_analysis_counts_no_su
     assert (history.read_text() if history.exists() else None) == ("".join(lines[:3]) if damage == "cut" else None)
 
 
+def test_a_cut_evaluation_or_summary_names_the_fix_that_keeps_the_training_and_it_works(complete_run, tmp_path):
+    """Before: a complete run whose eval.csv was cut was skipped by the same command and reported partial with no fix,
+    and a cut summary.json was refused with only "move the folder aside", which throws the training away."""
+    from analysis.collect import read_run
+
+    run = copied(complete_run, tmp_path)
+    evaluation = (run / "eval.csv").read_text()
+    (run / "eval.csv").write_text(evaluation[: len(evaluation) // 3])
+    row, _, _ = read_run(run)
+    assert row["state"] == "partial" and row["problem"].endswith(
+        "delete the run's summary.json and run the same command again: it evaluates the run's final checkpoint anew")
+    (run / "summary.json").unlink()
+    cutlab([*TINY, "run_name=base"], tmp_path / "runs")
+    assert (run / "eval.csv").read_text() == evaluation and read_run(run)[0]["state"] == "complete"
+
+    summary = (run / "summary.json").read_text()
+    (run / "summary.json").write_text(summary[:40])
+    one_line_error(cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False),
+                   "delete it and run the same command again to resume (or re-evaluate) the run from checkpoint.pt")
+    (run / "summary.json").unlink()
+    cutlab([*TINY, "run_name=base"], tmp_path / "runs")
+    assert read_run(run)[0]["state"] == "complete" and (run / "eval.csv").read_text() == evaluation
+
+
 def test_a_garbage_config_and_a_checkpoint_of_another_model_get_one_line(complete_run, tmp_path):
     """Before: a garbage config.yaml, or a checkpoint whose shapes belong to another config, were tracebacks."""
     run = copied(complete_run, tmp_path)

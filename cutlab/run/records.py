@@ -51,12 +51,13 @@ def write_json(path: Path, data: Any) -> None:
             raise DiskFull(path) from None
 
 
-def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exception], ...], what: str) -> dict | None:
+def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exception], ...], what: str,
+                 fix: str | None = None) -> dict | None:
     """A record file holding one mapping (None when absent): a file that is not one, cannot be read or is not
     UTF-8 text stops in one line naming it and the fix, never in a traceback."""
     if not path.exists():
         return None
-    fix = f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    fix = fix or f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
     try:
         data = parse(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, *errors) as error:
@@ -69,10 +70,12 @@ def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exc
 
 def read_summary(run_dir: Path) -> dict | None:
     """The folder's ``summary.json`` (None when there is none)."""
-    summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary")
+    # the summary is rewritten from the checkpoint and the other records, so losing it loses no training
+    fix = (f"delete it and run the same command again to resume (or re-evaluate) the run from {CHECKPOINT}; or move "
+           f"{run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own")
+    summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary", fix)
     if summary is not None and not isinstance(summary.get("status", ""), str):
-        raise CutlabError(f"{run_dir / SUMMARY} is not a run summary: its status is {summary['status']!r}; move "
-                          f"{run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own")
+        raise CutlabError(f"{run_dir / SUMMARY} is not a run summary: its status is {summary['status']!r}; {fix}")
     return summary
 
 
