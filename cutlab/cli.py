@@ -15,7 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from cutlab.config.checks import check_runs_dir
-from cutlab.config.groups import check_group_choices
+from cutlab.config.groups import check_added_keys, check_group_choices
 from cutlab.config.launcher import check_launcher_overrides
 from cutlab.config.paths import CONFIG_MODULE, runs_dir_of
 from cutlab.config.resolvers import register_resolvers
@@ -46,10 +46,12 @@ def app(cfg: DictConfig) -> float | None:
         summary = run_experiment(cfg, run_dir)
     except Preempted as stop:
         print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
+        _record_stop(run_dir, in_sweep, str(stop))
         raise SystemExit(PREEMPTED_EXIT) from None
     except KeyboardInterrupt:  # Ctrl-C: the record says interrupted; a traceback would say nothing more
         print(f"cutlab: interrupted (Ctrl-C); run the same command again to resume {run_dir.name} from its last "
               "checkpoint", file=sys.stderr)
+        _record_stop(run_dir, in_sweep, "interrupted (Ctrl-C)")
         raise SystemExit(INTERRUPTED_EXIT) from None
     except CutlabError as error:
         _remove_if_empty(run_dir)
@@ -69,6 +71,14 @@ def app(cfg: DictConfig) -> float | None:
 
         _add_outcome(outcome_of(run_dir.name, lambda: summary, job_id=None))
     return summary.get("selection_metric") if summary else None
+
+
+def _record_stop(run_dir: Path, in_sweep: bool, reason: str) -> None:
+    """A sweep stopped by a signal: the stopped run's outcome, for the sweep's record (written as the sweep exits)."""
+    if in_sweep:
+        from cutlab.launch.outcome import Outcome
+
+        _add_outcome(Outcome(run_dir.name, "interrupted", error=reason))
 
 
 def _record_failure(run_dir: Path, error: str) -> None:
@@ -94,7 +104,7 @@ def _remove_if_empty(run_dir: Path) -> None:
 
 
 def main() -> None:
-    from cutlab.launch.plan import parse_command
+    from cutlab.launch.plan import check_run_composes, parse_command
 
     argv = sys.argv[1:]
     started, sweep = time.perf_counter(), None
@@ -102,6 +112,7 @@ def main() -> None:
         command = parse_command(argv)
         check_launcher_overrides(argv)
         check_group_choices(argv)
+        check_added_keys(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
             from cutlab.launch.sweep import run_sweep, with_sweep_group
@@ -113,12 +124,18 @@ def main() -> None:
             argv = ["-m", *command.hydra_argv()]
             _start_tally(sweep[0])
         elif command is not None:  # one run: its folder is made by Hydra, which would fail with a traceback
+            check_run_composes(command)
             check_runs_dir(runs_dir_of(command.overrides))
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *argv]
-    app()
+    try:
+        app()
+    except SystemExit:  # a signal stopped the sweep: its record still gets the outcomes so far
+        if sweep is not None:
+            _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
+        raise
     _show_launcher_info(argv)
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)
@@ -143,8 +160,9 @@ def _start_tally(plan) -> None:
                        ids={run.run_id for run in plan.to_run})
 
 
-def _report_inprocess_sweep(plan, record: Path, seconds: float) -> None:
-    """The in-process sweep's summary (stderr and its record); exit 1 when any run failed."""
+def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = False) -> None:
+    """The in-process sweep's summary (stderr and its record); exit 1 when any run failed (a stopped sweep keeps
+    the exit status of its stop)."""
     from cutlab.launch.outcome import summary_text
     from cutlab.launch.sweep import finish_record
 
@@ -152,7 +170,7 @@ def _report_inprocess_sweep(plan, record: Path, seconds: float) -> None:
     ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run}]
     finish_record(record, [o.as_dict() for o in ran], skipped, seconds)
     print(summary_text(plan.name, ran, skipped, seconds), file=sys.stderr, flush=True)
-    if any(o.status != "complete" for o in SWEEP_OUTCOMES):
+    if not stopped and any(o.status != "complete" for o in SWEEP_OUTCOMES):
         raise SystemExit(1)
 
 

@@ -185,13 +185,17 @@ def corrupt_npz(folder: Path) -> Path:
         (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
         (["-m", "L=1,2", "paths.runs_dir=FILE"], "cannot hold run folders: "),
+        (["train.alhpa=0.3"], "the command's config cannot be composed: Could not override 'train.alhpa'; check the key"),
+        (["+train.alhpa=0.3"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by "
+                               "nothing"),
+        (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file"],
+         "sweep-runs-dir-a-file", "unknown-key", "unknown-key-added-with-plus", "unquoted-value"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -248,6 +248,19 @@ def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_resumes_it(tmp_path
     assert history_steps(runs / "ctrlc") == list(range(1, 121))
 
 
+def test_a_sweep_stopped_by_a_signal_keeps_its_outcome_record(tmp_path):
+    """Before: an in-process sweep stopped by SIGTERM (or Ctrl-C) left its record without outcome.json."""
+    runs = tmp_path / "runs"
+    process = start(["-m", "L=1,2", *TINY[1:], "train.epochs=40", "checkpoint.every_steps=2"], runs,
+                    tmp_path / "sweep.log")
+    wait_until(lambda: any(runs.glob("L=1,*/checkpoint.pt")), process, "the first run's first checkpoint")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=120) == 75  # the exit status of the stop, as for a single run
+    (record,) = (runs / "_sweeps").iterdir()
+    outcome = json.loads((record / "outcome.json").read_text())
+    assert [(run["run_id"].split(",")[0], run["status"]) for run in outcome["runs"]] == [("L=1", "interrupted")]
+
+
 def test_two_identical_commands_at_once_leave_one_clean_record(tmp_path):
     """Before: both processes wrote the same temporary files (one died with a traceback) and history.csv
     interleaved (steps 1, 2, 3, 4, 8, 5, 9, ...)."""

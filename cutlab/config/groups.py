@@ -35,6 +35,22 @@ def search_dirs(arguments: list[str]) -> list[Path]:
     return folders
 
 
+# cutlab's own nodes: conf/ holds every key their code reads, so a key added to one with '+' is read by nothing (a
+# misspelling, as Hydra's "use +key=value" advice invites); a model's own keys are checked against its class instead
+OWN_NODES = ("train", "eval", "checkpoint", "paths", "wandb")
+
+
+def check_added_keys(arguments: list[str]) -> None:
+    """``+train.alpah=0.3`` or ``+gama=0.1``: one line, before Hydra adds a key that nothing would read."""
+    for argument in arguments:
+        if not argument.startswith("+") or argument.startswith("++"):
+            continue
+        key = argument[1:].partition("=")[0]
+        if key.partition(".")[0] in OWN_NODES or ("." not in key and key not in GROUPS):
+            raise CutlabError(f"{key} is not a key of cutlab's config, and a key added with '+' would be read by "
+                              "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
+
+
 def choices(group: str, folders: list[Path] | None = None) -> list[str]:
     """The names ``group=`` accepts."""
     return sorted({path.stem for folder in (folders or [CONFIG_DIR]) for path in (folder / group).glob("*.yaml")})

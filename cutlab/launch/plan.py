@@ -137,7 +137,7 @@ def expand(command: Command) -> Plan:
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir,
                                             *_state(run_dir, job), cost_key=cost_key(job)))
     except (HydraException, OmegaConfBaseException) as error:
-        raise CutlabError(_composition_message(error)) from None
+        raise CutlabError(f"the sweep cannot be composed before any run starts: {_composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)
     _check_unique_ids(plan)
     return plan
@@ -149,15 +149,32 @@ def _empty_sweep_message(parsed) -> str:
     return f"the sweep expands to no runs{where}; give each swept key at least one value, e.g. gamma=0,0.09"
 
 
+def check_run_composes(command: Command) -> None:
+    """A single run's command composes (Hydra's own multi-line report of an unknown key or a value its grammar cannot
+    read, with a hint to add the key with '+', becomes one line; a key added that way would be read by nothing)."""
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with main_hydra(command.config_dir) as hydra:
+            hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
+                                 with_log_configuration=False)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise CutlabError(f"the command's config cannot be composed: {_composition_message(error)}") from None
+
+
 def _composition_message(error: Exception) -> str:
     text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
     if "Could not find" in text or "Cannot find primary config" in text:
         fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
     elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
         fix = f"each launcher has its own keys: {valid_keys_text()}"
+    elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
+        fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
     else:
-        fix = "check the key against conf/ (python -m cutlab --cfg job shows every key); a new key needs a leading +"
-    return f"the sweep cannot be composed before any run starts: {text}; {fix}"
+        fix = "check the key against conf/ (python -m cutlab --cfg job shows every key)"
+    return f"{text}; {fix}"
 
 
 def _check_unique_ids(plan: Plan) -> None:
