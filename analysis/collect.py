@@ -231,11 +231,14 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
         row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
                                                        "or move the run folder out of the analysed folders")
     row.update(headline(row, evaluation if row["state"] == "complete" else None))
-    lost = lost_steps(history, (summary or {}).get("steps")) if row["state"] == "complete" else None
-    if lost:  # its evaluation is whole, but the losses and multipliers over training would be drawn with a gap
-        row["state"], row["problem"] = "partial", (f"{HISTORY} lacks training steps {lost} of {summary['steps']}: it "
-                                                   "was cut or replaced after the run; restore it, or train the run "
-                                                   "again into a new folder")
+    # a history cut after the run (one left out on purpose, as stored records do, is no history, not a cut one): its
+    # evaluation is whole, but the losses and multipliers over training would be drawn with a gap
+    lost = lost_steps(history, (summary or {}).get("steps")) if row["state"] == "complete" and history is not None \
+        else None
+    if lost:
+        row["state"], row["usable"], row["partial"] = "partial", False, True
+        row["problem"] = (f"{HISTORY} lacks training steps {lost} of {summary['steps']}: it was cut or replaced after "
+                          "the run; restore it, or train the run again into a new folder")
     return row, evaluation, history
 
 

@@ -189,13 +189,15 @@ def corrupt_npz(folder: Path) -> Path:
         (["+train.alhpa=0.3"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by "
                                "nothing"),
         (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
+        (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "unknown-key", "unknown-key-added-with-plus", "unquoted-value"],
+         "sweep-runs-dir-a-file", "unknown-key", "unknown-key-added-with-plus", "unquoted-value",
+         "plus-on-a-key-that-is-there"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

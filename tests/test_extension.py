@@ -174,6 +174,9 @@ def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(
     sweep = ["--config-dir", str(outside / "conf"), "-m", "model=smoother", "train.epochs=1",
              "train.max_steps_per_epoch=2", "wandb.mode=disabled", "threads=1", "eval.gamma_test=[0.09]"]
 
+    info = cutlab(["--info", "defaults", "--config-dir", str(outside / "conf"), "model=smoother"], runs, env=env)
+    assert "launcher: inprocess" in info.stdout, info.stdout[-2000:]  # once "not known (Could not find 'model/smoother')"
+
     plan = cutlab(["--plan", *sweep, "gamma=0,0.09"], runs, env=env)
     assert plan.stdout.count(" new ") == 2 and "# 0 complete (skipped), 2 to run" in plan.stdout, plan.stdout
 
@@ -183,3 +186,18 @@ def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(
     assert "1 complete, 1 failed" in result.stderr and "local:" in result.stderr
     assert len(list((runs / "_sweeps").iterdir())) == 1
     assert not (runs / "multirun.yaml").exists()
+
+
+def test_added_keys_that_cutlab_reads_and_a_group_of_ones_own_are_taken(tmp_path):
+    """'+' is refused only for a key that nothing reads: train=erm lacks constraint_form (train=constrained has it),
+    and +experiment=NAME adds a config group of the user's own (Hydra's pattern) from --config-dir."""
+    conf = tmp_path / "conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "quick.yaml").write_text("# @package _global_\nL: 2\n")
+    runs = tmp_path / "runs"
+    tiny = ["train.epochs=1", "train.max_steps_per_epoch=2", "wandb.mode=disabled", "threads=1", "eval.gamma_test=[0.09]"]
+    cutlab(["train=erm", "+train.constraint_form=ratio", *tiny], runs)
+    cutlab(["--config-dir", str(conf), "+experiment=quick", *tiny], runs)
+    summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
+    assert len(summaries) == 2 and all(s["status"] == "complete" for s in summaries)
+    assert sorted(len(s["in_distribution"]["test_layer_loss"]) for s in summaries) == [3, 4]  # L=2 and the default 3

@@ -127,13 +127,28 @@ def test_a_history_that_lost_rows_stops_the_resume_and_the_analysis_counts_no_su
     else:
         history.unlink()
     row, _, _ = read_run(run)
-    assert row["state"] == "partial" and row["problem"].startswith(
-        f"history.csv lacks training steps {'3-6' if damage == 'cut' else '1-6'} of 6"), row["problem"]
+    if damage == "cut":
+        assert row["state"] == "partial" and not row["usable"] and row["problem"].startswith(
+            "history.csv lacks training steps 3-6 of 6"), row["problem"]
+    else:  # no history at all (stored records leave it out on purpose): still a result, drawn without training curves
+        assert row["state"] == "complete" and row["usable"] and not row["has_history"]
 
     (run / "summary.json").unlink()  # the run now resumes from its last checkpoint, at step 6
     one_line_error(cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False), expected)
     assert not (run / "summary.json").exists()  # nothing was written: put the history back and the run resumes
     assert (history.read_text() if history.exists() else None) == ("".join(lines[:3]) if damage == "cut" else None)
+
+
+def test_a_history_of_a_fresh_start_needs_no_earlier_rows(tmp_path):
+    """A start step of 0 or None (no checkpoint; the benchmarks pass None) writes a new history: only a checkpoint's
+    step asks for earlier rows."""
+    from cutlab.run.records import HistoryWriter
+
+    for start_step in (0, None):
+        folder = tmp_path / str(start_step)
+        folder.mkdir()
+        HistoryWriter(folder / "history.csv", 3, start_step).close()
+        assert (folder / "history.csv").read_text().startswith("step,")
 
 
 def test_a_cut_evaluation_or_summary_names_the_fix_that_keeps_the_training_and_it_works(complete_run, tmp_path):

@@ -98,7 +98,7 @@ def _check_values(cfg: DictConfig) -> None:
         _integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
     _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
     if train.grad_clip is not None:
-        _number("train.grad_clip", train.grad_clip, "1.0", minimum=0.0, exclusive=True)
+        _number("train.grad_clip", train.grad_clip, "1.0 (or null: no clipping)", minimum=0.0, exclusive=True)
     _number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
     if train.epsilon not in (None, "auto"):
         _number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)

@@ -35,20 +35,39 @@ def search_dirs(arguments: list[str]) -> list[Path]:
     return folders
 
 
-# cutlab's own nodes: conf/ holds every key their code reads, so a key added to one with '+' is read by nothing (a
-# misspelling, as Hydra's "use +key=value" advice invites); a model's own keys are checked against its class instead
+# cutlab's own nodes: some config of conf/ holds every key their code reads (train=erm lacks constraint_form, which
+# train=constrained has), so a key that none holds, added with '+', is read by nothing: a misspelling, as Hydra's "use
+# +key=value" advice invites. A model's own keys are checked against its class instead (cutlab.tasks.models).
 OWN_NODES = ("train", "eval", "checkpoint", "paths", "wandb")
 
 
 def check_added_keys(arguments: list[str]) -> None:
-    """``+train.alpah=0.3`` or ``+gama=0.1``: one line, before Hydra adds a key that nothing would read."""
+    """``+train.alpah=0.3`` or ``+gama=0.1``: one line, before Hydra adds a key that nothing would read (a group of the
+    user's own, ``+experiment=NAME`` from ``--config-dir``, is added as Hydra adds it)."""
+    folders = search_dirs(arguments)
     for argument in arguments:
         if not argument.startswith("+") or argument.startswith("++"):
             continue
         key = argument[1:].partition("=")[0]
-        if key.partition(".")[0] in OWN_NODES or ("." not in key and key not in GROUPS):
+        node, _, inner = key.partition(".")
+        if node in OWN_NODES:
+            unread = inner.partition(".")[0] not in _known_keys(node)
+        else:
+            unread = not inner and node not in _known_keys(None) and not any((f / node).is_dir() for f in folders)
+        if unread:
             raise CutlabError(f"{key} is not a key of cutlab's config, and a key added with '+' would be read by "
                               "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
+
+
+def _known_keys(node: str | None) -> set[str]:
+    """The keys of ``node`` in config.yaml and in every config of its group (None: config.yaml's top level)."""
+    config = OmegaConf.load(CONFIG_DIR / "config.yaml")
+    if node is None:
+        return set(config)
+    keys = set(config.get(node) or {}) if isinstance(config.get(node), DictConfig) else set()
+    for path in (CONFIG_DIR / node).glob("*.yaml"):
+        keys |= set(OmegaConf.load(path))
+    return keys
 
 
 def choices(group: str, folders: list[Path] | None = None) -> list[str]:

@@ -16,24 +16,28 @@ VALUE_FLAGS = ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-
                "--experimental-rerun")
 
 
-def info_arguments(argv: list[str]) -> tuple[str | None, list[str]] | None:
-    """(config name, overrides) of a ``--info`` command line; None when it is not one."""
+def info_arguments(argv: list[str]) -> tuple[str | None, list[str], str | None] | None:
+    """(config name, overrides, config dir) of a ``--info`` command line; None when it is not one."""
     if not any(a in ("--info", "-i") or a.startswith("--info=") for a in argv):
         return None
-    config_name, overrides, args = None, [], iter(argv)
+    config_name, overrides, config_dir, args = None, [], None, iter(argv)
     for arg in args:
         if arg in ("-cn", "--config-name"):
             config_name = next(args, None)
         elif arg.startswith("--config-name="):
             config_name = arg.split("=", 1)[1]
+        elif arg in ("-cd", "--config-dir"):
+            config_dir = next(args, None)
+        elif arg.startswith("--config-dir="):
+            config_dir = arg.split("=", 1)[1]
         elif arg in VALUE_FLAGS:
             next(args, None)
         elif not arg.startswith("-") and arg not in INFO_SECTIONS:
             overrides.append(arg)
-    return config_name, overrides
+    return config_name, overrides, config_dir
 
 
-def launcher_info(config_name: str | None, overrides: list[str]) -> str:
+def launcher_info(config_name: str | None, overrides: list[str], config_dir: str | None = None) -> str:
     """The ``cutlab launcher`` section of --info."""
     from hydra.types import RunMode
     from omegaconf import OmegaConf
@@ -41,7 +45,7 @@ def launcher_info(config_name: str | None, overrides: list[str]) -> str:
     from cutlab.config.compose import main_hydra
 
     try:
-        with main_hydra() as hydra:
+        with main_hydra(config_dir) as hydra:
             cfg = hydra.compose_config(config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
                                        with_log_configuration=False)
             launcher = OmegaConf.to_container(cfg.launcher, resolve=True)

@@ -170,10 +170,13 @@ def _composition_message(error: Exception) -> str:
         fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
     elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
         fix = f"each launcher has its own keys: {valid_keys_text()}"
+    elif "An item is already at" in text:
+        fix = "drop the leading '+': the key is there already"
     elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
         fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
     else:
-        fix = "check the key against conf/ (python -m cutlab --cfg job shows every key)"
+        fix = ("check the key against conf/ (python -m cutlab --cfg job shows every key); a parameter of a model's "
+               "class that its yaml does not list is added as +model.KEY=VALUE")
     return f"{text}; {fix}"
 
 
@@ -193,7 +196,7 @@ def _state(run_dir: Path, job: dict) -> tuple[str, int]:
     are not a run record (running it says why, in one line), so that it is never counted as complete."""
     try:
         check_same_run(run_dir, job)
-        summary = read_summary(run_dir)
+        summary = read_summary(run_dir, resumable=True)
     except CutlabError:
         return "refused", 0
     if summary is None:

@@ -60,7 +60,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
     resolved = OmegaConf.to_container(cfg, resolve=True)
     with RunLock(run_dir):
         check_same_run(run_dir, resolved)
-        existing = read_summary(run_dir)
+        existing = read_summary(run_dir, resumable=True)
         if existing and existing.get("status") == "complete":
             log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
             return existing

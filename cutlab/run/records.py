@@ -68,11 +68,12 @@ def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exc
     return data
 
 
-def read_summary(run_dir: Path) -> dict | None:
-    """The folder's ``summary.json`` (None when there is none)."""
-    # the summary is rewritten from the checkpoint and the other records, so losing it loses no training
-    fix = (f"delete it and run the same command again to resume (or re-evaluate) the run from {CHECKPOINT}; or move "
-           f"{run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own")
+def read_summary(run_dir: Path, resumable: bool = False) -> dict | None:
+    """The folder's ``summary.json`` (None when there is none). ``resumable``: read by ``python -m cutlab``, whose same
+    command rewrites a summary from the checkpoint and the other records, so a cut one loses no training."""
+    fix = f"move {run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    if resumable:
+        fix = f"delete it and run the same command again to resume (or re-evaluate) the run from {CHECKPOINT}; or {fix}"
     summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary", fix)
     if summary is not None and not isinstance(summary.get("status", ""), str):
         raise CutlabError(f"{run_dir / SUMMARY} is not a run summary: its status is {summary['status']!r}; {fix}")
@@ -110,7 +111,7 @@ class HistoryWriter:
     def _rows_through(self, step: int) -> list[list[str]]:
         """The file's complete rows of steps 1..``step``, the checkpoint's (a row cut by a kill mid-write is not
         complete; rows after ``step`` re-run). A history without all of them would end a "complete" record with gaps."""
-        if step == 0:
+        if not step:  # a fresh start (0, or None: no checkpoint)
             return []
         fix = "pass run_name=<new name> to train the run again (or move its folder aside)"
         if not self.path.exists():
