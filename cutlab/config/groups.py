@@ -51,21 +51,22 @@ def check_added_keys(arguments: list[str]) -> None:
         key = argument[1:].partition("=")[0]
         node, _, inner = key.partition(".")
         if node in OWN_NODES:
-            unread = inner.partition(".")[0] not in _known_keys(node)
+            unread = inner.partition(".")[0] not in _known_keys(node, folders)
         else:
-            unread = not inner and node not in _known_keys(None) and not any((f / node).is_dir() for f in folders)
+            unread = not inner and node not in _known_keys(None, folders) and not any((f / node).is_dir() for f in folders)
         if unread:
             raise CutlabError(f"{key} is not a key of cutlab's config, and a key added with '+' would be read by "
                               "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
 
 
-def _known_keys(node: str | None) -> set[str]:
-    """The keys of ``node`` in config.yaml and in every config of its group (None: config.yaml's top level)."""
+def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
+    """The keys of ``node`` in config.yaml and in every config of its group in ``folders`` (a user's own train preset
+    may bring keys of its own); None: config.yaml's top level."""
     config = OmegaConf.load(CONFIG_DIR / "config.yaml")
     if node is None:
         return set(config)
     keys = set(config.get(node) or {}) if isinstance(config.get(node), DictConfig) else set()
-    for path in (CONFIG_DIR / node).glob("*.yaml"):
+    for path in (path for folder in folders for path in (folder / node).glob("*.yaml")):
         keys |= set(OmegaConf.load(path))
     return keys
 
