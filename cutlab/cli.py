@@ -14,10 +14,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.checks import check_runs_dir
 from cutlab.config.groups import check_added_keys, check_group_choices
 from cutlab.config.launcher import check_launcher_overrides
-from cutlab.config.paths import CONFIG_MODULE, runs_dir_of
+from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
@@ -46,25 +45,27 @@ def app(cfg: DictConfig) -> float | None:
         summary = run_experiment(cfg, run_dir)
     except Preempted as stop:
         print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
-        _record_stop(run_dir, in_sweep, str(stop))
+        if in_sweep:
+            _record_outcome(run_dir, "interrupted", str(stop))
         raise SystemExit(PREEMPTED_EXIT) from None
     except KeyboardInterrupt:  # Ctrl-C: the record says interrupted; a traceback would say nothing more
         print(f"cutlab: interrupted (Ctrl-C); run the same command again to resume {run_dir.name} from its last "
               "checkpoint", file=sys.stderr)
-        _record_stop(run_dir, in_sweep, "interrupted (Ctrl-C)")
+        if in_sweep:
+            _record_outcome(run_dir, "interrupted", "interrupted (Ctrl-C)")
         raise SystemExit(INTERRUPTED_EXIT) from None
     except CutlabError as error:
         _remove_if_empty(run_dir)
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         if not in_sweep:
             raise SystemExit(2) from None
-        _record_failure(run_dir, str(error))
+        _record_outcome(run_dir, "failed", str(error))
         return None
     except Exception as error:  # in a sweep, one run's failure is recorded and the others go on
         if not in_sweep:
             raise
         logging.getLogger("cutlab").exception("run %s failed", run_dir.name)
-        _record_failure(run_dir, f"{type(error).__name__}: {error}")
+        _record_outcome(run_dir, "failed", f"{type(error).__name__}: {error}")
         return None
     if in_sweep:
         from cutlab.launch.outcome import outcome_of
@@ -73,18 +74,11 @@ def app(cfg: DictConfig) -> float | None:
     return summary.get("selection_metric") if summary else None
 
 
-def _record_stop(run_dir: Path, in_sweep: bool, reason: str) -> None:
-    """A sweep stopped by a signal: the stopped run's outcome, for the sweep's record (written as the sweep exits)."""
-    if in_sweep:
-        from cutlab.launch.outcome import Outcome
-
-        _add_outcome(Outcome(run_dir.name, "interrupted", error=reason))
-
-
-def _record_failure(run_dir: Path, error: str) -> None:
+def _record_outcome(run_dir: Path, status: str, error: str) -> None:
+    """A run of the sweep that failed or was stopped (the sweep's record is written as the sweep exits)."""
     from cutlab.launch.outcome import Outcome
 
-    _add_outcome(Outcome(run_dir.name, "failed", error=error))
+    _add_outcome(Outcome(run_dir.name, status, error=error))
 
 
 def _add_outcome(outcome) -> None:
@@ -104,7 +98,7 @@ def _remove_if_empty(run_dir: Path) -> None:
 
 
 def main() -> None:
-    from cutlab.launch.plan import check_run_composes, parse_command
+    from cutlab.launch.plan import check_run, parse_command
 
     argv = sys.argv[1:]
     started, sweep = time.perf_counter(), None
@@ -123,9 +117,8 @@ def main() -> None:
                 raise SystemExit(status)
             argv = ["-m", *command.hydra_argv()]
             _start_tally(sweep[0])
-        elif command is not None:  # one run: its folder is made by Hydra, which would fail with a traceback
-            check_run_composes(command)
-            check_runs_dir(runs_dir_of(command.overrides))
+        elif command is not None:  # one run: composed once here, so that what Hydra would report in many lines is one
+            check_run(command)
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None

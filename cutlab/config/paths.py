@@ -53,14 +53,3 @@ def models_dir() -> Path:
     folder."""
     return _folder(MODELS_ENV, "models")
 
-
-def runs_dir_of(overrides: list[str]) -> Path:
-    """paths.runs_dir as a single run's command line sets it: its last ``paths.runs_dir=`` override, else config.yaml's
-    default (``$CUTLAB_RUNS_DIR``, else ./runs)."""
-    from omegaconf import OmegaConf
-
-    given = [o.split("=", 1)[1].strip("'\"") for o in overrides if o.lstrip("+").startswith("paths.runs_dir=")]
-    if given:
-        return Path(given[-1]).expanduser()
-    default = OmegaConf.load(CONFIG_DIR / "config.yaml").paths._get_node("runs_dir")._value()
-    return Path(OmegaConf.create({"runs_dir": default}).runs_dir).expanduser()  # resolves its ${oc.env:...}

@@ -149,19 +149,22 @@ def _empty_sweep_message(parsed) -> str:
     return f"the sweep expands to no runs{where}; give each swept key at least one value, e.g. gamma=0,0.09"
 
 
-def check_run_composes(command: Command) -> None:
+def check_run(command: Command) -> None:
     """A single run's command composes (Hydra's own multi-line report of an unknown key or a value its grammar cannot
-    read, with a hint to add the key with '+', becomes one line; a key added that way would be read by nothing)."""
+    read, with a hint to add the key with '+', becomes one line; a key added that way would be read by nothing), and
+    its paths.runs_dir can hold the run's folder (Hydra makes it, with a traceback when it cannot)."""
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
     try:
         with main_hydra(command.config_dir) as hydra:
-            hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
-                                 with_log_configuration=False)
+            cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
+                                       with_log_configuration=False)
+            runs_dir = Path(cfg.paths.runs_dir).expanduser()
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the command's config cannot be composed: {_composition_message(error)}") from None
+    check_runs_dir(runs_dir)
 
 
 def _composition_message(error: Exception) -> str:
