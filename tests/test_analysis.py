@@ -135,7 +135,7 @@ def test_best_of_n_follows_validation_not_test(golden_runs):
     table = collect_runs(golden_runs)
     video = build_table(table, TABLE3).frame.set_index(["model", "dataset", "L", "gamma_train"])
     row = video.loc[("dust", "ucsd_ped2", 3, 0.09)]
-    assert row["constrained_run"] == "dust_ped2_L3_g0.09_con_s1" and row["constrained_mean_rmse"] == 15.2
+    assert row["constrained_run"] == "dust_ped2_L3_g0.09_con_s1" and row["constrained_mean_rmse"] == pytest.approx(15.2)
     assert row["erm_run"] == "dust_ped2_L3_g0.09_erm_s1" and row["constrained_n_runs"] == 3
     assert row["diff_constrained"] == pytest.approx(15.2 - 14.856)
     infeasible = video.loc[("ut", "ucsd_ped2", 5, 0.11)]
@@ -143,6 +143,20 @@ def test_best_of_n_follows_validation_not_test(golden_runs):
     text = build_table(table, TABLE4).frame.set_index(["model", "dataset", "L", "gamma_train"])
     assert text.loc[("distilbert", "imdb", 6, 0.2), "constrained_run"] == "distilbert_imdb_g0.2_con_s0"
     assert text.loc[("distilbert", "imdb", 6, 0.2), "paper_L"] == 12  # the paper's DistilBERT row, marked
+
+
+def test_a_table_rounds_each_number_once_from_the_records_digits(tmp_path):
+    # 13.88246 rounds to 13.882; rounded to 4 decimals first (13.8825) and then to 3 it printed 13.883
+    from analysis.collect import collect_runs
+    from analysis.tables import TABLE3, build_table
+
+    write_run(tmp_path, "con", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=13.88246,
+              selection=14.0)
+    table = build_table(collect_runs(tmp_path), TABLE3)
+    recorded = json.loads((tmp_path / "con" / SUMMARY).read_text())["test_mean_metric"]
+    assert table.frame.loc[0, "constrained_mean_rmse"] == recorded
+    assert "| 13.882 |" in table.to_markdown() and "13.883" not in table.to_markdown()
+    assert "13.8825," in table.to_csv()  # the CSV keeps 4 decimals
 
 
 @pytest.mark.parametrize("stem", ["table3_video_mean_rmse", "table4_text_accuracy_auc"])
