@@ -4,8 +4,8 @@ A *cell* is one (task, model, dataset, L, gamma_train) setting; each cell has up
 constrained runs with the paper's dual dynamics (``constrained_paper``: Algorithm 1 as published, see
 ``PAPER_DUAL``) and the constrained runs with any other dual dynamics (``constrained``: cutlab's defaults, a
 study's settings), so that a report never merges the two into one number. The paper reports, per cell and
-arm, the run that is best on validation among its seeds / search trials ("the best of each arm by validation
-is reported") and so does this module by default (rule ``validation``). Rule ``feasible-first`` is the
+arm, its best run among seeds / search trials: for video "selected based on validation RMSE" (Sec. 4), for text
+"the best result" (App. B); this module chooses by the validation metric by default (rule ``validation``). Rule ``feasible-first`` is the
 constrained problem's own choice: a strictly feasible run before a slack-feasible one before any other, and
 validation decides within each group. Either way selection never looks at test numbers (the verdict is
 taken on validation data too). Only complete runs take part.
