@@ -99,8 +99,9 @@ def distinguishing(frame: pd.DataFrame, run: pd.Series, limit: int = 3, width: i
     ignored = ("cfg.paths.", "cfg.wandb.", "cfg.progress", "cfg.run_name", "cfg.device", "cfg.checkpoint.",
                "cfg.eval.", "cfg.model.name", "cfg.data.name", "cfg.L", "cfg.gamma", "cfg.seed", "cfg.model.paper.",
                "cfg.train.alpha", "cfg.train.epsilon", "cfg.threads")
+    # a model's _target_ (the class of one's own model) follows from its name, and is long
     columns = [c for c in frame.columns if c.startswith("cfg.") and not c.startswith(ignored)
-               and not isinstance(run[c], tuple) and frame[c].astype(str).nunique() > 1]
+               and not c.endswith("._target_") and not isinstance(run[c], tuple) and frame[c].astype(str).nunique() > 1]
     columns.sort(key=lambda c: (not c.startswith("cfg.train."), c))
 
     def short(value) -> str:

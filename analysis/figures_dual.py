@@ -88,7 +88,8 @@ def dual_panel_title(frame: pd.DataFrame, run: pd.Series) -> str:
         state += f" (slack used up to {verdicts.percent(run['max_relative_slack_used'])})"
     extra = distinguishing(frame, run)
     name = cell_label(run) if run.get("L") is not None and not pd.isna(run["L"]) else str(run["run"])
-    return f"{name}\n{figure_marks.settings(run)}" + (f" · {extra}" if extra else "") + f"\n{state}"
+    # what tells the run apart gets a line of its own: beside the settings it ran into the next panel's title
+    return f"{name}\n{figure_marks.settings(run)}" + (f"\n{extra}" if extra else "") + f"\n{state}"
 
 
 # ----------------------------------------------------------------------------------------- constraint satisfaction
@@ -130,7 +131,7 @@ def constraint_satisfaction(runs: RunTable, out_dir: Path) -> FigureResult:
     shown = _shown_settings(curves, paper | {erm})
     hidden = len(curves) - len(shown)
     result.caption = ("Fraction of the complete runs of each dual setting whose smoothed training constraints "
-                      "(an exponential moving average of the layer losses over about 10 steps, "
+                      "(an exponential moving average of the log layer losses over about 20 steps, "
                       "cutlab.core.feasibility_clock) are met at each step: strictly (left) and within the "
                       "resilience slack (right), among the runs that reached the step (cells and budgets differ "
                       "in length). One line per dual setting: constraint form · dual optimiser and its learning "

@@ -25,8 +25,8 @@ from .figure_kit import (
 def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = None) -> FigureResult:
     """Figs 1, 7, 13: mean test loss per layer, constrained vs ERM, in and out of distribution (from eval.csv).
 
-    One panel per cell; filled markers at the lowest gamma_test (in distribution), hollow and lighter at
-    the highest (most out of distribution).
+    One panel per cell; filled markers at the lowest gamma_test, hollow and lighter at the highest (most out of
+    distribution).
     """
     result = FigureResult("fig07_layerwise_loss", TITLES["fig07_layerwise_loss"])
     cells = []

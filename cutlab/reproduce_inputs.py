@@ -10,6 +10,8 @@ from the local Hugging Face cache). Every missing input is reported with the fla
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,9 +102,11 @@ class Inputs:
 
 
 def describe(name: str) -> str:
-    """The dataset and its layout, from the first comment line of its config (conf/data/<name>.yaml)."""
-    first = (CONF_DATA / f"{name}.yaml").read_text().splitlines()[0]
-    return first.lstrip("# ").removesuffix(" and").rstrip(".;, ")
+    """The dataset and its layout: the first sentence of its config's opening comment (conf/data/<name>.yaml), which
+    may run over several lines; a sentence ends at '.' or ';' before a word (not "et al. 2023", not "... and")."""
+    lines = (CONF_DATA / f"{name}.yaml").read_text().splitlines()
+    comment = " ".join(line.lstrip("# ") for line in itertools.takewhile(lambda line: line.startswith("#"), lines))
+    return re.split(r"(?<!\.)[.;]\s+(?=[A-Za-z])", comment, maxsplit=1)[0].rstrip(".;, ")
 
 
 def _default_root(root, data_dir: Path) -> str | None:

@@ -341,3 +341,11 @@ def test_a_run_in_another_precision_is_its_own_setting_not_another_seed():
     best = select_best(runs)
     assert sorted(best["run"]) == ["bf16", "fp32"]
     assert best.set_index("run").loc["fp32", "n_runs"] == 2
+
+
+def test_what_tells_panels_apart_leaves_out_a_models_class():
+    from analysis.figure_kit import distinguishing
+
+    frame = pd.DataFrame({"cfg.model._target_": ["my_models.Deep", "my_models.Shallow"], "cfg.train.dual_lr": [0.05, 0.1],
+                          "cfg.model.name": ["deep", "shallow"]})
+    assert distinguishing(frame, frame.iloc[0]) == "dual_lr=0.05"

@@ -53,6 +53,26 @@ def test_dust_layer_is_a_lista_step_of_its_dictionary(ped2_tokens):
         torch.testing.assert_close(outputs[layer], from_sequences(codes @ dictionary.T, x.shape[0]))
 
 
+def test_dust_evaluates_each_sample_alike_whatever_the_batches_and_what_came_before(ped2_tokens):
+    # training moves D a little per step and refines the estimate of ||D||_2^2 behind it; an evaluation must read
+    # that estimate, not move it: otherwise a sample's output depends on the batches evaluated before its own
+    torch.manual_seed(0)
+    model = DUST(depth=2, threshold=0.02, per_layer_dictionary=True)
+    with torch.no_grad():
+        for dictionary in model.dictionaries:  # as after a training step: the estimate lags the dictionary
+            dictionary.mul_(1 + 0.2 * torch.rand_like(dictionary))
+    model.eval()
+    state = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    with torch.no_grad():
+        together = model(ped2_tokens)[-1]
+        one_by_one = torch.cat([model(ped2_tokens[:1])[-1], model(ped2_tokens[1:])[-1]])
+        again = model(ped2_tokens)[-1]
+    torch.testing.assert_close(one_by_one, together)
+    assert torch.equal(again, together)
+    for name, buffer in model.named_buffers():
+        assert torch.equal(buffer, state[name]), name
+
+
 def test_dust_trains_only_its_dictionaries_shared_for_erm_per_layer_when_constrained():
     shared, per_layer = DUST(depth=3), DUST(depth=3, per_layer_dictionary=True)
     assert [p.shape for p in shared.parameters()] == [(256, 512)]

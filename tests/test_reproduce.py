@@ -180,6 +180,9 @@ def test_the_paper_plan_skips_each_missing_input_visibly_and_plans_the_rest(inpu
     for flag in ("--data avenue=PATH", "--data shanghaitech=PATH", "--data mnli=PATH", "--weights vit=HUB_ID|PATH",
                  "--weights distilbert=HUB_ID|PATH", "--weights llama=HUB_ID|PATH"):
         assert f"{flag}" in text, flag
+    # each hint gives its dataset's layout whole, though its config's comment runs over two lines
+    assert "testing_videos/01.avi ... (16 training, 21 testing videos))" in text
+    assert "testing/frames/01_0014/000.jpg ... (330 training videos, 107 test clips))" in text
     skipped = {sweep: sum(state == "skipped" for state, _ in items) for sweep, items in runs.items()}
     assert skipped == {"table3": 120, "table3_vit": 30, "table4_ut": 240, "table4_pretrained": 180, "ablation_alpha": 0,
                        "ablation_dual_lr": 0, "depth": 0, "fig6_llm": 2}

@@ -178,6 +178,16 @@ def test_a_data_folder_that_is_not_there_is_one_line_naming_the_fix(installed):
     assert not (installed.work / "runs" / "nodata").exists()
 
 
+def test_a_models_folder_that_is_not_there_is_one_line_naming_the_fix(installed):
+    """The same for pretrained weights: ViT's default checkpoint lies in the per-user models folder."""
+    result = installed.run("cutlab", "model=vit", *TINY, "run_name=noweights")
+    assert result.returncode == 2, result.stderr[-3000:]
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("cutlab: error: model.pretrained="), result.stderr
+    assert "CUTLAB_MODELS_DIR" in lines[0] and "dinov2-small/" in lines[0] and str(installed.home) in lines[0]
+    assert not (installed.work / "runs" / "noweights").exists()
+
+
 def test_a_checkout_maps_the_folders_the_wheel_installs():
     """cutlab/checkout.py (a checkout run with PYTHONPATH) maps the same folders as pyproject.toml's package-dir."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11

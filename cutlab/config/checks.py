@@ -68,6 +68,7 @@ def check_config(cfg: DictConfig) -> None:
 def _check_values(cfg: DictConfig) -> None:
     kind = task_kind(cfg)
     check_data_folder(cfg)
+    check_models_folder(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0)
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
@@ -137,6 +138,19 @@ def check_data_folder(cfg: DictConfig) -> None:
         return
     raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
                       f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")
+
+
+def check_models_folder(cfg: DictConfig) -> None:
+    """The same for pretrained weights read from the default models folder (paths.models_dir): ViT's
+    ``model.pretrained``, the text models' ``model.source``."""
+    folder = cfg.paths.get("models_dir")
+    for key in ("pretrained", "source"):
+        value = cfg.model.get(key)
+        if value is None or folder is None or not Path(str(value)).is_relative_to(folder) or Path(folder).exists():
+            continue
+        raise CutlabError(f"model.{key}={value} does not exist: the models folder {folder} is not there; set "
+                          f"CUTLAB_MODELS_DIR to the folder that holds {Path(str(value)).name}/ (or paths.models_dir=DIR), "
+                          f"or give model.{key}=PATH or a hub id")
 
 
 def check_runs_dir(folder: Path) -> None:

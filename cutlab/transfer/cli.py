@@ -83,7 +83,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     from cutlab.run.build import pick_device
     from cutlab.transfer.config import check_fits, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
-    from cutlab.transfer.record import EVALUATIONS, data_label, done, evaluation_dir, write_record
+    from cutlab.transfer.record import EVALUATIONS, data_files, data_label, done, evaluation_dir, write_record
     from cutlab.transfer.runs import finished_run
 
     run_cfg, summary, checkpoint = finished_run(run_dir)
@@ -92,7 +92,8 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     request = Request.of(cfg, split, sigma).as_dict()
     folder = evaluation_dir(run_dir, request)
     label = data_label(request)
-    existing = done(folder, request)
+    files = data_files(cfg.data.get("root"))
+    existing = done(folder, request, files)
     if existing:
         return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
     try:
@@ -100,7 +101,8 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
             numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name)
             record = {"request": request, "label": label, "run": run_dir.name,
                       "trained_on": run_cfg.data.name, "model": run_cfg.model.name, "L": run_cfg.L,
-                      "constrained": bool(run_cfg.train.constrained), "command": command, **numbers,
+                      "constrained": bool(run_cfg.train.constrained), "command": command, "data_files": files,
+                      **numbers,
                       "provenance": provenance(int(cfg.seed), pick_device(cfg.device))}
             write_record(folder, record, table, split)
     finally:

@@ -75,12 +75,6 @@ def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
         if selected.get("best_state") is not None:
             task.model.load_state_dict(selected["best_state"])
             slacks = selected["best_slacks"]
-        # DUST's LISTA step size c = margin * ||D||_2^2 (paper App. C.3-C.4) is tracked by a power iteration refined at
-        # every forward, so the checkpoint's estimate depends on how many forwards came before it; converged here, the
-        # evaluation of the final weights does not depend on that history (nor on the order of the evaluations)
-        converge = getattr(task.model, "converge_step_sizes", None)
-        if converge is not None:
-            converge()
     except (KeyError, TypeError, ValueError, RuntimeError) as error:  # e.g. an embedding table of another vocabulary
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise CutlabError(f"{run_name}: its weights do not fit the model its config builds with this data "

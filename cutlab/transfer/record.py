@@ -18,6 +18,7 @@ import json
 import re
 from pathlib import Path
 
+from cutlab.core.data.cache import file_fingerprint
 from cutlab.errors import CutlabError
 from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
 
@@ -45,18 +46,36 @@ def evaluation_dir(run_dir: Path, request: dict) -> Path:
     return run_dir / EVALUATIONS / f"{name}-{request_key(request)}"
 
 
+def data_files(root) -> dict | None:
+    """How many files the evaluated data's ``data.root`` holds and a digest of their paths, sizes and modification
+    times (the fingerprint the data caches use); None for data that is not a local file or folder."""
+    path = Path(str(root)).expanduser() if root else None
+    if path is None or not path.exists():
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    rows = file_fingerprint(path if path.is_dir() else path.parent, files)
+    return {"files": len(rows), "digest": hashlib.sha1(json.dumps(rows).encode()).hexdigest()}
+
+
 def read_record(folder: Path) -> dict | None:
     return read_mapping(folder / RECORD, json.loads, (json.JSONDecodeError,), "evaluation record")
 
 
-def done(folder: Path, request: dict) -> dict | None:
-    """The complete record of ``request`` in ``folder``, or None when it still has to be computed."""
+def done(folder: Path, request: dict, files: dict | None) -> dict | None:
+    """The complete record of ``request`` in ``folder``, or None when it still has to be computed. ``files``:
+    ``data_files`` of the data as it is now, which must be what the record evaluated (the key names the data's path,
+    not its contents)."""
     record = read_record(folder)
     if record is None or record.get("status") != "complete":
         return None
     if record.get("request") != json.loads(json.dumps(request, default=str)):
         raise CutlabError(f"{folder / RECORD} holds another evaluation than this one (same key, other request); "
                           "move that folder aside")
+    then = record.get("data_files")
+    if then is not None and files is not None and then != files:
+        raise CutlabError(f"{folder / RECORD} evaluated {request['data'].get('root')} as it was then ({then['files']} "
+                          f"files); its files changed since ({files['files']} now, or other sizes or times): move that "
+                          "folder aside to evaluate the data as it is now")
     return record
 
 

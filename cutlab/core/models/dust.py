@@ -75,8 +75,9 @@ class DUST(LayerwiseModel):
         count = depth + 1 if per_layer_dictionary else 1
         self.dictionaries = nn.ParameterList([nn.Parameter(initial.clone()) for _ in range(count)])
         self.power_iterations = power_iterations
-        # one singular-vector estimate per dictionary, converged once here, then refined every forward
+        # one singular-vector estimate per dictionary, converged once here, then refined at every training forward
         self.register_buffer("singular_vectors", torch.ones(count, atoms) / atoms**0.5)
+        self._exact_norms: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # eval mode's ||D||_2^2 (step_size)
         self.converge_step_sizes()
 
     def converge_step_sizes(self, iterations: int = 500) -> None:
@@ -89,9 +90,27 @@ class DUST(LayerwiseModel):
         return layer if len(self.dictionaries) > 1 else 0
 
     def step_size(self, index: int) -> torch.Tensor:
-        """c = margin * ||D||_2^2 for dictionary ``index``, tracked as the dictionary trains."""
-        vector = self.singular_vectors[index]
-        return self.lipschitz_margin * power_iteration(self.dictionaries[index], vector, self.power_iterations)
+        """c = margin * ||D||_2^2 for dictionary ``index``: tracked by power iteration as the dictionary trains, exact
+        in eval mode.
+
+        An evaluation uses the exact value, the paper's c (App. C), so that it is a function of the weights alone: with
+        the estimate refined at every forward, a test number moved with the evaluation's batch size and with whatever
+        was evaluated before it, and ``cutlab-eval`` could not repeat a run's own numbers."""
+        dictionary = self.dictionaries[index]
+        if self.training:
+            return self.lipschitz_margin * power_iteration(dictionary, self.singular_vectors[index],
+                                                           self.power_iterations)
+        return self.lipschitz_margin * self._squared_norm(index)
+
+    def _squared_norm(self, index: int) -> torch.Tensor:
+        # one SVD per dictionary while its weights stay the same (any in-place change, an optimiser step or a loaded
+        # state, bumps the tensor's version), not one per evaluated batch
+        dictionary = self.dictionaries[index]
+        key = (dictionary.data_ptr(), dictionary._version)
+        if self._exact_norms.get(index, (None,))[0] != key:
+            with torch.no_grad():
+                self._exact_norms[index] = (key, torch.linalg.matrix_norm(dictionary, ord=2).pow(2))
+        return self._exact_norms[index][1]
 
     def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int,
               c: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
