@@ -5,10 +5,10 @@ constrained runs with the paper's dual dynamics (``constrained_paper``: Algorith
 ``PAPER_DUAL``) and the constrained runs with any other dual dynamics (``constrained``: cutlab's defaults, a
 study's settings), so that a report never merges the two into one number. The paper reports, per cell and
 arm, its best run among seeds / search trials: for video "selected based on validation RMSE" (Sec. 4), for text
-"the best result" (App. B); this module chooses by the validation metric by default (rule ``validation``). Rule ``feasible-first`` is the
-constrained problem's own choice: a strictly feasible run before a slack-feasible one before any other, and
-validation decides within each group. Either way selection never looks at test numbers (the verdict is
-taken on validation data too). Only complete runs take part.
+"the best result" (App. B); this module chooses by the validation metric by default (rule ``validation``). Rule
+``feasible-first`` is the constrained problem's own choice: a strictly feasible run before a slack-feasible one
+before any other, and validation decides within each group. Either way selection never looks at test numbers
+(the verdict is taken on validation data too). Only complete runs take part.
 """
 
 from __future__ import annotations

@@ -149,8 +149,8 @@ def check_models_folder(cfg: DictConfig) -> None:
         if value is None or folder is None or not Path(str(value)).is_relative_to(folder) or Path(folder).exists():
             continue
         raise CutlabError(f"model.{key}={value} does not exist: the models folder {folder} is not there; set "
-                          f"CUTLAB_MODELS_DIR to the folder that holds {Path(str(value)).name}/ (or paths.models_dir=DIR), "
-                          f"or give model.{key}=PATH or a hub id")
+                          f"CUTLAB_MODELS_DIR to the folder that holds {Path(str(value)).name}/ (or "
+                          f"paths.models_dir=DIR), or give model.{key}=PATH or a hub id")
 
 
 def check_runs_dir(folder: Path) -> None:
