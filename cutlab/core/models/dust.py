@@ -109,7 +109,10 @@ class DUST(LayerwiseModel):
         key = (dictionary.data_ptr(), dictionary._version)
         if self._exact_norms.get(index, (None,))[0] != key:
             with torch.no_grad():
-                self._exact_norms[index] = (key, torch.linalg.matrix_norm(dictionary, ord=2).pow(2))
+                value = torch.linalg.matrix_norm(dictionary, ord=2).pow(2)
+            # a norm that overflows is a diverged dictionary: NaN, not inf (with c = inf every code is 0 and the
+            # reconstruction a finite 0, which the held-out check would take for a result)
+            self._exact_norms[index] = (key, value if torch.isfinite(value) else torch.full_like(value, torch.nan))
         return self._exact_norms[index][1]
 
     def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int,
