@@ -67,8 +67,7 @@ def check_config(cfg: DictConfig) -> None:
 
 def _check_values(cfg: DictConfig) -> None:
     kind = task_kind(cfg)
-    check_data_folder(cfg)
-    check_models_folder(cfg)
+    check_default_folders(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0)
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
@@ -130,27 +129,21 @@ def _check_values(cfg: DictConfig) -> None:
         _integer("data.val_clips", cfg.data.val_clips, "2", 1)
 
 
-def check_data_folder(cfg: DictConfig) -> None:
-    """A dataset read from the default data folder (paths.data_dir) when that folder is not there: one line naming the
-    ways to say where the data is (an installed cutlab's default is a per-user folder that starts empty)."""
-    root, folder = cfg.data.get("root"), cfg.paths.get("data_dir")
-    if root is None or folder is None or not Path(root).is_relative_to(folder) or Path(folder).exists():
-        return
-    raise CutlabError(f"data.root={root} does not exist: the data folder {folder} is not there; set CUTLAB_DATA_DIR to "
-                      f"the folder that holds {cfg.data.name}/ (or paths.data_dir=DIR), or give data.root=PATH")
-
-
-def check_models_folder(cfg: DictConfig) -> None:
-    """The same for pretrained weights read from the default models folder (paths.models_dir): ViT's
-    ``model.pretrained``, the text models' ``model.source``."""
-    folder = cfg.paths.get("models_dir")
-    for key in ("pretrained", "source"):
-        value = cfg.model.get(key)
+def check_default_folders(cfg: DictConfig) -> None:
+    """Data or pretrained weights read from a default folder (paths.data_dir, paths.models_dir) when that folder is
+    not there: one line naming the ways to say where they are (an installed cutlab's defaults are per-user folders
+    that start empty)."""
+    data, models = cfg.paths.get("data_dir"), cfg.paths.get("models_dir")
+    wanted = [("data.root", cfg.data.get("root"), data, "CUTLAB_DATA_DIR", "paths.data_dir", cfg.data.get("name"))]
+    wanted += [(f"model.{key}", cfg.model.get(key), models, "CUTLAB_MODELS_DIR", "paths.models_dir", None)
+               for key in ("pretrained", "source")]  # ViT's checkpoint, the text models' encoder
+    for key, value, folder, env, setting, name in wanted:
         if value is None or folder is None or not Path(str(value)).is_relative_to(folder) or Path(folder).exists():
             continue
-        raise CutlabError(f"model.{key}={value} does not exist: the models folder {folder} is not there; set "
-                          f"CUTLAB_MODELS_DIR to the folder that holds {Path(str(value)).name}/ (or "
-                          f"paths.models_dir=DIR), or give model.{key}=PATH or a hub id")
+        alternative = "PATH" if key == "data.root" else "PATH or a hub id"
+        raise CutlabError(f"{key}={value} does not exist: the {'data' if key == 'data.root' else 'models'} folder "
+                          f"{folder} is not there; set {env} to the folder that holds {name or Path(str(value)).name}/ "
+                          f"(or {setting}=DIR), or give {key}={alternative}")
 
 
 def check_runs_dir(folder: Path) -> None:

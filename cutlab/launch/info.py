@@ -9,6 +9,7 @@ effective settings (for SLURM, the profile's values overridden by the command li
 from __future__ import annotations
 
 from cutlab.config.launcher import check_launcher_node
+from cutlab.launch.plan import config_flag
 from cutlab.errors import CutlabError
 
 INFO_SECTIONS = ("all", "config", "defaults", "defaults-tree", "plugins", "searchpath")
@@ -22,14 +23,11 @@ def info_arguments(argv: list[str]) -> tuple[str | None, list[str], str | None] 
         return None
     config_name, overrides, config_dir, args = None, [], None, iter(argv)
     for arg in args:
-        if arg in ("-cn", "--config-name"):
-            config_name = next(args, None)
-        elif arg.startswith("--config-name="):
-            config_name = arg.split("=", 1)[1]
-        elif arg in ("-cd", "--config-dir"):
-            config_dir = next(args, None)
-        elif arg.startswith("--config-dir="):
-            config_dir = arg.split("=", 1)[1]
+        if flag := config_flag(arg, args):
+            if flag[0] == "config_name":
+                config_name = flag[1]
+            else:
+                config_dir = flag[1]
         elif arg in VALUE_FLAGS:
             next(args, None)
         elif not arg.startswith("-") and arg not in INFO_SECTIONS:

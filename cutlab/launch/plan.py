@@ -54,17 +54,27 @@ def parse_command(argv: list[str]) -> Command | None:
             command.multirun = True
         elif arg == "--plan":
             command.plan = True
-        elif arg in ("-cn", "--config-name"):
-            command.config_name = next(args, None)
-        elif arg.startswith("--config-name="):
-            command.config_name = arg.split("=", 1)[1]
-        elif arg in ("-cd", "--config-dir") or arg.startswith("--config-dir="):
-            command.config_dir = _config_dir(arg.split("=", 1)[1] if "=" in arg else next(args, None))
+        elif flag := config_flag(arg, args):
+            if flag[0] == "config_name":
+                command.config_name = flag[1]
+            else:
+                command.config_dir = _config_dir(flag[1])
         elif arg.startswith("-"):
             return None
         else:
             command.overrides.append(arg)
     return command
+
+
+def config_flag(arg: str, args) -> tuple[str, str | None] | None:
+    """("config_name" or "config_dir", its value) when ``arg`` is -cn/--config-name or -cd/--config-dir (the value
+    after '=' or the next of ``args``); None otherwise."""
+    for name, flags in (("config_name", ("-cn", "--config-name")), ("config_dir", ("-cd", "--config-dir"))):
+        if arg in flags:
+            return name, next(args, None)
+        if arg.startswith(f"{flags[1]}="):
+            return name, arg.split("=", 1)[1]
+    return None
 
 
 def _config_dir(folder: str | None) -> str:
