@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from .collect import RunTable
 from . import figure_marks, verdicts
-from .selection import ARM_LABELS, DEFAULT_PRECISION, reference_gamma_train, select_best, sort_cells
+from .selection import ARM_LABELS, DEFAULT_PRECISION, SETTING, reference_gamma_train, select_best, sort_cells
 
 ARM_STYLE = {
     "constrained": {"color": "#0072B2", "linestyle": "-", "marker": "o", "label": ARM_LABELS["constrained"]},
@@ -159,13 +159,14 @@ def _at_reference(runs: RunTable, task: str, gamma_train: float | None) -> tuple
 
 def _best_per(results: pd.DataFrame, keys: list[str], rule: str) -> pd.DataFrame:
     """Best run by ``rule`` (analysis.selection) per ``keys`` (+ arm); among gamma_test grids, the densest wins."""
-    best = select_best(results, keys=keys + ["precision", "arm", "gamma_test_grid"], rule=rule)
+    best = select_best(results, keys=keys + ["arm"] + SETTING, rule=rule)
     if best.empty:
         return best
     # figures show fp32 runs where a cell has them (other precisions are in the tables, marked)
     best["_fp32"] = best["precision"] == DEFAULT_PRECISION
     best["_points"] = best["gamma_test_grid"].map(lambda grid: len(grid) if isinstance(grid, tuple) else 0)
-    best = best.sort_values(["_fp32", "_points", "n_runs"], ascending=False, kind="stable")
+    # and the longest training where a cell has runs of several budgets
+    best = best.sort_values(["_fp32", "_points", "steps", "n_runs"], ascending=False, kind="stable")
     return sort_cells(best.drop_duplicates(keys + ["arm"]).drop(columns=["_points", "_fp32"]))
 
 

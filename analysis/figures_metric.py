@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from .collect import RunTable
 from . import figure_marks
 from .figure_marks import line_style
-from .selection import ARMS, CHOSEN_BY, cell_label, cell_order, three_gammas
+from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, three_gammas, with_settings
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
@@ -153,10 +153,12 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
     both alpha and the dual learning rate yields both ablations without mixing them.
     """
     other = {"alpha": "dual_lr", "dual_lr": "alpha"}[param]
-    results = runs.results[runs.results["constrained"] == True]  # noqa: E712 (a column of objects)
+    results = with_settings(runs.results)
+    results = results[results["constrained"] == True]  # noqa: E712 (a column of objects)
     groups = []
-    # per arm too: the paper's dual dynamics and cutlab's are two ablations, not one
-    for _, group in results.groupby(["task", "model", "dataset", "L", "gamma_train", "gamma_test_grid", "arm"],
+    # per arm too: the paper's dual dynamics and cutlab's are two ablations, not one; and per setting (precision,
+    # training steps): a longer run is not another seed of a point
+    for _, group in results.groupby(["task", "model", "dataset", "L", "gamma_train", "arm"] + SETTING,
                                     sort=False, dropna=False):
         held = group[other].mode()
         if len(held):
@@ -188,10 +190,13 @@ def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureRes
         figure, axes = _panels(len(groups), max(len(g) for g in gammas))
         for i, group in enumerate(groups):
             first = group.iloc[0]
-            erm = runs.results[(runs.results["arm"] == "erm") & (runs.results["model"] == first["model"])
-                               & (runs.results["dataset"] == first["dataset"]) & (runs.results["L"] == first["L"])
-                               & np.isclose(runs.results["gamma_train"].astype(float), float(first["gamma_train"]))
-                               & (runs.results["gamma_test_grid"] == first["gamma_test_grid"])]
+            results = with_settings(runs.results)
+            erm = results[(results["arm"] == "erm") & (results["model"] == first["model"])
+                          & (results["dataset"] == first["dataset"]) & (results["L"] == first["L"])
+                          & np.isclose(results["gamma_train"].astype(float), float(first["gamma_train"]))
+                          & (results["gamma_test_grid"] == first["gamma_test_grid"])
+                          & (results["precision"] == first["precision"])
+                          & ((results["steps"] == first["steps"]) | (results["steps"].isna() & pd.isna(first["steps"])))]
             for j, gamma_test in enumerate(gammas[i]):
                 ax = axes[i, j]
                 values = pd.DataFrame({param: group[param].astype(float).to_numpy(),

@@ -25,8 +25,10 @@ from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
 CELL = ["task", "model", "dataset", "L", "gamma_train"]
 # Runs are compared only on the same gamma_test grid: the mean over a grid (and its validation
 # counterpart, the selection metric) changes with the grid.
-# and in the same arithmetic (precision=fp32|tf32|bf16): a bf16 run is another setting, not another seed.
-ARM_CELL = CELL + ["precision", "arm", "gamma_test_grid"]
+# and in the same arithmetic (precision=fp32|tf32|bf16): a bf16 run is another setting, not another seed; and at
+# the same training budget (steps): a longer run is another setting, not a better seed or trial.
+SETTING = ["precision", "steps", "gamma_test_grid"]
+ARM_CELL = CELL + ["arm"] + SETTING
 ARMS = ("constrained", "constrained_paper", "erm")
 ARM_LABELS = {"constrained": "constrained", "constrained_paper": "constrained (paper's dual)", "erm": "ERM"}
 #: the paper's dual dynamics (conf/train/constrained_paper.yaml); the dual learning rate is not part of it, since
@@ -37,6 +39,9 @@ PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_u
 #: constraint-satisfaction figure)
 DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p",
                      "dual_update", "dual_restarts", "penalty", "resilience"]
+#: hyper-parameters a search or a grid may vary within one cell and arm: runs that differ in them are *trials*
+#: of which the best is reported (the paper's rule, Sec. 4 and App. B), which the tables say (``varied``)
+TRIAL_KEYS = ["alpha", "lr", "batch_size", "warmup_epochs", "resilience_c", "dual_cadence", *DUAL_SETTING_KEYS]
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
@@ -103,19 +108,21 @@ def dual_setting_label(row: pd.Series | dict) -> str:
 
 
 def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = VALIDATION) -> pd.DataFrame:
-    """One row per group of ``keys`` (default: cell, arm and gamma_test grid): its best complete run by ``rule``.
+    """One row per group of ``keys`` (default: cell, arm and setting: precision, training steps, gamma_test grid): its
+    best complete run by ``rule``.
 
     ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; under
     ``feasible-first`` the verdict ranks first (``VERDICT_PRIORITY``). Ties go to the first run by name, so
     the choice is deterministic. Adds ``n_runs`` (complete runs in the group) and ``n_infeasible`` (how many
-    of them ended infeasible).
+    of them ended infeasible) and ``varied``: the ``TRIAL_KEYS`` in which the group's runs differ, with how many
+    values each (``"alpha ×3, dual_lr ×2"``; empty when they differ in the seed alone).
     """
     if rule not in SELECTION_RULES:
         raise ValueError(f"unknown selection rule {rule!r}; use one of {', '.join(SELECTION_RULES)}")
     keys = keys or ARM_CELL
-    usable = with_precision(runs[runs["usable"]])
+    usable = with_settings(runs[runs["usable"]])
     if usable.empty:
-        return usable.assign(n_runs=pd.Series(dtype=int), n_infeasible=pd.Series(dtype=int))
+        return usable.assign(n_runs=pd.Series(dtype=int), n_infeasible=pd.Series(dtype=int), varied=pd.Series(dtype=str))
     sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
     # a run without a selection metric can still be reported, but never beats one that has it
     usable["_score"] = (sign * usable["selection_metric"].astype(float)).fillna(math.inf)
@@ -126,14 +133,24 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     best = grouped.head(1).copy()
     counts = grouped.size().rename("n_runs").reset_index()
     infeasible = grouped["verdict"].apply(lambda v: int((v == "infeasible").sum())).rename("n_infeasible").reset_index()
+    varied = grouped.apply(_varied, include_groups=False).rename("varied").reset_index()
     best = best.merge(counts, on=keys, how="left").merge(infeasible, on=keys, how="left")
+    best = best.merge(varied, on=keys, how="left")
     return sort_cells(best.drop(columns=["_score", "_priority"]))
 
 
-def with_precision(runs: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``runs`` whose ``precision`` column is filled (older records ran in fp32)."""
+def _varied(group: pd.DataFrame) -> str:
+    """``TRIAL_KEYS`` with more than one value among ``group``'s runs, e.g. ``"alpha ×3, dual_lr ×2"``."""
+    counts = {key: group[key].astype(str).nunique() for key in TRIAL_KEYS if key in group}
+    return ", ".join(f"{key} ×{count}" for key, count in counts.items() if count > 1)
+
+
+def with_settings(runs: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``runs`` with the ``SETTING`` columns: ``precision`` filled (older records ran in fp32), ``steps``
+    present (NaN where a record does not say)."""
     runs = runs.copy()
     runs["precision"] = runs["precision"].fillna(DEFAULT_PRECISION) if "precision" in runs else DEFAULT_PRECISION
+    runs["steps"] = runs["steps"].astype(float) if "steps" in runs else math.nan
     return runs
 
 

@@ -129,10 +129,14 @@ class Table:
 
     def _display_rows(self) -> list[list[str]]:
         name = self.spec.value_name
+        several_budgets = self.frame["steps"].nunique(dropna=False) > 1
         rows = []
         for _, r in self.frame.iterrows():
-            # a run in lower precision is its own row, named so (fp32 is the paper's and cutlab's default)
-            model = str(r["model"]) if r["precision"] == DEFAULT_PRECISION else f"{r['model']} ({r['precision']})"
+            # a run in lower precision, or of another budget, is its own row, named so (fp32 is the paper's and
+            # cutlab's default; the budget is named wherever the table holds more than one)
+            setting = ([] if r["precision"] == DEFAULT_PRECISION else [str(r["precision"])]) \
+                + ([_steps(r["steps"])] if several_budgets else [])
+            model = f"{r['model']} ({', '.join(setting)})" if setting else str(r["model"])
             cells = [model, str(r["dataset"]), str(int(r["L"])), f"{r['gamma_train']:g}",
                      _grid_label(r["gamma_test_grid"])]
             for arm in self.arms:
@@ -159,11 +163,11 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
     frame = runs.runs[runs.runs["task"] == spec.task]
     selected = select_best(frame, rule=runs.selection)
     rows = []
-    for keys, cell in selected.groupby(["model", "dataset", "L", "gamma_train", "gamma_test_grid", "precision"],
-                                       sort=False, dropna=False):
-        model, dataset, layers, gamma_train, grid, precision = keys
+    for keys, cell in selected.groupby(["model", "dataset", "L", "gamma_train", "gamma_test_grid", "precision",
+                                        "steps"], sort=False, dropna=False):
+        model, dataset, layers, gamma_train, grid, precision, steps = keys
         row: dict = {"model": model, "dataset": dataset, "L": int(layers), "gamma_train": float(gamma_train),
-                     "precision": precision}
+                     "precision": precision, "steps": steps}
         paper_L = None
         for arm in ARMS:
             chosen = cell[cell["arm"] == arm]
@@ -181,13 +185,15 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
                 f"{arm}_n_runs": int(best["n_runs"]) if best is not None else 0,
                 f"{arm}_n_infeasible": int(best["n_infeasible"]) if best is not None else 0,
                 f"{arm}_run": best["run"] if best is not None else "",
+                f"{arm}_varied": best["varied"] if best is not None else "",
             })
         row["paper_L"] = paper_L if paper_L is not None else math.nan
         row["gamma_test_grid"] = " ".join(f"{g:g}" for g in grid) if isinstance(grid, tuple) else ""
         rows.append(row)
     columns = _columns(spec, arms_in(pd.DataFrame(rows)))
     frame = pd.DataFrame(rows, columns=columns)
-    frame["paper_L"] = frame["paper_L"].astype("Int64")  # an integer column even where the paper has no cell
+    for column in ("paper_L", "steps"):  # integer columns even where the paper has no cell, or a record no steps
+        frame[column] = frame[column].astype("Int64")
     table = Table(spec, frame)
     table.notes = _notes(table, runs)
     return table
@@ -213,7 +219,8 @@ def _columns(spec: TableSpec, arms: list[str]) -> list[str]:
             + ["paper_constrained", "paper_erm"] + [f"diff_{arm}" for arm in arms]
             + [f"{arm}_verdict" for arm in arms]
             + [f"{arm}_{key}" for arm in arms for key in ("n_runs", "n_infeasible")]
-            + [f"{arm}_run" for arm in arms] + ["paper_L", "gamma_test_grid", "precision"])
+            + [f"{arm}_run" for arm in arms] + [f"{arm}_varied" for arm in arms]
+            + ["paper_L", "gamma_test_grid", "precision", "steps"])
 
 
 def _notes(table: Table, runs: RunTable) -> list[str]:
@@ -224,6 +231,14 @@ def _notes(table: Table, runs: RunTable) -> list[str]:
     notes = [f"Each entry is the run {CHOSEN_BY[runs.selection]} among the cell's complete runs on the same "
              f"γ_test grid (seeds and search trials; counts under '{table._runs_heading()}'): {spec.what}. "
              "Δ = ours − paper."]
+    pooled = [f"{cell_label(row)}, {ARM_LABELS[arm]}: {row[f'{arm}_varied']}" for _, row in frame.iterrows()
+              for arm in table.arms if row[f"{arm}_varied"]]
+    if pooled:
+        notes.append("Trials, not seeds: where a cell's runs differ in hyper-parameters, the entry is the best of "
+                     "them (the paper's rule for its grid and Bayesian searches), so its count is of trials: "
+                     + "; ".join(pooled) + " (each setting and its number of values).")
+    if frame["steps"].nunique(dropna=False) > 1:
+        notes.append("Runs of another training budget (steps) are another row, never seeds or trials of one.")
     if runs.selection == FEASIBLE_FIRST:
         notes.append("`--select feasible-first`: every verdict is taken on validation, so no test number takes part; "
                      "the paper chooses by the validation metric alone (`--select validation`, the default).")
@@ -291,6 +306,10 @@ def _grid_label(grid: str) -> str:
     """``"0 0.5 1 2"`` -> ``"0–2 (4)"``: the grid's range and size, short enough for a table cell."""
     values = [float(g) for g in str(grid).split()]
     return f"{values[0]:g}–{values[-1]:g} ({len(values)})" if values else "—"
+
+
+def _steps(steps) -> str:
+    return "steps not recorded" if pd.isna(steps) else f"{int(steps)} steps"
 
 
 def _present(value) -> bool:

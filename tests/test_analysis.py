@@ -343,6 +343,41 @@ def test_a_run_in_another_precision_is_its_own_setting_not_another_seed():
     assert best.set_index("run").loc["fp32", "n_runs"] == 2
 
 
+def test_a_run_of_another_budget_is_its_own_row_and_trials_are_named_not_counted_as_seeds():
+    # a 400-step run is not a better seed of a 60-step cell; runs that differ in alpha are trials, said so
+    from analysis.collect import RunTable
+    from analysis.tables import TABLE3, build_table
+
+    base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09, "arm": "constrained",
+            "gamma_test_grid": (0.0, 1.0), "usable": True, "selection_mode": "min", "verdict": "feasible", "seed": 0,
+            "precision": "fp32", "alpha": 0.25, "dual_lr": 0.1, "test_mean_metric": 10.0, "state": "complete"}
+    runs = pd.DataFrame([{**base, "run": "short", "steps": 60, "selection_metric": 2.0},
+                         {**base, "run": "short_alpha", "steps": 60, "alpha": 0.1, "selection_metric": 2.5},
+                         {**base, "run": "long", "steps": 400, "selection_metric": 1.0, "test_mean_metric": 8.0},
+                         {**base, "run": "erm", "steps": 60, "arm": "erm", "selection_metric": 3.0,
+                          "verdict": "unconstrained"}])
+    table = build_table(RunTable(runs, pd.DataFrame(), pd.DataFrame()), TABLE3)
+    frame = table.frame.set_index("steps")
+    assert sorted(frame.index) == [60, 400]
+    assert frame.loc[60, "constrained_run"] == "short" and frame.loc[60, "constrained_n_runs"] == 2
+    assert frame.loc[400, "constrained_run"] == "long" and frame.loc[400, "erm_n_runs"] == 0
+    markdown = table.to_markdown()
+    assert "| dust (60 steps) |" in markdown and "| dust (400 steps) |" in markdown
+    assert "Trials, not seeds" in markdown and "L=3 · γ_train=0.09, constrained: alpha ×2" in markdown
+
+
+def test_an_ablation_point_never_averages_runs_of_another_budget_as_seeds():
+    from analysis.collect import RunTable
+    from analysis.figures_metric import ablation_groups
+
+    base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09, "arm": "constrained",
+            "constrained": True, "gamma_test_grid": (0.0, 1.0), "usable": True, "precision": "fp32", "dual_lr": 0.1}
+    runs = pd.DataFrame([{**base, "run": f"{steps}_{alpha}", "steps": steps, "alpha": alpha}
+                         for steps in (60, 400) for alpha in (0.1, 0.2)])
+    groups = ablation_groups(RunTable(runs, pd.DataFrame(), pd.DataFrame()), "alpha")
+    assert sorted(sorted(group["run"]) for group in groups) == [["400_0.1", "400_0.2"], ["60_0.1", "60_0.2"]]
+
+
 def test_what_tells_panels_apart_leaves_out_a_models_class():
     from analysis.figure_kit import distinguishing
 
