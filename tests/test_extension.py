@@ -201,3 +201,24 @@ def test_added_keys_that_cutlab_reads_and_a_group_of_ones_own_are_taken(tmp_path
     summaries = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
     assert len(summaries) == 2 and all(s["status"] == "complete" for s in summaries)
     assert sorted(len(s["in_distribution"]["test_layer_loss"]) for s in summaries) == [3, 4]  # L=2 and the default 3
+
+
+def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_does(tmp_path):
+    # two workers: each composes its trials with the user's folder too (the flag travels as Hydra's search path)
+    from helpers.search import TINY, assert_run_complete, run_search
+
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "smoothing.py").write_text(MODULE)
+    (outside / "conf" / "model" / "smoother.yaml").write_text(CONFIG)
+    env_path = os.pathsep.join([str(outside), str(ROOT)])
+    args = ["search=dust_video", "--config-dir", str(outside / "conf"), "model=smoother", "--n-trials", "2",
+            "--workers", "2", "search.pruner=null", *TINY]
+    result = run_search(args, tmp_path, extra_env={"PYTHONPATH": env_path})
+    trials = sorted((tmp_path / "runs" / "search" / "dust_video").glob("trial-*"))
+    assert len(trials) == 2
+    for trial in trials:
+        assert_run_complete(trial, steps=8)
+        config = yaml.safe_load((trial / "config.yaml").read_text())
+        assert config["model"]["_target_"] == "smoothing.TemporalSmoother"
+    assert "hydra.searchpath=[file://" in result.stderr

@@ -58,7 +58,7 @@ def parse_command(argv: list[str]) -> Command | None:
             if flag[0] == "config_name":
                 command.config_name = flag[1]
             else:
-                command.config_dir = _config_dir(flag[1])
+                command.config_dir = config_dir_path(flag[1])
         elif arg.startswith("-"):
             return None
         else:
@@ -77,7 +77,7 @@ def config_flag(arg: str, args) -> tuple[str, str | None] | None:
     return None
 
 
-def _config_dir(folder: str | None) -> str:
+def config_dir_path(folder: str | None) -> str:
     """The absolute path of --config-dir (each run may start in another process, or on another node)."""
     if not folder or not Path(folder).is_dir():
         raise CutlabError(f"--config-dir {folder or '(no folder given)'} is not a folder; give the folder that holds "

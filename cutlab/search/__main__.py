@@ -42,6 +42,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                              "python -m cutlab takes it: launcher=slurm launcher.partition=gpu ... (default: "
                              "processes on this machine)")
     parser.add_argument("--workers", type=int, default=1, help="worker processes sharing the study (default 1)")
+    parser.add_argument("--config-dir", "-cd", dest="config_dir", default=None,
+                        help="a folder of your own configs (e.g. model/NAME.yaml), as python -m cutlab takes it")
     # the flags of earlier versions: refused in main with the override that replaced them
     parser.add_argument("--launcher", dest="old_launcher", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--slurm-profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
@@ -56,6 +58,18 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")
     return args
+
+
+def with_config_dir(args: argparse.Namespace) -> argparse.Namespace:
+    """``--config-dir DIR`` as the override that every trial and worker composes with: Hydra's search path."""
+    if args.config_dir is None:
+        return args
+    from cutlab.launch.plan import config_dir_path
+
+    if any(o.startswith("hydra.searchpath=") for o in args.overrides):
+        raise CutlabError("give your configs' folder once: --config-dir DIR or hydra.searchpath=[file://DIR], not both")
+    searchpath = f"hydra.searchpath=[file://{config_dir_path(args.config_dir)}]"
+    return argparse.Namespace(**{**vars(args), "config_dir": None, "overrides": [searchpath, *args.overrides]})
 
 
 def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
@@ -238,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         old = old_flags_message(args)
         if old:
             raise CutlabError(old)
+        args = with_config_dir(args)
         plan = build_plan(args)
         if args.worker_index is not None:  # one of several workers: run trials, report nothing
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped worker records "interrupted"

@@ -31,9 +31,10 @@ def search_command(args: list[str]) -> list[str]:
     return [sys.executable, "-m", "cutlab.search", *args]
 
 
-def run_search(args: list[str], tmp: Path, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(search_command(args), cwd=ROOT, env=search_env(tmp), capture_output=True, text=True,
-                            timeout=timeout)
+def run_search(args: list[str], tmp: Path, check: bool = True, timeout: float = 300,
+               extra_env: dict | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run(search_command(args), cwd=ROOT, env={**search_env(tmp), **(extra_env or {})},
+                            capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"cutlab.search {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
