@@ -35,6 +35,7 @@ from .record_values import MAX_DEPTH, checked
 from .record_values import SUMMARY as SUMMARY_RULES
 from .history import lost_steps, read_history
 from .run_numbers import headline, summary_columns
+from cutlab.config.data_settings import settings_apart, with_settings
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
@@ -45,6 +46,7 @@ RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
 SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
 STATES = ("complete", "failed", "pruned", "partial", "unsupported")
+DATA_PREFIX = "cfg.data."  # a run's data config, one column per key
 
 # Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
 CONFIG_COLUMNS = {
@@ -152,29 +154,18 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
 def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Runs of one data set trained on other data settings (another ``data.root``, image size, subset, ...) are
     other cells, not seeds or trials of one: each gets ``dataset = "name (key=value, ...)"`` with the ``data.*``
-    keys whose values tell them apart, so no table, figure or selection merges them. A key a record lacks (written
-    before the key existed) is not counted as a difference; a path is shown by its last part where that is unique."""
-    fixed = {"cfg.data.name", "cfg.data.task"}
-    columns = [column for column in frame.columns if column.startswith("cfg.data.") and column not in fixed]
+    keys whose values tell them apart (cutlab.config.data_settings), so no table, figure or selection merges them."""
+    columns = [column for column in frame.columns if column.startswith(DATA_PREFIX)]
     for name, group in frame.groupby("dataset", dropna=True):
-        differing = [c for c in columns if group[c].dropna().map(repr).nunique() > 1]
-        if not differing:
-            continue
-        shown = {c: _short_values(group[c].dropna().unique()) for c in differing}
-        for index, row in group.iterrows():
-            parts = [f"{c[len('cfg.data.'):]}={shown[c][row[c]]}" for c in differing if not _absent(row[c])]
-            frame.at[index, "dataset"] = f"{name} ({', '.join(parts)})" if parts else name
+        for index, parts in zip(group.index, settings_apart(data_configs(group, columns))):
+            frame.at[index, "dataset"] = with_settings(name, parts)
     return frame
 
 
-def _absent(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and np.isnan(value))
-
-
-def _short_values(values) -> dict[Any, str]:
-    """Each value as written, a path by its last part when no two values share it."""
-    names = {value: Path(value).name if isinstance(value, str) and "/" in value else str(value) for value in values}
-    return names if len(set(names.values())) == len(names) else {value: str(value) for value in values}
+def data_configs(runs: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
+    """Each run's ``data.*`` config from its ``cfg.data.*`` columns (a key its record lacks is NaN there)."""
+    columns = columns if columns is not None else [c for c in runs.columns if c.startswith(DATA_PREFIX)]
+    return [{column[len(DATA_PREFIX):]: row[column] for column in columns} for _, row in runs.iterrows()]
 
 
 def find_run_dirs(root: Path) -> list[Path]:

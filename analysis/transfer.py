@@ -20,12 +20,13 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .collect import RunTable
+from .collect import RunTable, data_configs
 from .figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
 from .markdown import inert
 from .selection import ARM_LABELS
 from .verdicts import CAPTION, mark
-from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD
+from cutlab.config.data_settings import settings_apart
+from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD, data_label
 
 STEM = "transfer"  # tables/transfer.{md,csv}, figures/transfer_<data>.{png,pdf}
 OWN = "own test split"
@@ -33,7 +34,7 @@ OWN = "own test split"
 
 def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
     """(one row per evaluation record, their metrics.csv in long format, the records that could not be read)."""
-    rows, metrics, problems = [], [], []
+    rows, requests, metrics, problems = [], [], [], []
     complete = runs.runs[runs.runs["usable"]] if "usable" in runs.runs else runs.runs.iloc[0:0]
     for _, run in complete.iterrows():
         for path in sorted(Path(run["path"]).glob(f"{EVALUATIONS}/*/{RECORD}")):
@@ -44,9 +45,11 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
                 grid = tuple(float(g) for g in request["gamma_test"])
                 row = {"run": run["run"], "arm": run.get("arm"), "model": run.get("model"), "L": run.get("L"),
                        "gamma_train": run.get("gamma_train"), "trained_on": run.get("dataset"),
-                       "label": str(record["label"]), "grid": grid, "metric": record["metric"],
+                       "grid": grid, "metric": record["metric"],
                        "mean_metric": float(record["mean_metric"]), "verdict": record.get("verdict"),
                        "status": record.get("status"), "folder": str(path.parent)}
+                if not isinstance(request["data"], dict) or not isinstance(request["split"], str):
+                    raise TypeError("the request's data is not a mapping or its split not a name")
             except (OSError, ValueError, KeyError, TypeError, pd.errors.ParserError) as error:
                 problems.append(f"{path}: {type(error).__name__}: {error}")
                 continue
@@ -54,15 +57,36 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
                 problems.append(f"{path}: status {row['status']!r} (not complete)")
                 continue
             rows.append(row)
-            metrics.append(frame.assign(run=run["run"], label=row["label"], grid=[grid] * len(frame)))
+            requests.append(request)
+            metrics.append(frame.assign(run=run["run"], grid=[grid] * len(frame)))
     frame = pd.DataFrame(rows)
-    if not frame.empty:  # two evaluations on one data name and grid (e.g. another data.stride) keep their own columns
+    if not frame.empty:
+        frame.insert(6, "label", evaluation_labels(runs, requests))
+        # two evaluations on the same data and grid that differ otherwise (e.g. another eval.batch_size) keep their
+        # own columns
         frame["key"] = [Path(folder).name.rsplit("-", 1)[-1] for folder in frame["folder"]]
         shared = frame.groupby(["label", "grid"])["key"].transform("nunique") > 1
         frame.loc[shared, "label"] = frame.loc[shared, "label"] + " [" + frame.loc[shared, "key"] + "]"
         for metric_frame, (_, row) in zip(metrics, frame.iterrows()):
             metric_frame["label"] = row["label"]
     return (frame, pd.concat(metrics, ignore_index=True) if metrics else pd.DataFrame(), problems)
+
+
+def evaluation_labels(runs: RunTable, requests: list[dict]) -> list[str]:
+    """Each evaluation's data as the report names it: its name with what tells its data apart from the other
+    evaluations' and the report's runs' data of that name, as runs' data sets are named (cutlab.config.data_settings),
+    so Ped2 from another ``data.root`` is not shown as the Ped2 the runs trained on. Made from the stored request,
+    so records written before cutlab-eval's own label said so read the same."""
+    labels = [""] * len(requests)
+    names = [str(request["data"].get("name")) for request in requests]
+    trained = runs.runs
+    for name in dict.fromkeys(names):
+        indices = [i for i, other in enumerate(names) if other == name]
+        runs_of = trained[trained["cfg.data.name"] == name] if "cfg.data.name" in trained else trained.iloc[0:0]
+        apart = settings_apart([requests[i]["data"] for i in indices] + data_configs(runs_of))
+        for i, parts in zip(indices, apart):
+            labels[i] = data_label(requests[i], apart=parts)
+    return labels
 
 
 def _column(label: str, grid: tuple[float, ...]) -> str:

@@ -70,7 +70,10 @@ def test_the_run_is_evaluated_on_another_folder_at_every_layer_and_gamma(evaluat
     record = json.loads((folder / "evaluation.json").read_text())
     assert record["status"] == "complete" and record["request"]["gamma_test"] == [0.0, 0.5, 1.0, 1.5, 2.0]
     assert record["request"]["data"]["root"] == str(footage) and record["trained_on"] == "synthetic"
-    assert record["label"] == "video_folder:ped2_pngs" and str(folder) in result.stdout
+    # the label says what tells the data apart from data=video_folder's defaults; the folder keeps its old name
+    assert record["label"] == "video_folder:ped2_pngs (frames=4, stride=4, image_size=64)"
+    assert folder.name.startswith("video_folder_ped2_pngs-") and f"{record['label']}: " in result.stdout
+    assert str(folder) in result.stdout
     metrics = pd.read_csv(folder / "metrics.csv")
     rmse = metrics.query("metric == 'rmse'")
     assert sorted(rmse["gamma_test"].unique()) == [0.0, 0.5, 1.0, 1.5, 2.0] and sorted(rmse["layer"].unique()) == [0, 1, 2]
@@ -197,3 +200,80 @@ def test_data_that_changed_at_the_same_path_is_not_taken_for_the_one_evaluated(e
     lines = [line for line in again.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "changed since" in lines[0] and "move that folder aside" in lines[0], again.stderr
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == written  # the earlier result stays as it was
+
+
+# A request as cutlab-eval records it (cutlab.transfer.evaluate.Request), on Ped2 as data=ucsd_ped2 composes it
+PED2_ROOT = "/data/ucsd_ped2/ped2_gray160_uint8.npz"
+PED2 = {"name": "ucsd_ped2", "task": "video", "root": PED2_ROOT, "frames": 10, "stride": 10, "patch": 16,
+        "image_size": 160, "val_clips": 2}
+
+
+def ped2_request(split: str = "test", **data) -> dict:
+    return {"data": {**PED2, **data}, "gamma_test": [0.0, 0.5, 1.0], "split": split, "sigma": "data", "seed": 0,
+            "noise_mean": 0.0, "batch_size": 4}
+
+
+def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(tmp_path):
+    """Ped2 from another data.root was labelled ``ucsd_ped2``, as the default Ped2 is; the label now names the root,
+    while the evaluation's folder keeps the name it always had, so evaluations already done are still found."""
+    from cutlab.transfer.record import data_label, evaluation_dir
+
+    default, elsewhere = ped2_request(), ped2_request(root="/somewhere/else")
+    assert data_label(default, PED2) == "ucsd_ped2"
+    assert data_label(elsewhere, PED2) == "ucsd_ped2 (root=/somewhere/else)"
+    assert data_label(ped2_request("val", root="/somewhere/else", stride=40), PED2) == \
+        "ucsd_ped2 (root=/somewhere/else, stride=40, val)"
+    assert data_label(ped2_request("val"), PED2) == "ucsd_ped2 (val)"
+    # the folder names of the code before the label changed, byte for byte (name, then the request's key)
+    assert evaluation_dir(tmp_path, default) == tmp_path / "evaluations" / "ucsd_ped2-bb6df17288"
+    assert evaluation_dir(tmp_path, elsewhere) == tmp_path / "evaluations" / "ucsd_ped2-b644003ae6"
+    assert evaluation_dir(tmp_path, ped2_request("val")).name == "ucsd_ped2_val-a6e1220622"
+    footage = {**ped2_request("all"), "data": {"name": "video_folder", "task": "video", "root": "/x/my clips"}}
+    assert evaluation_dir(tmp_path, footage).name == "video_folder_my_clips_all-91e5e3308d"
+    assert data_label(footage, {"name": "video_folder", "task": "video", "root": None}) == "video_folder:my clips (all)"
+
+
+def test_cutlab_eval_labels_ped2_from_another_root_by_that_root(tmp_path):
+    """Through cutlab-eval's own composition: data=ucsd_ped2 is plain ``ucsd_ped2``; with data.root elsewhere the
+    label names that root; both folders are named ``ucsd_ped2-<key>`` as before."""
+    from cutlab.config.compose import compose_run_config
+    from cutlab.transfer.config import compose_settings, default_data, evaluation_config
+    from cutlab.transfer.evaluate import Request
+    from cutlab.transfer.record import data_label, evaluation_dir, request_key
+
+    run_cfg = compose_run_config([])  # a run trained on the default (synthetic) data
+    labels = []
+    for overrides in (["data=ucsd_ped2"], ["data=ucsd_ped2", "data.root=/somewhere/else"]):
+        cfg = evaluation_config(run_cfg, compose_settings(overrides), overrides)
+        request = Request.of(cfg, "test", "data").as_dict()
+        labels.append(data_label(request, default_data("ucsd_ped2")))
+        assert evaluation_dir(tmp_path, request).name == f"ucsd_ped2-{request_key(request)}"
+    assert labels == ["ucsd_ped2", "ucsd_ped2 (root=/somewhere/else)"]
+
+
+def test_the_report_names_the_root_of_an_evaluation_recorded_before_the_label_did(tmp_path):
+    """An evaluation.json written before the label named the root (``"label": "ucsd_ped2"``) of Ped2 from another
+    data.root: the report's column names that root, apart from the Ped2 the run trained on."""
+    from analysis.collect import collect_runs
+    from analysis.transfer import read_evaluations, transfer_sections
+    from cutlab.transfer.record import METRICS, RECORD, evaluation_dir
+    from helpers.analysis import write_run
+
+    run = write_run(tmp_path / "runs", "a", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
+                    test=20.0, selection=20.0, data={k: v for k, v in PED2.items() if k != "name"})
+    copy = "/mnt/copy/ped2_gray160_uint8.npz"  # the same file name elsewhere: the whole path tells them apart
+    for request in (ped2_request(), ped2_request(root=copy)):
+        folder = evaluation_dir(run, request)
+        folder.mkdir(parents=True)
+        rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
+                for g in request["gamma_test"] for layer in range(3)]
+        pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
+        (folder / RECORD).write_text(json.dumps({
+            "record_version": 1, "status": "complete", "request": request, "label": "ucsd_ped2", "run": "a",
+            "metric": "rmse", "mean_metric": 21.0, "verdict": "feasible"}))
+    runs = collect_runs(tmp_path / "runs")
+    evaluations, _, problems = read_evaluations(runs)
+    assert not problems
+    assert sorted(evaluations["label"]) == [f"ucsd_ped2 (root={PED2_ROOT})", f"ucsd_ped2 (root={copy})"]
+    header = next(line for line in transfer_sections(runs, tmp_path / "out") if line.startswith("| run |"))
+    assert f"ucsd_ped2 (root={copy}) γ_test 0…1 (3)" in header and "own test split (ucsd_ped2)" in header

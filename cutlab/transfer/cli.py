@@ -81,7 +81,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     from cutlab.run.provenance import provenance
     from cutlab.run.lock import RunLock
     from cutlab.run.build import pick_device
-    from cutlab.transfer.config import check_fits, evaluation_config
+    from cutlab.transfer.config import check_fits, default_data, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
     from cutlab.transfer.record import EVALUATIONS, data_files, data_label, done, evaluation_dir, write_record
     from cutlab.transfer.runs import finished_run
@@ -91,7 +91,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     check_fits(run_cfg, cfg, run_dir.name)
     request = Request.of(cfg, split, sigma).as_dict()
     folder = evaluation_dir(run_dir, request)
-    label = data_label(request)
+    label = data_label(request, default_data(str(cfg.data.name)))
     files = data_files(cfg.data.get("root"))
     existing = done(folder, request, files)
     if existing:

@@ -6,10 +6,12 @@ them is refused here, in one line, before any data or weights are loaded.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from cutlab.config.checks import check_config
 from cutlab.errors import CutlabError
@@ -55,13 +57,31 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
                 OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
         if any(key == "data" or key.startswith("data.") for key in keys):
             root = cfg.data.get("root")
-            if isinstance(root, str) and Path(root).expanduser().exists():  # the record names the data wherever run
-                cfg.data.root = str(Path(root).expanduser().resolve())
+            if located(root) != root:  # the record names the data wherever it was run from
+                cfg.data.root = located(root)
         for key in ("eval.gamma_test", "eval.batch_size", "device", "threads", "progress"):
             if key in keys:
                 OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
         cfg.paths.cache_dir = settings.paths.cache_dir  # this machine's cache, not the one the run trained on
     return cfg
+
+
+def located(root):
+    """An existing ``data.root`` as an absolute path (``~`` and symlinks resolved); anything else as given."""
+    if isinstance(root, str) and Path(root).expanduser().exists():
+        return str(Path(root).expanduser().resolve())
+    return root
+
+
+@functools.cache  # one composition per data set and command, however many runs it evaluates
+def default_data(name: str) -> dict | None:
+    """``data=NAME`` as composed here, its root located as an evaluation's is: what an evaluation's label says its
+    data differs from. None for a name the config tree cannot compose on its own."""
+    try:
+        data = OmegaConf.to_container(compose_settings([f"data={name}"]).data, resolve=True)
+    except (CutlabError, OmegaConfBaseException):
+        return None
+    return {**data, "root": located(data.get("root"))} if "root" in data else data
 
 
 def check_fits(run_cfg: DictConfig, cfg: DictConfig, run_name: str) -> None:

@@ -18,6 +18,7 @@ import json
 import re
 from pathlib import Path
 
+from cutlab.config.data_settings import settings_apart, with_settings
 from cutlab.core.data.cache import file_fingerprint
 from cutlab.errors import CutlabError
 from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
@@ -32,17 +33,33 @@ def request_key(request: dict) -> str:
     return hashlib.sha1(json.dumps(request, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
 
-def data_label(request: dict) -> str:
-    """A short name of the evaluated data: ``ucsd_ped2``, ``video_folder:my_clips`` (the folder's name)."""
+def data_name(data: dict) -> str:
+    """The evaluated data's name: ``ucsd_ped2``, ``video_folder:my_clips`` (the folder's name)."""
+    name = str(data.get("name"))
+    return name + (f":{Path(str(data['root'])).name}" if name == "video_folder" and data.get("root") else "")
+
+
+def data_label(request: dict, reference: dict | None = None, apart: list[str] | None = None) -> str:
+    """The evaluated data as shown (the command's lines, the report): its name with the settings that tell it apart
+    from ``reference`` (the data set's default config: ``ucsd_ped2 (root=/elsewhere/ped2.npz)``), or with ``apart``
+    where those are already known, and the split unless test. Only shown: the folder keeps its name (folder_label)."""
     data = request["data"]
-    label = str(data.get("name"))
-    if label == "video_folder" and data.get("root"):
-        label += f":{Path(str(data['root'])).name}"
-    return label + ("" if request["split"] == "test" else f" ({request['split']})")
+    if apart is None:
+        apart = settings_apart([data, reference], short=False)[0] if reference else []
+    name = data_name(data)
+    said = f"root={name.partition(':')[2]}" if name != str(data.get("name")) else None  # video_folder:<root's name>
+    parts = [part for part in apart if part != said]
+    return with_settings(name, parts + ([] if request["split"] == "test" else [request["split"]]))
+
+
+def folder_label(request: dict) -> str:
+    """The name in the evaluation's folder, as it has always been (``ucsd_ped2``, ``video_folder:clips (all)``):
+    a new display label must not rename it, or evaluations already done would not be found and would run again."""
+    return data_name(request["data"]) + ("" if request["split"] == "test" else f" ({request['split']})")
 
 
 def evaluation_dir(run_dir: Path, request: dict) -> Path:
-    name = re.sub(r"[^\w.=+-]+", "_", data_label(request)).strip("_")
+    name = re.sub(r"[^\w.=+-]+", "_", folder_label(request)).strip("_")
     return run_dir / EVALUATIONS / f"{name}-{request_key(request)}"
 
 

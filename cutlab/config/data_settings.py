@@ -1,0 +1,52 @@
+"""What tells data configs of one data set apart: the ``name (key=value, ...)`` of the analysis's cells (runs trained
+on another ``data.root``, image size, subset) and of cutlab-eval's evaluations (data evaluated from another root).
+
+Plain Python on plain values, so that the analysis (run records as a table) and cutlab-eval (a request's dict) name
+the same data the same way.
+"""
+
+from __future__ import annotations
+
+import numbers
+from pathlib import Path
+from typing import Any
+
+FIXED = ("name", "task")  # one data set has one name and one family: never what tells its configs apart
+
+
+def settings_apart(configs: list[dict], short: bool = True) -> list[list[str]]:
+    """Per config (the ``data.*`` keys of one data set), ``key=value`` for each key whose values differ among
+    ``configs``, in the order the keys first appear. A key a config lacks (None or NaN: written before the key
+    existed) is no difference and is not shown for it. ``short``: a path is shown by its last part where no two of
+    the values share it (a table's column stays narrow); else every value as written."""
+    keys = list(dict.fromkeys(key for config in configs for key in config if key not in FIXED))
+    present = {key: [config[key] for config in configs if not _absent(config.get(key))] for key in keys}
+    differing = [key for key in keys if len({_comparable(value) for value in present[key]}) > 1]
+    shown = {key: _shown(present[key], short) for key in differing}
+    return [[f"{key}={shown[key][_comparable(config[key])]}" for key in differing if not _absent(config.get(key))]
+            for config in configs]
+
+
+def with_settings(name: str, parts: list[str]) -> str:
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
+def _absent(value: Any) -> bool:
+    return value is None or (isinstance(value, numbers.Real) and value != value)  # NaN: a table's empty cell
+
+
+def _comparable(value: Any) -> Any:
+    """Numbers by value (a JSON record's 10 and a table column's 10.0 are one setting), anything else as written."""
+    return float(value) if isinstance(value, numbers.Real) and not isinstance(value, bool) else repr(value)
+
+
+def _shown(values: list, short: bool) -> dict[Any, str]:
+    first: dict[Any, Any] = {}
+    for value in values:
+        first.setdefault(_comparable(value), value)  # the first of equal values is the one shown
+    full = {key: str(value) for key, value in first.items()}
+    if not short:
+        return full
+    names = {key: Path(value).name if isinstance(value, str) and "/" in value else full[key]
+             for key, value in first.items()}
+    return names if len(set(names.values())) == len(names) else full
