@@ -16,6 +16,8 @@ from conftest import PED2_FULL, require_shared
 from helpers.cli import cutlab, folder_fingerprint, wandb_history
 from helpers.contract import assert_same_records, start_and_kill
 
+from cutlab.run.provenance import running_source_digest
+
 TINY_PED2 = [
     "data=ucsd_ped2", "L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "train.warmup_epochs=1",
     "data.stride=200", "eval.gamma_test=[0,0.2]",
@@ -91,6 +93,7 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert provenance["numerics_environment"] == {"ATEN_CPU_CAPABILITY": "default"}
     assert provenance["device_name"] not in ("", "cpu")  # the processor's name (platform.processor() is "" on Linux)
     assert_generation_is_lscpus(provenance["cpu_generation"])
+    assert provenance["source_digest"] == running_source_digest()  # a checkout's too, to compare with installed ones
     # W&B ran offline into the run folder, under the id the record names
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
     (offline,) = run.glob("wandb/offline-run-*")

@@ -143,6 +143,12 @@ def test_a_tiny_run_then_its_analysis_under_the_users_folder(installed):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((installed.work / "runs" / "tiny" / "summary.json").read_text())
     assert summary["status"] == "complete"
+    # no git commit installed: the digest of the code that ran says which code it was, the checkout's digest of it
+    provenance = json.loads((installed.work / "runs" / "tiny" / "provenance.json").read_text())
+    assert provenance["git_commit"] is None and provenance.get("source_digest"), provenance
+    from cutlab.run.provenance import source_digest
+
+    assert provenance["source_digest"] == source_digest(ROOT / "cutlab", ROOT / "conf")
     report = installed.run("cutlab-analysis", "runs", "--out", "report")
     assert report.returncode == 0, report.stderr[-3000:]
     assert (installed.work / "report" / "report.md").is_file() and (installed.work / "report" / "report.html").is_file()
@@ -186,6 +192,26 @@ def test_a_models_folder_that_is_not_there_is_one_line_naming_the_fix(installed)
     assert len(lines) == 1 and lines[0].startswith("cutlab: error: model.pretrained="), result.stderr
     assert "CUTLAB_MODELS_DIR" in lines[0] and "dinov2-small/" in lines[0] and str(installed.home) in lines[0]
     assert not (installed.work / "runs" / "noweights").exists()
+
+
+def test_the_source_digest_is_the_codes_own_and_changes_with_one_byte(tmp_path):
+    """The same files give the same digest wherever they lie; one byte changed in a module or in a config does not."""
+    from cutlab.run.provenance import running_source_digest, source_digest
+
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    package, config = shutil.copytree(ROOT / "cutlab", tmp_path / "cutlab", ignore=ignore), tmp_path / "conf"
+    shutil.copytree(ROOT / "conf", config, ignore=ignore)
+    before = source_digest(package, config)
+    assert before == source_digest(ROOT / "cutlab", ROOT / "conf") == running_source_digest()
+    for path in (package / "core" / "constraints.py", config / "data" / "ucsd_ped2.yaml"):
+        kept = path.read_bytes()
+        path.write_bytes(kept.replace(b"0", b"1", 1))
+        assert source_digest(package, config) != before, path
+        path.write_bytes(kept)
+    assert source_digest(package, config) == before
+    (package / "conf").mkdir()  # an installed copy's cutlab/conf/ is counted once, as the config tree
+    (package / "conf" / "__init__.py").write_text("")
+    assert source_digest(package, config) == before
 
 
 def test_a_checkout_maps_the_folders_the_wheel_installs():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import platform
 import socket
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from cutlab.config.paths import CHECKOUT
+from cutlab.checkout import FOLDERS
+from cutlab.config.paths import CHECKOUT, CONFIG_DIR
 from cutlab.redaction import redact_argv
 
 
@@ -59,6 +61,35 @@ def cpu_generation() -> dict[str, str] | None:
     return generation or None
 
 
+# the resource packages a wheel installs inside cutlab/ (cutlab/conf/, ...): in a checkout they sit beside it, so they
+# are left out of the package's modules and the config tree is added under one name either way
+RESOURCE_FOLDERS = {name.split(".", 1)[1] for name in FOLDERS if name.startswith("cutlab.")}
+
+
+def source_digest(package: Path, config: Path) -> str:
+    """sha256 over the relative paths and bytes of ``package``'s modules and ``config``'s YAML files (the ones a wheel
+    ships: pyproject.toml's package-data), named as installed (cutlab/..., cutlab/conf/...): the same code has the
+    same digest in a checkout and in any installed copy, and one changed byte gives another."""
+    modules = [(f"cutlab/{path.relative_to(package).as_posix()}", path) for path in package.rglob("*.py")
+               if path.relative_to(package).parts[0] not in RESOURCE_FOLDERS]
+    configs = [(f"cutlab/conf/{path.relative_to(config).as_posix()}", path)
+               for pattern in ("*.yaml", "*/*.yaml") for path in config.glob(pattern)]
+    digest = hashlib.sha256()
+    for name, path in sorted(modules + configs):
+        content = path.read_bytes()
+        digest.update(f"{name}\0{len(content)}\0".encode())  # lengths keep one file's end from reading as the next's
+        digest.update(content)
+    return digest.hexdigest()
+
+
+@functools.cache  # once per process: about 4 ms for its 136 files (warm file cache, 2 shared cores)
+def running_source_digest() -> str:
+    """The digest of the cutlab this process imported (checkout or installed)."""
+    import cutlab
+
+    return source_digest(Path(cutlab.__file__).resolve().parent, CONFIG_DIR.resolve())
+
+
 def provenance(seed: int, device: torch.device) -> dict:
     source = CHECKOUT
     status = _git(["status", "--porcelain", "--untracked-files=no"], source) if source else None
@@ -70,8 +101,10 @@ def provenance(seed: int, device: torch.device) -> dict:
     import cutlab
 
     return {
-        "git_commit": _git(["rev-parse", "HEAD"], source) if source else None,  # installed: the version says it
+        "git_commit": _git(["rev-parse", "HEAD"], source) if source else None,  # installed: none (source_digest)
         "git_dirty": bool(status) if status is not None else None,
+        # what ran, installed or not: two installed copies of one version with other code differ here
+        "source_digest": running_source_digest(),
         "seed": seed,
         "host": socket.gethostname(),
         "device": str(device),

@@ -3,7 +3,7 @@
 Files, all readable by pandas without cutlab:
 
 - ``config.yaml``         the resolved config (written once, when the run starts)
-- ``provenance.json``     git commit and dirty flag, seed, host, device, versions, command line
+- ``provenance.json``     git commit and dirty flag, source digest, seed, host, device, versions, command line
 - ``history.csv``         one row per training step: every layer's loss, multiplier, slack, constraint value,
                           the Lagrangian, gradient norm, learning rates, step time
 - ``eval.csv``            long format: split, gamma_test, layer, metric, value (metric = rmse|accuracy|loss)
