@@ -35,7 +35,7 @@ from .record_values import MAX_DEPTH, checked
 from .record_values import SUMMARY as SUMMARY_RULES
 from .history import lost_steps, read_history
 from .run_numbers import headline, summary_columns
-from cutlab.config.data_settings import settings_apart, with_settings
+from cutlab.config.data_settings import settings_apart, named_with
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
@@ -158,7 +158,7 @@ def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:
     columns = [column for column in frame.columns if column.startswith(DATA_PREFIX)]
     for name, group in frame.groupby("dataset", dropna=True):
         for index, parts in zip(group.index, settings_apart(data_configs(group, columns))):
-            frame.at[index, "dataset"] = with_settings(name, parts)
+            frame.at[index, "dataset"] = named_with(name, parts)
     return frame
 
 

@@ -27,7 +27,8 @@ def settings_apart(configs: list[dict], short: bool = True) -> list[list[str]]:
             for config in configs]
 
 
-def with_settings(name: str, parts: list[str]) -> str:
+def named_with(name: str, parts: list[str]) -> str:
+    """``name (part, part)``, or ``name`` alone when nothing tells it apart."""
     return f"{name} ({', '.join(parts)})" if parts else name
 
 

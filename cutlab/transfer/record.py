@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from cutlab.config.data_settings import settings_apart, with_settings
+from cutlab.config.data_settings import settings_apart, named_with
 from cutlab.core.data.cache import file_fingerprint
 from cutlab.errors import CutlabError
 from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
@@ -49,7 +49,7 @@ def data_label(request: dict, reference: dict | None = None, apart: list[str] | 
     name = data_name(data)
     said = f"root={name.partition(':')[2]}" if name != str(data.get("name")) else None  # video_folder:<root's name>
     parts = [part for part in apart if part != said]
-    return with_settings(name, parts + ([] if request["split"] == "test" else [request["split"]]))
+    return named_with(name, parts + ([] if request["split"] == "test" else [request["split"]]))
 
 
 def folder_label(request: dict) -> str:
