@@ -36,8 +36,12 @@ LOCAL_ONLY = ["path", "has_sample_losses"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
+    """The two runs, made with an empty home (``home/`` beside them) where W&B's default folders would be."""
     runs = tmp_path_factory.mktemp("wandb") / "runs"
-    cutlab(TINY, runs, timeout=300)
+    home = runs.parent / "home"
+    home.mkdir()
+    cutlab(TINY, runs, timeout=300, env={"HOME": str(home), "XDG_DATA_HOME": str(home / ".local" / "share"),
+                                         "XDG_CACHE_HOME": str(home / ".cache")})
     return runs
 
 
@@ -50,6 +54,15 @@ def offline_report(runs) -> tuple[Path, subprocess.CompletedProcess]:
 
 def run_dirs(runs: Path) -> list[Path]:
     return sorted(p for p in runs.iterdir() if (p / SUMMARY).exists())
+
+
+def test_wandb_writes_only_in_the_run_folder(runs):
+    """W&B's staged artifact files (the eval tables) and caches stay in the run's wandb/ folder, not in the home."""
+    home = runs.parent / "home"
+    assert not (home / ".local" / "share" / "wandb").exists() and not (home / ".cache" / "wandb").exists()
+    assert not [str(p) for p in home.rglob("*wandb*")]
+    for run in run_dirs(runs):
+        assert list((run / "wandb" / "data" / "artifacts" / "staging").iterdir()), run.name
 
 
 def test_offline_wandb_files_give_the_same_records(runs, offline_report):

@@ -14,8 +14,13 @@ from cutlab.errors import CutlabError
 from cutlab.redaction import redact_values, redacted_argv
 
 MODES = ("offline", "online", "disabled")
-# A cache folder the user chose is kept; otherwise each run's W&B cache lives in that run's own folder.
-USER_CACHE_DIR = os.environ.get("WANDB_CACHE_DIR")
+# W&B's folders outside wandb.init's dir: its service logs (cache), the data folder where it stages each logged
+# table as an artifact file (left there offline, for `wandb sync`) and where artifacts download. By default they
+# are ~/.cache/wandb, ~/.local/share/wandb and ./artifacts; each run's go to its own wandb/ folder instead, so
+# that its record is self-contained and nothing piles up in the user's home. A folder the user chose is kept
+# (read at import: cutlab sets these variables itself, run after run in one process).
+RUN_WANDB_DIRS = {"WANDB_CACHE_DIR": "cache", "WANDB_DATA_DIR": "data", "WANDB_ARTIFACT_DIR": "artifacts"}
+USER_WANDB_DIRS = {variable: os.environ.get(variable) for variable in RUN_WANDB_DIRS}
 
 
 def _check_mode(mode: str) -> None:
@@ -36,13 +41,14 @@ class ServiceStart:
         self.mode = mode
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._new_cache: Path | None = None  # the cache folder this start creates in the run folder, if any
+        self._new_dirs: list[Path] = []  # the folders this start creates in the run folder
         if mode == "disabled":
             return
-        cache = Path(USER_CACHE_DIR or run_dir / "wandb" / "cache")
-        if not USER_CACHE_DIR and not cache.exists():
-            self._new_cache = cache
-        os.environ["WANDB_CACHE_DIR"] = str(cache)
+        for variable, name in RUN_WANDB_DIRS.items():
+            folder = Path(USER_WANDB_DIRS[variable] or (run_dir / "wandb" / name).absolute())
+            if not USER_WANDB_DIRS[variable] and not folder.exists():
+                self._new_dirs.append(folder)
+            os.environ[variable] = str(folder)
         import wandb
 
         # The mode goes to W&B's process-wide settings too: W&B reads it there to keep its own usage
@@ -66,8 +72,8 @@ class ServiceStart:
             raise self._error
 
     def abandon(self) -> None:
-        """The run stopped before its Tracker existed: stop the service and remove the log folder it began in
-        the run folder, so that a run refused at the door leaves nothing behind (W&B's error, if any, is moot)."""
+        """The run stopped before its Tracker existed: stop the service and remove the folders it began in the
+        run folder, so that a run refused at the door leaves nothing behind (W&B's error, if any, is moot)."""
         if self._thread is None:
             return
         self._thread.join()
@@ -75,10 +81,11 @@ class ServiceStart:
         import wandb
 
         wandb.teardown()
-        if self._new_cache is not None:
-            shutil.rmtree(self._new_cache, ignore_errors=True)
+        for folder in self._new_dirs:
+            shutil.rmtree(folder, ignore_errors=True)
+        if self._new_dirs:
             with contextlib.suppress(OSError):
-                self._new_cache.parent.rmdir()  # <run_dir>/wandb, when the cache was all it held
+                self._new_dirs[0].parent.rmdir()  # <run_dir>/wandb, when these were all it held
 
 
 class Tracker:
