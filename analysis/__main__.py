@@ -100,11 +100,17 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as error:
         print(f"analysis: error: {error}", file=sys.stderr)
         return 2
+    from .sweep_outcomes import sweep_outcomes
+
+    outcomes = sweep_outcomes(runs)  # the report lists these too
     unusable = runs.runs[~runs.runs["usable"]]
-    for _, run in unusable.head(WARNINGS_SHOWN).iterrows():
-        print(f"analysis: warning: {run['run']}: {run['state']}: {run['problem']}", file=sys.stderr)
-    if len(unusable) > WARNINGS_SHOWN:
-        print(f"analysis: warning: {len(unusable) - WARNINGS_SHOWN} more runs not counted (see the report)",
+    warnings = [*(f"{run['run']}: {run['state']}: {run['problem']}" for _, run in unusable.iterrows()),
+                *(f"{run['run']}: failed before it wrote a run folder: {run['error']}" for run in outcomes.failed),
+                *(f"sweep record not read: {line}" for line in outcomes.unread)]
+    for warning in warnings[:WARNINGS_SHOWN]:
+        print(f"analysis: warning: {warning}", file=sys.stderr)
+    if len(warnings) > WARNINGS_SHOWN:
+        print(f"analysis: warning: {len(warnings) - WARNINGS_SHOWN} more runs not counted (see the report)",
               file=sys.stderr)
     written = sum(figure.written for figure in report.figures)
     print(f"analysis: wrote {report.path} and {report.html} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "

@@ -11,6 +11,7 @@ import math
 from typing import Any, Callable
 
 from cutlab.core.constraints import CONSTRAINT_GRADIENTS, is_detach_prev
+from cutlab.launch.outcome import STATUSES
 
 MAX_DEPTH = 1000  # far beyond any model here; bounds every loop over layers
 Check = Callable[[Any], bool]
@@ -65,6 +66,12 @@ SUMMARY = {
     "test_auc": number_or_nan, "epsilon": number_or_nan, "sigma_x": number_or_nan, "steps": whole(),
     "wall_time_s": finite(0), "wandb_id": text, "data_source": text, "feasibility": lambda v: isinstance(v, dict),
     "feasibility.violated_layers": list_of(whole(0, MAX_DEPTH)),
+}
+
+# one run of a sweep's outcome.json (cutlab.launch.outcome.Outcome); run_id (a folder name) and status are required
+OUTCOME = {
+    "run_id": lambda v: text(v) and bool(v.strip()) and "\0" not in v, "status": one_of(*STATUSES), "metric": text,
+    "value": number_or_nan, "error": text, "job_id": text,
 }
 
 

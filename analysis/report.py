@@ -29,6 +29,7 @@ from .selection import (
     ARM_LABELS, ARMS, CHOSEN_BY, VALIDATION, cell_label, cell_order, dual_setting_label, reference_gamma_train,
     sort_cells,
 )
+from .sweep_outcomes import sweep_outcomes, with_not_started
 from .tables import TABLES, Table, build_tables
 from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
@@ -104,8 +105,11 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     paper = " (the paper's rule)" if runs.selection == VALIDATION else f"; the paper's rule is `--select {VALIDATION}`"
     lines.append(f"Selection (`--select {runs.selection}`): tables and figures show, per cell and arm, the run "
                  f"{CHOSEN_BY[runs.selection]}{paper}.")
-    lines += ["", *_what_ran(frame, runs, gamma_train)]
-    lines += ["", *_failed(frame), "", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
+    outcomes = sweep_outcomes(runs)  # runs of a sweep that failed before they wrote a run folder
+    ran = with_not_started(frame, outcomes)
+    lines += ["", *_what_ran(ran, runs, gamma_train)]
+    lines += ["", *_failed(ran, outcomes.unread)]
+    lines += ["", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
     for table in report.tables:
         lines += ["", *_table_section(table)]
     lines += ["", *_figure_sections(report.figures)]
@@ -117,8 +121,12 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
 def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) -> list[str]:
     counts = frame["state"].value_counts()
     complete = frame[frame["usable"]]
+    folders = int(frame["path"].notna().sum())
+    left = len(frame) - folders  # runs failed before they wrote a folder, known from their sweep's record
+    without = f" and {left} sweep run{'s' if left > 1 else ''} that left none" if left else ""
     lines = ["## What ran", "",
-             f"{len(frame)} run folders: {counts.get('complete', 0)} complete ({count_line(complete['verdict'])}), "
+             f"{folders} run folders{without}: "
+             f"{counts.get('complete', 0)} complete ({count_line(complete['verdict'])}), "
              f"{counts.get('failed', 0)} failed, "
              f"{counts.get('partial', 0)} partial, {counts.get('unsupported', 0)} unreadable, "
              f"{counts.get('pruned', 0)} pruned (stopped early by a search's pruner). "
@@ -155,9 +163,13 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
     return lines
 
 
-def _failed(frame: pd.DataFrame) -> list[str]:
+def _failed(frame: pd.DataFrame, unread: list[str]) -> list[str]:
+    """Failed runs, those that failed before they wrote a run folder (from their sweep's record) included."""
     failed = sort_cells(frame[frame["state"] == "failed"])
     lines = ["## Failed runs", ""]
+    if unread:
+        lines += ["Sweep records not read (their runs are not counted):", "",
+                  *(f"- {_cell(_short(line))}" for line in unread), ""]
     if failed.empty:
         return lines + ["None."]
     lines += ["| run | setting | arm | steps | error |", "|---|---|---|---:|---|"]

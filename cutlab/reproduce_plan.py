@@ -13,7 +13,8 @@ from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
-from cutlab.launch.plan import SWEEP_RECORDS, Plan, _duration, expand, format_plan, parse_command
+from cutlab.launch.outcome import SWEEP_RECORDS
+from cutlab.launch.plan import Plan, _duration, expand, format_plan, parse_command
 from cutlab.reproduce_grids import SCALES, Grid, grids
 from cutlab.reproduce_inputs import Inputs
 

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from conftest import GOLDEN, ROOT
+from helpers.analysis import run_main
 from helpers.cli import cutlab
 from helpers.contract import assert_same_records
 from helpers.sweeps import plan_ids, result_config, sweep_outcome
@@ -97,6 +98,20 @@ def test_a_failed_run_is_reported_and_does_not_stop_the_sweep(inprocess_sweep):
     for gamma in ("0", "0.09"):
         summary = json.loads(next(runs.glob(f"*gamma={gamma},*/summary.json")).read_text())
         assert summary["status"] == "complete"
+
+
+def test_the_report_lists_a_run_refused_before_it_started(inprocess_sweep, tmp_path, capsys):
+    """The refused run (gamma=abc) leaves no folder, only its line in the sweep's outcome.json: the report counts
+    and lists it with the failed runs, with its reason (before, it was left out of the report)."""
+    runs, _ = inprocess_sweep
+    assert not list(runs.glob("*gamma=abc*")), "a run refused at the door leaves no folder"
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0 and "failed before it wrote a run folder: gamma must be a number" in err, err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "2 run folders and 1 sweep run that left none: 2 complete" in report and ", 1 failed, " in report
+    failed = report.split("## Failed runs")[1].split("\n## ")[0]
+    (row,) = [line for line in failed.splitlines() if "gamma=abc" in line]
+    assert "no run record (sweep sweep-" in row and "gamma must be a number" in row, row
 
 
 def test_runs_of_a_sweep_share_a_wandb_group_named_after_the_sweep_and_are_named_by_their_overrides(inprocess_sweep):

@@ -7,6 +7,10 @@ from typing import Callable
 
 from cutlab.core.objectives import headline_of, objective_of_metric
 
+SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
+OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what became of it (analysis reads it)
+STATUSES = ("complete", "failed", "interrupted")
+
 
 class RunFailed(Exception):
     """A run ended with an error; the message holds the run's id and its last error line."""
@@ -19,7 +23,7 @@ class RunInterrupted(Exception):
 @dataclass
 class Outcome:
     run_id: str
-    status: str                  # complete | failed | interrupted
+    status: str                  # one of STATUSES
     metric: str | None = None
     value: float | None = None
     error: str | None = None
@@ -69,7 +73,7 @@ def _last_line(text: str) -> str:
 
 
 def summary_text(name: str, outcomes: list[Outcome], skipped: int, seconds: float) -> str:
-    counts = {status: sum(o.status == status for o in outcomes) for status in ("complete", "failed", "interrupted")}
+    counts = {status: sum(o.status == status for o in outcomes) for status in STATUSES}
     head = (f"sweep {name}: {counts['complete']} complete, {counts['failed']} failed, {counts['interrupted']} "
             f"interrupted, {skipped} skipped (already complete) in {seconds:.1f} s")
     return "\n".join([head, *(f"  {o.line()}" for o in sorted(outcomes, key=lambda o: o.run_id))])

@@ -22,7 +22,6 @@ from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.run.records import read_summary
 from cutlab.run.identity import check_same_run
 
-SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
 
 
 @dataclass

@@ -15,7 +15,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
-from cutlab.launch.plan import SWEEP_RECORDS, Command, Plan, expand, format_plan, sweep_name
+from cutlab.launch.outcome import OUTCOME_FILE, SWEEP_RECORDS
+from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
 
 
@@ -109,7 +110,7 @@ def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
 
 
 def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:
-    (record / "outcome.json").write_text(json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
+    (record / OUTCOME_FILE).write_text(json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
 
 
 def _keep_earlier_multirun_yaml(runs_dir: Path, record: Path) -> None:

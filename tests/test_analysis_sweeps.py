@@ -1,0 +1,76 @@
+"""The report reads sweep records (``<runs>/_sweeps/<sweep>-<time>/outcome.json``, written by cutlab's own
+cutlab.launch.sweep.finish_record): a run that failed before it wrote a run folder is counted and listed with the
+failed runs, once, with its latest reason; a record that is not cutlab's is named and not read.
+
+A real sweep with a refused run: tests/test_sweeps.py (test_the_report_lists_a_run_refused_before_it_started).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.analysis import run_main, write_run
+
+from cutlab.launch.outcome import Outcome
+from cutlab.launch.sweep import finish_record
+
+CELL = dict(model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=15.0, selection=15.0)
+
+
+def record(runs: Path, name: str, outcomes: list[Outcome]) -> Path:
+    folder = runs / "_sweeps" / name
+    folder.mkdir(parents=True)
+    finish_record(folder, [outcome.as_dict() for outcome in outcomes], skipped=0, seconds=1.0)
+    return folder / "outcome.json"
+
+
+def section(report: str, title: str) -> str:
+    return report.split(f"## {title}")[1].split("\n## ")[0]
+
+
+def test_a_run_refused_before_it_started_is_a_failed_run_of_the_report(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    write_run(runs, "done", **CELL)
+    write_run(runs, "crashed", **CELL, status="failed", evaluation=False, error="NonFiniteLoss: nan at step 3")
+    # an earlier sweep refused "refused" for another reason; the later record's reason is the one shown
+    record(runs, "sweep-a-20260101T000000.000000Z", [Outcome("refused", "failed", error="the old reason")])
+    record(runs, "sweep-a-20260102T000000.000000Z", [
+        Outcome("done", "complete", metric="rmse", value=15.0), Outcome("crashed", "failed", error="NonFiniteLoss"),
+        Outcome("refused", "failed", error="gamma must be a number, got '<b>x</b> | y'")])
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0 and "refused: failed before it wrote a run folder: gamma must be a number" in err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "2 run folders and 1 sweep run that left none: 1 complete" in report and ", 2 failed, " in report
+    failed = section(report, "Failed runs")
+    rows = [line for line in failed.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [row.split(" | ")[0] for row in rows] == ["| crashed", "| refused"], failed  # each run once
+    assert ("no run record (sweep sweep-a-20260102T000000.000000Z): gamma must be a number, got "
+            "'&lt;b&gt;x&lt;/b&gt; \\| y'") in rows[1], "record text is escaped like any other"
+    assert "the old reason" not in report and "Sweep records not read" not in report
+    what_ran = section(report, "What ran")
+    assert "| ? | ? | ? | 0 | 0 | 0 | 1 |" in what_ran, what_ran  # its setting is unknown: it has no config
+
+
+def test_a_sweep_record_that_is_not_cutlabs_is_named_and_not_read(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    write_run(runs, "done", **CELL)
+    cut = record(runs, "sweep-b-20260101T000000.000000Z", [Outcome("lost", "failed", error="refused")])
+    cut.write_text(cut.read_text()[:30])  # cut mid-write
+    odd = record(runs, "sweep-c-20260101T000000.000000Z", [Outcome("odd", "failed", error="refused")])
+    odd.write_text(json.dumps({"runs": [{"run_id": "odd", "status": "<b>exploded</b>"}]}))
+    nameless = record(runs, "sweep-d-20260101T000000.000000Z", [])
+    nameless.write_text(json.dumps({"runs": [{"status": "failed", "error": "no id"}, "text"]}))
+    listless = record(runs, "sweep-e-20260101T000000.000000Z", [])
+    listless.write_text(json.dumps(["not", "a", "record"]))
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0 and err.count("sweep record not read: ") == 4, err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "1 run folders: 1 complete" in report and "0 failed" in report, "nothing from them is counted"
+    failed = section(report, "Failed runs")
+    assert "Sweep records not read (their runs are not counted):" in failed and failed.rstrip().endswith("None.")
+    lines = {line.split("sweep-")[1][0]: line for line in failed.splitlines() if line.startswith("- ")}
+    assert "cannot be read as JSON" in lines["b"]
+    assert "run 0 status = '&lt;b&gt;exploded&lt;/b&gt;' is not a valid value" in lines["c"] and "<b>" not in report
+    assert "run 0 has no run_id" in lines["d"]
+    assert "holds no list of runs" in lines["e"]
