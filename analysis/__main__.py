@@ -8,7 +8,8 @@ figures beside it, and REPORT_DIR/report.html: the same report as one file with 
 - ``python -m analysis --wandb ENTITY/PROJECT [--wandb-group G] --out REPORT_DIR``: from a W&B server.
 
 Both rebuild run folders under REPORT_DIR/wandb_records/ and analyse them like any other. Bad input (a missing or empty folder, no run records) stops with exit code 2 and
-one line ``analysis: error: ...`` naming the fix; runs that cannot be counted (failed, partial, an
+one line ``cutlab-analysis: error: ...`` naming the fix (``analysis: error: ...`` from ``python -m analysis``:
+every message names the command typed, see ``command_name``); runs that cannot be counted (failed, partial, an
 unknown record format) are reported, never silently dropped.
 """
 
@@ -25,11 +26,19 @@ from .collect import AnalysisError, RunTable, collect_runs
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
+SCRIPT = "cutlab-analysis"  # the console script (pyproject.toml)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def command_name() -> str:
+    """The command the user typed, to head every message as the other commands do (``cutlab-eval: error: ...``):
+    ``python -m analysis`` (``cutlab_analysis`` installed) runs this file, else it is the console script, or a
+    caller of ``main`` (cutlab-reproduce), which runs the analysis that cutlab-analysis is."""
+    return __package__ if Path(sys.argv[0]).resolve() == Path(__file__).resolve() else SCRIPT
+
+
+def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="analysis", description="Tables 3/4 and the paper's figures from cutlab run records, as one report.",
+        prog=prog, description="Tables 3/4 and the paper's figures from cutlab run records, as one report.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="sources (give one):\n"
                "  RUNS_FOLDER...                            the run folders (no W&B needed)\n"
@@ -65,7 +74,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def collect(args: argparse.Namespace, out: Path) -> RunTable:
+def collect(args: argparse.Namespace, out: Path, prog: str) -> RunTable:
     """The runs named on the command line: run folders, or run folders rebuilt from W&B under ``out``."""
     if not args.wandb and not args.wandb_offline:
         return collect_runs(*args.folders)
@@ -76,7 +85,7 @@ def collect(args: argparse.Namespace, out: Path) -> RunTable:
         shutil.rmtree(records)  # rebuilt from scratch: a run gone from W&B must not survive from a past call
 
     def progress(done: int, total: int) -> None:
-        print(f"analysis: fetched {done}/{total} runs from W&B", file=sys.stderr, flush=True)
+        print(f"{prog}: fetched {done}/{total} runs from W&B", file=sys.stderr, flush=True)
 
     if args.wandb:
         return collect_wandb(records_from_api(args.wandb, records, args.wandb_group, progress))
@@ -86,19 +95,20 @@ def collect(args: argparse.Namespace, out: Path) -> RunTable:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    prog = command_name()
+    args = parse_args(argv, prog)
     try:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
-        runs = dataclasses.replace(collect(args, out), selection=args.select)
+        runs = dataclasses.replace(collect(args, out, prog), selection=args.select)
         from .report import write_report  # matplotlib is imported only once the input is known good
 
         # the console script: `python -m analysis` works only in a checkout (installed, the package is cutlab_analysis)
         command = "cutlab-analysis " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
         report = write_report(runs, out, gamma_train=args.gamma_train, command=command)
     except AnalysisError as error:
-        print(f"analysis: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     from .sweep_outcomes import sweep_outcomes
 
@@ -108,12 +118,12 @@ def main(argv: list[str] | None = None) -> int:
                 *(f"{run['run']}: failed before it wrote a run folder: {run['error']}" for run in outcomes.failed),
                 *(f"sweep record not read: {line}" for line in outcomes.unread)]
     for warning in warnings[:WARNINGS_SHOWN]:
-        print(f"analysis: warning: {warning}", file=sys.stderr)
+        print(f"{prog}: warning: {warning}", file=sys.stderr)
     if len(warnings) > WARNINGS_SHOWN:
-        print(f"analysis: warning: {len(warnings) - WARNINGS_SHOWN} more runs not counted (see the report)",
+        print(f"{prog}: warning: {len(warnings) - WARNINGS_SHOWN} more runs not counted (see the report)",
               file=sys.stderr)
     written = sum(figure.written for figure in report.figures)
-    print(f"analysis: wrote {report.path} and {report.html} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "
+    print(f"{prog}: wrote {report.path} and {report.html} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "
           f"{sum(not t.empty for t in report.tables)} tables, {written} figures, "
           f"{len(report.figures) - written} skipped)")
     return 0

@@ -10,13 +10,16 @@ excluded from the tables). Regenerate the golden files with ``UPDATE_GOLDEN=1`` 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import GOLDEN
+from conftest import GOLDEN, ROOT
 from helpers.analysis import NEW_DUAL, UPDATE, analysis_cli, assert_image, run_main, write_run
 from helpers.cli import cutlab
 
@@ -281,7 +284,7 @@ def test_report_on_a_real_cutlab_sweep(tmp_path):
 
 def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     code, err = run_main(str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"), capsys=capsys)
-    assert code == 2 and err.startswith("analysis: error: ") and "does not exist" in err and err.count("\n") == 1
+    assert code == 2 and err.startswith("cutlab-analysis: error: ") and "does not exist" in err and err.count("\n") == 1
     (tmp_path / "empty").mkdir()
     code, err = run_main(str(tmp_path / "empty"), "--out", str(tmp_path / "r"), capsys=capsys)
     assert code == 2 and "is empty" in err and "python -m cutlab" in err
@@ -290,6 +293,20 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     code, err = run_main(str(tmp_path / "junk"), "--out", str(tmp_path / "r"), capsys=capsys)
     assert code == 2 and "holds no run records" in err
     assert not (tmp_path / "r").exists()  # nothing written on bad input
+
+
+def test_messages_name_the_command_typed(tmp_path):
+    """Every line names the command as typed, as cutlab-eval's and cutlab-search's do: ``cutlab-analysis: error:``
+    from the console script (it once said ``analysis:``), ``analysis: error:`` from ``python -m analysis``."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    script = Path(sys.executable).parent / "cutlab-analysis"  # installed by make setup (pip install -e)
+    for command, name in (([str(script)], "cutlab-analysis"), ([sys.executable, "-m", "analysis"], "analysis")):
+        missing = subprocess.run([*command, str(tmp_path / "nowhere"), "--out", str(tmp_path / "r")], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=120)
+        assert missing.returncode == 2 and missing.stderr.startswith(f"{name}: error: "), missing.stderr
+        usage = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert usage.returncode == 2 and usage.stderr.startswith(f"usage: {name} "), usage.stderr
+        assert usage.stderr.splitlines()[-1].startswith(f"{name}: error: "), usage.stderr
 
 
 def test_old_record_format_and_half_written_records(tmp_path, capsys):
@@ -323,7 +340,7 @@ def test_old_record_format_and_half_written_records(tmp_path, capsys):
 
     code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
     assert code == 0  # a report of what is there: nothing counted, everything listed
-    assert err.count("analysis: warning: ") == 6 and "record_version" in err
+    assert err.count("cutlab-analysis: warning: ") == 6 and "record_version" in err
     report = (tmp_path / "report" / "report.md").read_text()
     assert "6 run folders: 0 complete" in report and "4 partial, 2 unreadable" in report
     assert "Skipped: no complete video runs" in report

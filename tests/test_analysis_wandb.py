@@ -224,7 +224,7 @@ def test_no_offline_runs_exit_2(runs, tmp_path, capsys):
     folder = tmp_path / "records_only"  # run records without their W&B files
     shutil.copytree(run_dirs(runs)[0], folder / "run", ignore=shutil.ignore_patterns("wandb"))
     code, err = run_main("--wandb-offline", str(folder), "--out", str(tmp_path / "r"), capsys=capsys)
-    assert code == 2 and err.startswith("analysis: error: ") and err.count("\n") == 1
+    assert code == 2 and err.startswith("cutlab-analysis: error: ") and err.count("\n") == 1
     assert "no W&B run files" in err and "wandb.mode=offline" in err
     code, err = run_main("--wandb-offline", str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"), capsys=capsys)
     assert code == 2 and "does not exist" in err
