@@ -23,7 +23,6 @@ from cutlab.run.records import read_summary
 from cutlab.run.identity import check_same_run
 
 
-
 @dataclass
 class Command:
     """A ``python -m cutlab`` command line, split into what cutlab reads and what Hydra reads."""
