@@ -73,6 +73,28 @@ def test_dust_evaluates_each_sample_alike_whatever_the_batches_and_what_came_bef
         assert torch.equal(buffer, state[name]), name
 
 
+def test_dust_can_train_with_the_exact_step_size_and_its_gradient():
+    # power iteration is a lower bound that lags a moving dictionary (c < ||D||_2^2, a step longer than the paper's
+    # App. C allows); lipschitz_estimate=exact is ||D||_2^2 itself, with the gradient of sigma_max^2
+    torch.manual_seed(0)
+    models = {rule: DUST(depth=1, lipschitz_estimate=rule).double() for rule in ("power_iteration", "exact")}
+    moved = 1 + 0.2 * torch.rand_like(models["exact"].dictionaries[0])  # as after training steps
+    for model in models.values():
+        with torch.no_grad():
+            model.dictionaries[0].mul_(moved)
+        model.train()
+    dictionary = models["exact"].dictionaries[0]
+    exact = torch.linalg.svdvals(dictionary)[0] ** 2
+    c = models["exact"].step_size(0)
+    torch.testing.assert_close(c, exact)
+    assert models["power_iteration"].step_size(0) < exact  # a lower bound: what the option is for
+    (gradient,) = torch.autograd.grad(c, dictionary)
+    u, sigma, vh = torch.linalg.svd(dictionary.detach(), full_matrices=False)
+    torch.testing.assert_close(gradient, 2 * sigma[0] * torch.outer(u[:, 0], vh[0]))
+    with pytest.raises(ValueError, match="lipschitz_estimate must be one of power_iteration, exact, got 'svd'"):
+        DUST(depth=1, lipschitz_estimate="svd")
+
+
 def test_dust_trains_only_its_dictionaries_shared_for_erm_per_layer_when_constrained():
     shared, per_layer = DUST(depth=3), DUST(depth=3, per_layer_dictionary=True)
     assert [p.shape for p in shared.parameters()] == [(256, 512)]

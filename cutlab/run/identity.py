@@ -25,7 +25,8 @@ MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one
 # Keys added to the config after runs were first recorded, each with the value that gives what a config written
 # before it computed: a stored config without the key is compared as if it held that value, so its folder is still
 # skipped or resumed rather than refused.
-ADDED_KEYS = {"eval.iterate": "last", "precision": DEFAULT_PRECISION}
+ADDED_KEYS = {"eval.iterate": "last", "precision": DEFAULT_PRECISION,
+              "model.lipschitz_estimate": "power_iteration"}  # DUST's; filled on both sides, so other models are alike
 # Keys that change nothing while another key holds a given value: left out of the comparison then
 # (with the last iterate evaluated, no checks run, so their cadence is moot).
 INERT_KEYS = {"eval.check_every_steps": ("eval.iterate", "last")}

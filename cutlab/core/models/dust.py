@@ -9,6 +9,11 @@ from cutlab.core.models.base import LayerwiseModel, from_sequences, symmetric_at
 from cutlab.core.models.dct import dct_2d_dictionary
 
 
+#: how training computes c: power iteration (a few warm-started matrix-vector products a step; a lower bound that
+#: lags ||D||_2^2 where the top singular values are close, as a DCT frame's are) or exact (an SVD a step)
+LIPSCHITZ_ESTIMATES = ("power_iteration", "exact")
+
+
 def soft_threshold(values: torch.Tensor, threshold: float) -> torch.Tensor:
     """The proximal operator of threshold*||.||_1."""
     return torch.sign(values) * torch.relu(values.abs() - threshold)
@@ -29,6 +34,12 @@ def power_iteration(dictionary: torch.Tensor, vector: torch.Tensor, iterations: 
             vector.copy_(dictionary.T @ (dictionary @ vector))
             vector.div_(vector.norm())
     return (dictionary @ vector.clone()).pow(2).sum()  # a snapshot: later refinements must not alter this graph
+
+
+def _finite_or_nan(value: torch.Tensor) -> torch.Tensor:
+    """A norm that overflows is a diverged dictionary: NaN, not inf (with c = inf every code is 0 and the
+    reconstruction a finite 0, which the held-out check would take for a result)."""
+    return value if torch.isfinite(value) else torch.full_like(value, torch.nan)
 
 
 class DUST(LayerwiseModel):
@@ -57,6 +68,7 @@ class DUST(LayerwiseModel):
         lipschitz_margin: float = 1.0,
         per_layer_dictionary: bool = False,
         power_iterations: int = 2,
+        lipschitz_estimate: str = "power_iteration",
     ) -> None:
         super().__init__()
         if depth < 1:
@@ -66,6 +78,9 @@ class DUST(LayerwiseModel):
                              f"{attention_step}")
         if lipschitz_margin < 1.0:
             raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
+        if lipschitz_estimate not in LIPSCHITZ_ESTIMATES:
+            raise ValueError(f"lipschitz_estimate must be one of {', '.join(LIPSCHITZ_ESTIMATES)}, got "
+                             f"{lipschitz_estimate!r}")
         self.depth = depth
         self.threshold = threshold
         self.attention_step = attention_step
@@ -75,6 +90,7 @@ class DUST(LayerwiseModel):
         count = depth + 1 if per_layer_dictionary else 1
         self.dictionaries = nn.ParameterList([nn.Parameter(initial.clone()) for _ in range(count)])
         self.power_iterations = power_iterations
+        self.lipschitz_estimate = lipschitz_estimate
         # one singular-vector estimate per dictionary, converged once here, then refined at every training forward
         self.register_buffer("singular_vectors", torch.ones(count, atoms) / atoms**0.5)
         self._exact_norms: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # eval mode's ||D||_2^2 (step_size)
@@ -90,13 +106,15 @@ class DUST(LayerwiseModel):
         return layer if len(self.dictionaries) > 1 else 0
 
     def step_size(self, index: int) -> torch.Tensor:
-        """c = margin * ||D||_2^2 for dictionary ``index``: tracked by power iteration as the dictionary trains, exact
-        in eval mode.
+        """c = margin * ||D||_2^2 for dictionary ``index``: in training tracked by power iteration as the dictionary
+        trains (``lipschitz_estimate=power_iteration``) or exact (``exact``); exact in eval mode.
 
         An evaluation uses the exact value, the paper's c (App. C), so that it is a function of the weights alone: with
         the estimate refined at every forward, a test number moved with the evaluation's batch size and with whatever
         was evaluated before it, and ``cutlab-eval`` could not repeat a run's own numbers."""
         dictionary = self.dictionaries[index]
+        if self.training and self.lipschitz_estimate == "exact":  # with its gradient, 2 sigma u v^T
+            return self.lipschitz_margin * _finite_or_nan(torch.linalg.matrix_norm(dictionary, ord=2).pow(2))
         if self.training:
             return self.lipschitz_margin * power_iteration(dictionary, self.singular_vectors[index],
                                                            self.power_iterations)
@@ -109,10 +127,7 @@ class DUST(LayerwiseModel):
         key = (dictionary.data_ptr(), dictionary._version)
         if self._exact_norms.get(index, (None,))[0] != key:
             with torch.no_grad():
-                value = torch.linalg.matrix_norm(dictionary, ord=2).pow(2)
-            # a norm that overflows is a diverged dictionary: NaN, not inf (with c = inf every code is 0 and the
-            # reconstruction a finite 0, which the held-out check would take for a result)
-            self._exact_norms[index] = (key, value if torch.isfinite(value) else torch.full_like(value, torch.nan))
+                self._exact_norms[index] = (key, _finite_or_nan(torch.linalg.matrix_norm(dictionary, ord=2).pow(2)))
         return self._exact_norms[index][1]
 
     def block(self, codes: torch.Tensor, noisy: torch.Tensor, index: int,
