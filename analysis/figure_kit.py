@@ -158,16 +158,21 @@ def _at_reference(runs: RunTable, task: str, gamma_train: float | None) -> tuple
 
 
 def _best_per(results: pd.DataFrame, keys: list[str], rule: str) -> pd.DataFrame:
-    """Best run by ``rule`` (analysis.selection) per ``keys`` (+ arm); among gamma_test grids, the densest wins."""
+    """Best run by ``rule`` (analysis.selection) per ``keys`` (+ arm), every arm of one ``keys`` group in one setting
+    (precision, steps, gamma_test grid), so that no figure sets a 400-step arm beside a 60-step one: fp32 where a
+    group has it (other precisions are in the tables, marked), then the setting most arms have, then the densest
+    grid, then the longest training."""
     best = select_best(results, keys=keys + ["arm"] + SETTING, rule=rule)
     if best.empty:
         return best
-    # figures show fp32 runs where a cell has them (other precisions are in the tables, marked)
     best["_fp32"] = best["precision"] == DEFAULT_PRECISION
     best["_points"] = best["gamma_test_grid"].map(lambda grid: len(grid) if isinstance(grid, tuple) else 0)
-    # and the longest training where a cell has runs of several budgets
-    best = best.sort_values(["_fp32", "_points", "steps", "n_runs"], ascending=False, kind="stable")
-    return sort_cells(best.drop_duplicates(keys + ["arm"]).drop(columns=["_points", "_fp32"]))
+    best["_setting"] = [repr(tuple(row)) for row in best[SETTING].itertuples(index=False)]
+    best["_arms"] = best.groupby(keys + ["_setting"], dropna=False)["arm"].transform("nunique")
+    ranked = best.sort_values(["_fp32", "_arms", "_points", "steps", "n_runs"], ascending=False, kind="stable")
+    chosen = ranked.drop_duplicates(keys)[keys + ["_setting"]]
+    best = ranked.merge(chosen, on=keys + ["_setting"], how="inner")
+    return sort_cells(best.drop_duplicates(keys + ["arm"]).drop(columns=["_points", "_fp32", "_setting", "_arms"]))
 
 
 def _count_range(counts: list[int]) -> str:

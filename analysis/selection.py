@@ -18,6 +18,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from cutlab.config.neutral import RESULT_NEUTRAL_KEYS, RESULT_NEUTRAL_SECTIONS
 from cutlab.core.precision import DEFAULT_PRECISION  # a record written before the key existed ran in fp32
 
 from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
@@ -39,9 +40,9 @@ PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_u
 #: constraint-satisfaction figure)
 DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p",
                      "dual_update", "dual_restarts", "penalty", "resilience"]
-#: hyper-parameters a search or a grid may vary within one cell and arm: runs that differ in them are *trials*
-#: of which the best is reported (the paper's rule, Sec. 4 and App. B), which the tables say (``varied``)
-TRIAL_KEYS = ["alpha", "lr", "batch_size", "warmup_epochs", "resilience_c", "dual_cadence", *DUAL_SETTING_KEYS]
+#: config keys that never make runs of one row *trials* of each other: the seed (runs differing in it alone are
+#: seeds) and the keys that do not change a result (cutlab.config.neutral: launch, logging, paths, threads)
+NOT_TRIAL_KEYS = ("seed", *RESULT_NEUTRAL_KEYS)
 #: model order of the paper's tables; other names follow alphabetically
 MODEL_ORDER = ("dust", "ut", "vit", "distilbert", "roberta")
 DATASET_ORDER = ("avenue", "shanghaitech", "ucsd_ped2", "ucsd_ped1", "imdb", "mnli")
@@ -114,8 +115,8 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; under
     ``feasible-first`` the verdict ranks first (``VERDICT_PRIORITY``). Ties go to the first run by name, so
     the choice is deterministic. Adds ``n_runs`` (complete runs in the group) and ``n_infeasible`` (how many
-    of them ended infeasible) and ``varied``: the ``TRIAL_KEYS`` in which the group's runs differ, with how many
-    values each (``"alpha ×3, dual_lr ×2"``; empty when they differ in the seed alone).
+    of them ended infeasible) and ``varied``: the config keys in which the group's runs differ, with how many
+    values each (``"train.alpha ×3, train.dual_lr ×2"``; empty when they differ in the seed alone).
     """
     if rule not in SELECTION_RULES:
         raise ValueError(f"unknown selection rule {rule!r}; use one of {', '.join(SELECTION_RULES)}")
@@ -140,9 +141,17 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
 
 
 def _varied(group: pd.DataFrame) -> str:
-    """``TRIAL_KEYS`` with more than one value among ``group``'s runs, e.g. ``"alpha ×3, dual_lr ×2"``."""
-    counts = {key: group[key].astype(str).nunique() for key in TRIAL_KEYS if key in group}
-    return ", ".join(f"{key} ×{count}" for key, count in counts.items() if count > 1)
+    """The config keys (``cfg.*`` columns) with more than one value among ``group``'s runs, e.g.
+    ``"train.alpha ×3, train.dual_lr ×2"``, leaving out ``NOT_TRIAL_KEYS``; a key a record lacks is no difference."""
+    counts = {}
+    for column in group.columns:
+        key = column.removeprefix("cfg.")
+        if key == column or key in NOT_TRIAL_KEYS or key.split(".")[0] in RESULT_NEUTRAL_SECTIONS:
+            continue
+        count = group[column].dropna().map(repr).nunique()
+        if count > 1:
+            counts[key] = count
+    return ", ".join(f"{key} ×{count}" for key, count in counts.items())
 
 
 def with_settings(runs: pd.DataFrame) -> pd.DataFrame:

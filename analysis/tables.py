@@ -134,9 +134,7 @@ class Table:
         for _, r in self.frame.iterrows():
             # a run in lower precision, or of another budget, is its own row, named so (fp32 is the paper's and
             # cutlab's default; the budget is named wherever the table holds more than one)
-            setting = ([] if r["precision"] == DEFAULT_PRECISION else [str(r["precision"])]) \
-                + ([_steps(r["steps"])] if several_budgets else [])
-            model = f"{r['model']} ({', '.join(setting)})" if setting else str(r["model"])
+            model = _model_label(r, several_budgets)
             cells = [model, str(r["dataset"]), str(int(r["L"])), f"{r['gamma_train']:g}",
                      _grid_label(r["gamma_test_grid"])]
             for arm in self.arms:
@@ -231,13 +229,14 @@ def _notes(table: Table, runs: RunTable) -> list[str]:
     notes = [f"Each entry is the run {CHOSEN_BY[runs.selection]} among the cell's complete runs on the same "
              f"γ_test grid (seeds and search trials; counts under '{table._runs_heading()}'): {spec.what}. "
              "Δ = ours − paper."]
-    pooled = [f"{cell_label(row)}, {ARM_LABELS[arm]}: {row[f'{arm}_varied']}" for _, row in frame.iterrows()
-              for arm in table.arms if row[f"{arm}_varied"]]
+    several_budgets = frame["steps"].nunique(dropna=False) > 1
+    pooled = [f"{_row_label(row, several_budgets)}, {ARM_LABELS[arm]}: {row[f'{arm}_varied']}"
+              for _, row in frame.iterrows() for arm in table.arms if row[f"{arm}_varied"]]
     if pooled:
-        notes.append("Trials, not seeds: where a cell's runs differ in hyper-parameters, the entry is the best of "
-                     "them (the paper's rule for its grid and Bayesian searches), so its count is of trials: "
-                     + "; ".join(pooled) + " (each setting and its number of values).")
-    if frame["steps"].nunique(dropna=False) > 1:
+        notes.append("Trials, not only seeds: where a cell's runs differ in a config key, the entry is the best of "
+                     "them (the paper's rule for its grid and Bayesian searches), and its count is of seeds and "
+                     "trials together: " + "; ".join(pooled) + " (each key and its number of values).")
+    if several_budgets:
         notes.append("Runs of another training budget (steps) are another row, never seeds or trials of one.")
     if runs.selection == FEASIBLE_FIRST:
         notes.append("`--select feasible-first`: every verdict is taken on validation, so no test number takes part; "
@@ -306,6 +305,18 @@ def _grid_label(grid: str) -> str:
     """``"0 0.5 1 2"`` -> ``"0–2 (4)"``: the grid's range and size, short enough for a table cell."""
     values = [float(g) for g in str(grid).split()]
     return f"{values[0]:g}–{values[-1]:g} ({len(values)})" if values else "—"
+
+
+def _model_label(row: pd.Series, several_budgets: bool) -> str:
+    """``dust``, ``dust (bf16)``, ``dust (400 steps)``: the setting beside the model where it tells rows apart."""
+    setting = ([] if row["precision"] == DEFAULT_PRECISION else [str(row["precision"])]) \
+        + ([_steps(row["steps"])] if several_budgets else [])
+    return f"{row['model']} ({', '.join(setting)})" if setting else str(row["model"])
+
+
+def _row_label(row: pd.Series, several_budgets: bool) -> str:
+    """A table row's cell in a note, with its setting (two budgets of one cell are two rows)."""
+    return cell_label({**row.to_dict(), "model": _model_label(row, several_budgets)})
 
 
 def _steps(steps) -> str:

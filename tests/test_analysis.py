@@ -367,20 +367,22 @@ def test_a_run_of_another_budget_is_its_own_row_and_trials_are_named_not_counted
 
     base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09, "arm": "constrained",
             "gamma_test_grid": (0.0, 1.0), "usable": True, "selection_mode": "min", "verdict": "feasible", "seed": 0,
-            "precision": "fp32", "alpha": 0.25, "dual_lr": 0.1, "test_mean_metric": 10.0, "state": "complete"}
+            "precision": "fp32", "cfg.train.alpha": 0.25, "cfg.seed": 0, "test_mean_metric": 10.0, "state": "complete"}
     runs = pd.DataFrame([{**base, "run": "short", "steps": 60, "selection_metric": 2.0},
-                         {**base, "run": "short_alpha", "steps": 60, "alpha": 0.1, "selection_metric": 2.5},
+                         {**base, "run": "short_alpha", "steps": 60, "cfg.train.alpha": 0.1, "selection_metric": 2.5},
+                         {**base, "run": "short_seed", "steps": 60, "cfg.seed": 1, "selection_metric": 2.7},
                          {**base, "run": "long", "steps": 400, "selection_metric": 1.0, "test_mean_metric": 8.0},
                          {**base, "run": "erm", "steps": 60, "arm": "erm", "selection_metric": 3.0,
                           "verdict": "unconstrained"}])
     table = build_table(RunTable(runs, pd.DataFrame(), pd.DataFrame()), TABLE3)
     frame = table.frame.set_index("steps")
     assert sorted(frame.index) == [60, 400]
-    assert frame.loc[60, "constrained_run"] == "short" and frame.loc[60, "constrained_n_runs"] == 2
+    assert frame.loc[60, "constrained_run"] == "short" and frame.loc[60, "constrained_n_runs"] == 3
     assert frame.loc[400, "constrained_run"] == "long" and frame.loc[400, "erm_n_runs"] == 0
     markdown = table.to_markdown()
     assert "| dust (60 steps) |" in markdown and "| dust (400 steps) |" in markdown
-    assert "Trials, not seeds" in markdown and "L=3 · γ_train=0.09, constrained: alpha ×2" in markdown
+    assert "Trials, not only seeds" in markdown
+    assert "dust (60 steps) · ucsd_ped2 · L=3 · γ_train=0.09, constrained: train.alpha ×2" in markdown
 
 
 def test_an_ablation_point_never_averages_runs_of_another_budget_as_seeds():
@@ -393,6 +395,20 @@ def test_an_ablation_point_never_averages_runs_of_another_budget_as_seeds():
                          for steps in (60, 400) for alpha in (0.1, 0.2)])
     groups = ablation_groups(RunTable(runs, pd.DataFrame(), pd.DataFrame()), "alpha")
     assert sorted(sorted(group["run"]) for group in groups) == [["400_0.1", "400_0.2"], ["60_0.1", "60_0.2"]]
+
+
+def test_a_figure_sets_every_arm_of_a_cell_in_one_setting():
+    # constrained ran at 60 and 400 steps, ERM at 60 only: the figure compares both at 60, never 400 against 60
+    from analysis.figure_kit import _best_per
+
+    base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09,
+            "gamma_test_grid": (0.0, 1.0), "usable": True, "selection_mode": "min", "verdict": "feasible", "seed": 0,
+            "precision": "fp32"}
+    runs = pd.DataFrame([{**base, "run": "long", "arm": "constrained", "steps": 400, "selection_metric": 1.0},
+                         {**base, "run": "short", "arm": "constrained", "steps": 60, "selection_metric": 2.0},
+                         {**base, "run": "erm", "arm": "erm", "steps": 60, "selection_metric": 3.0}])
+    best = _best_per(runs, ["model", "dataset", "L", "gamma_train"], "validation")
+    assert sorted(best["run"]) == ["erm", "short"]
 
 
 def test_what_tells_panels_apart_leaves_out_a_models_class():

@@ -253,3 +253,16 @@ def test_source_arguments_are_exclusive(tmp_path, capsys):
     assert stop.value.code == 2 and "not both" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         run_main("--wandb-group", "g", "runs", "--out", str(tmp_path / "r"), capsys=capsys)
+
+
+def test_a_run_leaves_the_wandb_folder_variables_as_it_found_them(tmp_path, monkeypatch):
+    # a process started after the run (a sweep's next worker) would take this run's folders for the user's own
+    from cutlab.run.tracking import RUN_WANDB_DIRS, ServiceStart
+
+    for variable in RUN_WANDB_DIRS:
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr("cutlab.run.tracking.USER_WANDB_DIRS", dict.fromkeys(RUN_WANDB_DIRS))
+    service = ServiceStart("offline", tmp_path / "run")
+    assert all(os.environ[variable].startswith(str(tmp_path)) for variable in RUN_WANDB_DIRS)
+    service.abandon()
+    assert not [variable for variable in RUN_WANDB_DIRS if variable in os.environ]

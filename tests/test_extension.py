@@ -207,7 +207,7 @@ def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_d
     # two workers: each composes its trials with the user's folder too (the flag travels as Hydra's search path)
     from helpers.search import TINY, assert_run_complete, run_search
 
-    outside = tmp_path / "my_project"
+    outside = tmp_path / "my_project,v=2"  # a ',' or '=' in the folder's name must not split it for Hydra
     (outside / "conf" / "model").mkdir(parents=True)
     (outside / "smoothing.py").write_text(MODULE)
     (outside / "conf" / "model" / "smoother.yaml").write_text(CONFIG)
@@ -221,4 +221,4 @@ def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_d
         assert_run_complete(trial, steps=8)
         config = yaml.safe_load((trial / "config.yaml").read_text())
         assert config["model"]["_target_"] == "smoothing.TemporalSmoother"
-    assert "hydra.searchpath=[file://" in result.stderr
+    assert f"hydra.searchpath=['file://{outside / 'conf'}']" in result.stderr

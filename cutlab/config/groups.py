@@ -29,10 +29,22 @@ def search_dirs(arguments: list[str]) -> list[Path]:
         elif argument.startswith("--config-dir="):
             folders.append(Path(argument.split("=", 1)[1]))
         elif argument.lstrip("+").startswith("hydra.searchpath="):
-            entries = argument.split("=", 1)[1].strip("[]")
-            folders += [Path(entry.strip().strip("'\"").removeprefix("file://")) for entry in entries.split(",")
-                        if entry.strip() and not entry.strip().startswith("pkg://")]
+            folders += [Path(entry.removeprefix("file://")) for entry in _searchpath_entries(argument)
+                        if not entry.startswith("pkg://")]
     return folders
+
+
+def _searchpath_entries(argument: str) -> list[str]:
+    """The entries of a ``hydra.searchpath=[...]`` override as Hydra parses them (quoted paths may hold ',' or '=')."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        value = OverridesParser.create().parse_overrides([argument])[0].value()
+    except HydraException as error:
+        raise CutlabError(f"{argument} cannot be read: {error}; quote a folder with ',' or '=' in its name, "
+                          "e.g. hydra.searchpath=['file:///my,folder']") from None
+    return [str(entry) for entry in (value if isinstance(value, list) else [value]) if str(entry).strip()]
 
 
 # cutlab's own nodes: some config of conf/ holds every key their code reads (train=erm lacks constraint_form, which

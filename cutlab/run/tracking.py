@@ -42,6 +42,7 @@ class ServiceStart:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._new_dirs: list[Path] = []  # the folders this start creates in the run folder
+        self._previous = {variable: os.environ.get(variable) for variable in RUN_WANDB_DIRS}
         if mode == "disabled":
             return
         for variable, name in RUN_WANDB_DIRS.items():
@@ -71,6 +72,15 @@ class ServiceStart:
         if self._error is not None:
             raise self._error
 
+    def restore_environment(self) -> None:
+        """The WANDB_*_DIR variables as they were before this run: a process started later (a sweep's next worker)
+        must not take this run's folders for folders the user chose."""
+        for variable, value in self._previous.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
+
     def abandon(self) -> None:
         """The run stopped before its Tracker existed: stop the service and remove the folders it began in the
         run folder, so that a run refused at the door leaves nothing behind (W&B's error, if any, is moot)."""
@@ -81,6 +91,7 @@ class ServiceStart:
         import wandb
 
         wandb.teardown()
+        self.restore_environment()
         for folder in self._new_dirs:
             shutil.rmtree(folder, ignore_errors=True)
         if self._new_dirs:
@@ -100,9 +111,11 @@ class Tracker:
         self.run = None
         self.mode = mode
         self._last_step = 0
+        self._service: ServiceStart | None = None
         if mode == "disabled":
             return
-        (service or ServiceStart(mode, run_dir)).wait()
+        self._service = service or ServiceStart(mode, run_dir)
+        self._service.wait()
         import wandb
 
         with redacted_argv():  # W&B records the command line in the run's metadata
@@ -183,6 +196,8 @@ class Tracker:
         if self.run:
             self.run.finish(exit_code=1 if failed else 0)
             self.run = None
+        if self._service:
+            self._service.restore_environment()
 
 
 SUMMARY_SEPARATOR = "/"  # W&B's own grouping separator in its UI

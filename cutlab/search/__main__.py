@@ -66,9 +66,11 @@ def with_config_dir(args: argparse.Namespace) -> argparse.Namespace:
         return args
     from cutlab.launch.plan import config_dir_path
 
-    if any(o.startswith("hydra.searchpath=") for o in args.overrides):
+    if any(o.lstrip("+").startswith("hydra.searchpath=") for o in args.overrides):
         raise CutlabError("give your configs' folder once: --config-dir DIR or hydra.searchpath=[file://DIR], not both")
-    searchpath = f"hydra.searchpath=[file://{config_dir_path(args.config_dir)}]"
+    # quoted, so that a folder name with ',' '=' or brackets stays one path to Hydra's override parser
+    quoted = config_dir_path(args.config_dir).replace("\\", "\\\\").replace("'", "\\'")
+    searchpath = f"hydra.searchpath=['file://{quoted}']"
     return argparse.Namespace(**{**vars(args), "config_dir": None, "overrides": [searchpath, *args.overrides]})
 
 
