@@ -46,9 +46,15 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
                       "(hollow, lighter); a constrained model should descend monotonically. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells"))
 
+    # each panel's legend below it: one column where labels are long (three arms, the paper's dual's among them), so
+    # that no legend runs into its neighbour's, and the panel as much taller as its legend has lines
+    entries = 2 * int(best.groupby(["task", "model", "dataset", "L", "gamma_train"])["arm"].nunique().max())
+    legend_columns = 1 if entries > 4 else 2
+    legend_lines = math.ceil(entries / legend_columns)
+
     def draw() -> Figure:
         cols = min(len(keys), 3)
-        figure, axes = _panels(math.ceil(len(keys) / cols), cols, width=3.6, height=2.9)
+        figure, axes = _panels(math.ceil(len(keys) / cols), cols, width=3.6, height=2.4 + 0.17 * legend_lines)
         for k, (task, model, dataset, depth, gamma) in enumerate(keys):
             ax = axes[k // cols, k % cols]
             chosen = best[(best["task"] == task) & (best["model"] == model) & (best["dataset"] == dataset)
@@ -70,7 +76,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             _title(ax, cell_label({"model": model, "dataset": dataset, "L": depth, "gamma_train": gamma}))
             ax.set_xlabel("layer l (0 = before the first block)")
             _ylabel(axes, k // cols, k % cols, LOSS_LABEL.get(task, r"mean test loss $\ell_l$"))
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)  # below: curves cross anywhere
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=legend_columns)  # below: curves cross
         for k in range(len(keys), axes.size):
             axes[k // cols, k % cols].set_visible(False)
         figure.suptitle("Layerwise test loss, constrained vs ERM")

@@ -373,3 +373,24 @@ def test_runs_on_other_data_settings_are_other_cells_never_seeds_of_one(tmp_path
                       "older": "video_folder"}
     report = write_report(runs, tmp_path / "out").path.read_text()
     assert "| dust | video_folder (root=/footage/a/clips) | 3 | 0.09 |" in report and "10.000" in report
+
+
+def test_the_layerwise_figure_keeps_three_arms_legends_apart(tmp_path):
+    # three panels side by side, three arms each (the paper's dual's long label among them): legends in two columns
+    # ran into their neighbours' and matplotlib gave up the layout ("axes sizes collapsed to zero")
+    import warnings
+
+    from analysis.collect import collect_runs
+    from analysis.figures_layers import layerwise_loss
+
+    for depth in (3, 5, 7):
+        cell = {**CELL, "L": depth}
+        write_run(tmp_path / "runs", f"new_L{depth}", **cell, constrained=True, test=14.0, selection=14.1,
+                  train=NEW_DUAL, verdict="infeasible", violated=(1,))
+        write_run(tmp_path / "runs", f"paper_L{depth}", **cell, constrained=True, test=16.0, selection=13.9,
+                  train=PAPER_DUAL, verdict="slack_feasible", slack={1: 0.1})
+        write_run(tmp_path / "runs", f"erm_L{depth}", **cell, constrained=False, test=15.0, selection=15.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = layerwise_loss(collect_runs(tmp_path / "runs"), tmp_path / "figures", gamma_train=0.09)
+    assert result.written, result.skipped
