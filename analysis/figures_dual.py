@@ -4,6 +4,7 @@ Drawn with the shared style and helpers of :mod:`analysis.figure_kit`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -118,49 +119,62 @@ def _shown_settings(curves: dict[str, pd.DataFrame], always: set[str]) -> list[s
 
 
 def constraint_satisfaction(runs: RunTable, out_dir: Path) -> FigureResult:
-    """Fraction of runs whose smoothed training constraints are met at each step, one line per dual setting."""
+    """Fraction of runs whose smoothed training constraints are met at each step, one line per dual setting; one
+    row per task (video and text budgets differ tenfold in steps: on one axis the shorter runs were a sliver)."""
     result = FigureResult("constraint_satisfaction", TITLES["constraint_satisfaction"])
-    curves, counts = satisfaction_by_setting(runs)
-    if not curves:
+    tasks = [task for task in dict.fromkeys(runs.results["task"].dropna())]
+    by_task = {task: satisfaction_by_setting(dataclasses.replace(runs, runs=runs.runs[runs.runs["task"] == task]))
+               for task in tasks}
+    by_task = {task: found for task, found in by_task.items() if found[0]}
+    if not by_task:
         result.skipped = ("no complete run with constraints_met_strictly in its history.csv (records written before "
                           "time to feasibility was measured lack it)")
         return result
     results = runs.results
     paper = {dual_setting_label(r) for _, r in results[results["arm"] == "constrained_paper"].iterrows()}
     erm = dual_setting_label({"arm": "erm"})
-    shown = _shown_settings(curves, paper | {erm})
-    hidden = len(curves) - len(shown)
+    shown = {task: _shown_settings(curves, paper | {erm}) for task, (curves, _) in by_task.items()}
+    hidden = sum(len(curves) - len(shown[task]) for task, (curves, _) in by_task.items())
+    settings = list(dict.fromkeys(setting for task in by_task for setting in shown[task]))  # one colour each
+    counts = {setting: sum(found[1].get(setting, 0) for found in by_task.values()) for setting in settings}
     result.caption = ("Fraction of the complete runs of each dual setting whose smoothed training constraints "
                       "(an exponential moving average of the log layer losses over about 20 steps, "
                       "cutlab.core.feasibility_clock) are met at each step: strictly (left) and within the "
                       "resilience slack (right), among the runs that reached the step (cells and budgets differ "
-                      "in length). One line per dual setting: constraint form · dual optimiser and its learning "
-                      "rate · detach_prev · update order · restarts · resilience (n = runs); the paper's dual "
-                      "dash-dotted, ERM (no dual, the same check) dashed. Runs recorded before this was measured "
-                      "are left out." + _not_shown(hidden, "dual settings (ranked by the mean strict fraction)"))
+                      "in length); one row per task. One line per dual setting: constraint form · dual optimiser and "
+                      "its learning rate · detach_prev · update order · restarts · resilience (n = runs, all rows); "
+                      "the paper's dual dash-dotted, ERM (no dual, the same check) dashed. Runs recorded before this "
+                      "was measured are left out." + _not_shown(hidden, "dual settings (ranked by the mean strict "
+                                                                         "fraction)"))
 
-    def style(k: int, setting: str) -> dict:
+    def style(setting: str) -> dict:
         if setting == erm:
             return {"color": ARM_STYLE["erm"]["color"], "linestyle": "--"}
-        colour = OKABE_ITO[k % len(OKABE_ITO)]
+        colour = OKABE_ITO[settings.index(setting) % len(OKABE_ITO)]
         return {"color": colour, "linestyle": "-." if setting in paper else "-"}
 
     def draw() -> Figure:
-        columns = [c for c in MET_COLUMNS if any(c in curve for curve in curves.values())]
-        figure, axes = _panels(1, len(columns), width=4.2, height=3.4)
-        for j, column in enumerate(columns):
-            ax = axes[0, j]
-            for k, setting in enumerate(shown):
-                curve = curves[setting]
-                if column in curve:
-                    ax.plot(curve.index, curve[column].to_numpy(), linewidth=1.4, **style(k, setting),
-                            label=f"{setting} (n={counts[setting]})")
-            ax.set_ylim(-0.03, 1.05)
-            _title(ax, MET_COLUMNS[column])
-            ax.set_xlabel("training step")
-            integer_ticks(ax.xaxis)
-            _ylabel(axes, 0, j, "fraction of runs\nwith constraints met")
-        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(0.0, -0.2), ncol=1)  # below: labels are long
+        columns = [c for c in MET_COLUMNS if any(c in curve for curves, _ in by_task.values() for curve in curves.values())]
+        figure, axes = _panels(len(by_task), len(columns), width=4.2, height=3.0)
+        lines = {}
+        for i, (task, (curves, _)) in enumerate(by_task.items()):
+            for j, column in enumerate(columns):
+                ax = axes[i, j]
+                for setting in shown[task]:
+                    if column in curves[setting]:
+                        curve = curves[setting]
+                        (lines[setting],) = ax.plot(curve.index, curve[column].to_numpy(), linewidth=1.4,
+                                                    **style(setting), label=f"{setting} (n={counts[setting]})")
+                ax.set_ylim(-0.03, 1.05)
+                _title(ax, f"{task}: {MET_COLUMNS[column]}" if len(by_task) > 1 else MET_COLUMNS[column])
+                ax.set_xlabel("training step")
+                integer_ticks(ax.xaxis)
+                _ylabel(axes, i, j, "fraction of runs\nwith constraints met")
+        # one legend below every panel, the figure's own: anchored to a panel, its long labels widened that panel's
+        # column and pushed the panels apart
+        ordered = [setting for setting in settings if setting in lines]
+        figure.legend([lines[s] for s in ordered], [lines[s].get_label() for s in ordered], loc="outside lower center",
+                      ncol=1)
         figure.suptitle("Constraint satisfaction over training, per dual setting")
         return figure
 

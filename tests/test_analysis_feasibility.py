@@ -394,3 +394,20 @@ def test_the_layerwise_figure_keeps_three_arms_legends_apart(tmp_path):
         warnings.simplefilter("error")
         result = layerwise_loss(collect_runs(tmp_path / "runs"), tmp_path / "figures", gamma_train=0.09)
     assert result.written, result.skipped
+
+
+def test_constraint_satisfaction_draws_a_row_per_task(tmp_path):
+    # video and text budgets differ tenfold in steps: on one axis the shorter runs were a sliver at its left
+    from analysis.collect import collect_runs
+    from analysis.figures_dual import constraint_satisfaction
+
+    write_run(tmp_path / "runs", "video", **CELL, constrained=True, test=14.0, selection=14.1, train=NEW_DUAL,
+              met_from=(2, 2))
+    write_run(tmp_path / "runs", "text", model="hf_encoder", dataset="imdb", L=6, gamma=0.4, constrained=True,
+              test=[0.9, 0.85, 0.8, 0.7], selection=0.8, train=NEW_DUAL, met_from=(4, 4))
+    result = constraint_satisfaction(collect_runs(tmp_path / "runs"), tmp_path / "figures")
+    assert result.written, result.skipped
+    from matplotlib.image import imread
+
+    height = imread(result.paths[0]).shape[0]
+    assert height > 2 * 3.0 * 170, height  # two rows of panels (3 inches each at 170 dpi), not one
