@@ -177,26 +177,28 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     def draw() -> Figure:
         cols = min(len(panels), 3)
         rows = math.ceil(len(panels) / cols)
-        figure, axes = _panels(rows, cols, width=3.6, height=2.9)
+        # legends in one column below each panel and the statistics on their own lines: side by side, the long arm
+        # names ran past the panel into its neighbour
+        figure, axes = _panels(rows, cols, width=3.8, height=3.6)
         for k, (run, mine, gamma_test, theirs) in enumerate(panels):
             ax = axes[k // cols, k % cols]
             values = [mine] + ([theirs] if theirs is not None else [])
             upper = float(max(1.5, min(4.0, max(np.quantile(v, 0.99) for v in values) * 1.05)))
             bins = np.linspace(0.0, upper, 41)
             style = ARM_STYLE[run["arm"]]
-            text = f"{style['label']}{_mark(run)}: {stats(mine)}"
+            text = f"{style['label']}{_mark(run)}:\n  {stats(mine)}"
             ax.hist(np.clip(mine, 0, upper), bins=bins, color=style["color"], alpha=0.55, label=style["label"],
                     **figure_marks.bar_style(run))
             if theirs is not None:
                 ax.hist(np.clip(theirs, 0, upper), bins=bins, histtype="step", linestyle="--", linewidth=1.4,
                         color=ARM_STYLE["erm"]["color"], label="ERM")
-                text += f"\nERM: {stats(theirs)}"
+                text += f"\nERM:\n  {stats(theirs)}"
             ax.axvline(1.0, color="black", linestyle=":", linewidth=1.0, label="ratio 1 (no descent)")
             alpha = run.get("alpha")
             if alpha is not None and not pd.isna(alpha):
                 ax.axvline(1.0 - float(alpha), color=style["color"], linestyle="-.", linewidth=1.0,
                            label=f"required 1 − α = {1 - float(alpha):.2f}")
-            ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # headroom for the statistics box
+            ax.set_ylim(top=ax.get_ylim()[1] * (1.5 if theirs is None else 1.9))  # headroom for the statistics box
             ax.text(0.02, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
                     bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.8"})
             _title(ax, f"{cell_label(run)}\n{figure_marks.settings(run)}\n"
@@ -204,7 +206,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.set_xlabel(r"per-sample ratio $\ell_l / \ell_{l-1}$ (l = 1…L)")
             integer_ticks(ax.yaxis)  # a count of samples
             _ylabel(axes, k // cols, k % cols, "count (samples × layers)")
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
         for k in range(len(panels), axes.size):
             axes[k // cols, k % cols].set_visible(False)
         figure.suptitle("Per-sample descent ratios")
