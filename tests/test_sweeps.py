@@ -210,6 +210,33 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_
         "the resumed session continues the same W&B run"
 
 
+def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_interrupted(tmp_path):
+    """SLURM's scancel and preemption signal every process of the job, W&B's service among them: the service is gone
+    at once, and the run's next log to it must not fail the run before it reaches its step boundary to checkpoint."""
+    runs = tmp_path / "runs"
+    args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=30", "checkpoint.every_steps=1000", "eval.gamma_test=[0]",
+            "wandb.mode=offline", "progress=false", "run_name=stopped"]
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    stopped = runs / "stopped"
+    deadline = time.time() + 300
+    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < 3:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    service = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+    assert service, "W&B's service runs as a child of the run"
+    for pid in [*service, str(process.pid)]:  # the service first: it is gone before the run's next step
+        os.kill(int(pid), signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 75, stderr[-2000:]
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and "SIGTERM" in summary["error"], summary
+    steps_done = len(pd.read_csv(stopped / "history.csv"))
+    assert torch.load(stopped / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done
+
+
 # -------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "args, expected",

@@ -6,9 +6,10 @@ import contextlib
 import os
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact_values, redacted_argv
@@ -99,6 +100,14 @@ class ServiceStart:
                 self._new_dirs[0].parent.rmdir()  # <run_dir>/wandb, when these were all it held
 
 
+def _service_gone() -> tuple[type[BaseException], ...]:
+    """What a call raises when W&B's service process is gone: its socket reset (OSError), its mailbox closed."""
+    from wandb.sdk.mailbox.mailbox import MailboxClosedError
+    from wandb.sdk.mailbox.mailbox_handle import HandleAbandonedError
+
+    return OSError, MailboxClosedError, HandleAbandonedError
+
+
 class Tracker:
     """A W&B run in the run folder (``<run_dir>/wandb``), resumable by id; a no-op when disabled.
 
@@ -110,6 +119,7 @@ class Tracker:
         _check_mode(mode)
         self.run = None
         self.mode = mode
+        self._run_dir = run_dir
         self._last_step = 0
         self._service: ServiceStart | None = None
         if mode == "disabled":
@@ -133,6 +143,23 @@ class Tracker:
         self.run.define_metric(GAMMA_KEY)
         self.run.define_metric(f"{EVAL_SECTION}/*", step_metric=GAMMA_KEY)
 
+    @contextlib.contextmanager
+    def _while_service_lives(self) -> Iterator[None]:
+        """W&B mirrors the run record; it must not end the run. Its service is a process of its own, and SLURM's
+        scancel (or a preemption) signals every process of the job: the service is gone at once, while the run
+        still has to reach its next step boundary to checkpoint and stop as interrupted (cutlab.run.preemption).
+        A call that finds the service gone drops W&B for the rest of the run, in one line."""
+        try:
+            yield
+        except _service_gone() as error:
+            print(f"[cutlab] W&B's service is gone ({type(error).__name__}: {error}); the run goes on without W&B "
+                  f"(its record in {self._run_dir} is complete)", file=sys.stderr, flush=True)
+            self.run = None
+            import wandb
+
+            with contextlib.suppress(Exception):  # a fresh service for the next run of this process
+                wandb.teardown()
+
     @property
     def run_id(self) -> str | None:
         return self.run.id if self.run else None
@@ -145,7 +172,8 @@ class Tracker:
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """One history.csv row at training step ``step``, its keys in W&B sections (``wandb_key``)."""
         if self.run:
-            self.run.log({STEP_KEY: step, **{wandb_key(k): v for k, v in metrics.items()}}, step=step)
+            with self._while_service_lives():
+                self.run.log({STEP_KEY: step, **{wandb_key(k): v for k, v in metrics.items()}}, step=step)
             self._last_step = step
 
     def log_table(self, key: str, rows: list[dict[str, Any]]) -> None:
@@ -153,7 +181,8 @@ class Tracker:
             import wandb
 
             columns = list(rows[0])
-            self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])})
+            with self._while_service_lives():
+                self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])})
 
     def log_evaluation(self, rows: list[dict[str, Any]]) -> None:
         """eval.csv's rows (cutlab.records.evaluation_rows) three ways: the table ``eval`` (analysis reads it back),
@@ -164,6 +193,11 @@ class Tracker:
         import wandb
 
         self.log_table(EVAL_TABLE, rows)
+        if self.run:
+            with self._while_service_lives():
+                self._log_curves(wandb, rows)
+
+    def _log_curves(self, wandb, rows: list[dict[str, Any]]) -> None:
         last = max(row["layer"] for row in rows)
         points: dict[float, dict[str, float]] = {}
         for row in rows:
@@ -186,15 +220,17 @@ class Tracker:
         analysis can rebuild summary.json from W&B alone (analysis.wandb_source). The verdict also becomes a tag,
         so W&B's run table can filter on it."""
         if self.run:
-            for key, value in flat_summary(summary).items():
-                self.run.summary[key] = value
-            verdict = summary.get("verdict")
-            if verdict and verdict not in self.run.tags:
-                self.run.tags = (*self.run.tags, verdict)
+            with self._while_service_lives():
+                for key, value in flat_summary(summary).items():
+                    self.run.summary[key] = value
+                verdict = summary.get("verdict")
+                if verdict and verdict not in self.run.tags:
+                    self.run.tags = (*self.run.tags, verdict)
 
     def finish(self, failed: bool = False) -> None:
         if self.run:
-            self.run.finish(exit_code=1 if failed else 0)
+            with self._while_service_lives():
+                self.run.finish(exit_code=1 if failed else 0)
             self.run = None
         if self._service:
             self._service.restore_environment()
