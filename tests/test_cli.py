@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
 import subprocess
@@ -215,6 +216,33 @@ def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run
     assert message.startswith("cutlab: error: ") and expected in message, result.stderr
     assert "Traceback" not in result.stderr
     assert folder_fingerprint(earlier_run) == before and set(earlier_run.iterdir()) == folders
+
+
+@pytest.fixture
+def unwritable_folder(tmp_path):
+    """A folder that cannot be written: 0o555 for a user, a read-only mount for root (whom permissions do not stop)."""
+    folder = tmp_path / "read_only"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"root cannot mount a read-only folder here: {mounted.stderr.decode().strip()}")
+    yield folder
+    subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_runs_folder_that_cannot_be_written_is_one_line(earlier_run, unwritable_folder, sweep):
+    # a read-only mount or another user's folder failed inside Hydra's making of the run folder, with a traceback
+    args = [*(["-m", "L=1,2"] if sweep else []), f"paths.runs_dir={unwritable_folder / 'runs'}", "wandb.mode=disabled"]
+    result = cutlab(args, earlier_run, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1].startswith("cutlab: error: paths.runs_dir=")
+    assert "cannot be written; give a folder you can write" in result.stderr
 
 
 def test_a_nan_loss_stops_with_the_fix_and_a_failed_record(earlier_run):

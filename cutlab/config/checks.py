@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -147,10 +148,13 @@ def check_default_folders(cfg: DictConfig) -> None:
 
 
 def check_runs_dir(folder: Path) -> None:
-    """A runs folder that is a file (or lies under one) would fail deep inside Hydra's making of the run's folder."""
+    """A runs folder that is a file (or lies under one), or that cannot be written (a read-only mount, another user's
+    folder), would fail deep inside Hydra's making of the run's folder, with a traceback."""
+    fix = "give a folder you can write (paths.runs_dir=DIR, CUTLAB_RUNS_DIR=DIR, or cutlab-reproduce --out DIR)"
     for part in (folder, *folder.parents):
         if part.exists():
             if not part.is_dir():
-                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} is a file; give a folder "
-                                  "(paths.runs_dir=DIR, CUTLAB_RUNS_DIR=DIR, or cutlab-reproduce --out DIR)")
+                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} is a file; {fix}")
+            if not os.access(part, os.W_OK | os.X_OK):  # EROFS too: access(2) reports a read-only file system
+                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} cannot be written; {fix}")
             return
