@@ -21,6 +21,8 @@ from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
+from cutlab.launch.outcome import BUSY_ADVICE
+from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
 INTERRUPTED_EXIT = 130  # the shell's code for a process ended by SIGINT
@@ -54,6 +56,14 @@ def app(cfg: DictConfig) -> float | None:
         if in_sweep:
             _record_outcome(run_dir, "interrupted", "interrupted (Ctrl-C)")
         raise SystemExit(INTERRUPTED_EXIT) from None
+    except RunFolderBusy as busy:
+        if not in_sweep:
+            print(f"cutlab: error: {redact(str(busy))}", file=sys.stderr)
+            raise SystemExit(2) from None
+        # in a sweep: an earlier sweep's job writes it still, so it is left to that one, not failed
+        print(f"cutlab: {run_dir.name}: written by {busy.holder}: {BUSY_ADVICE}", file=sys.stderr)
+        _record_outcome(run_dir, "busy", f"written by {busy.holder}: {BUSY_ADVICE}")
+        return None
     except CutlabError as error:
         _remove_if_empty(run_dir)
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
@@ -157,10 +167,10 @@ def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = 
     """The in-process sweep's summary (stderr and its record); exit 1 when any run failed (a stopped sweep keeps
     the exit status of its stop)."""
     from cutlab.launch.outcome import summary_text
-    from cutlab.launch.sweep import finish_record
+    from cutlab.launch.sweep import completed, finish_record
 
-    skipped = len(plan.runs) - len(plan.to_run)
-    ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run}]
+    skipped = completed(plan)
+    ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run + plan.busy}]
     finish_record(record, [o.as_dict() for o in ran], skipped, seconds)
     print(summary_text(plan.name, ran, skipped, seconds), file=sys.stderr, flush=True)
     if not stopped and any(o.status != "complete" for o in SWEEP_OUTCOMES):

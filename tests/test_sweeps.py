@@ -237,6 +237,39 @@ def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_i
     assert torch.load(stopped / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done
 
 
+@pytest.mark.parametrize("launcher", ["inprocess", "local"])
+def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_again_or_failed(tmp_path, launcher):
+    """The same command again while an earlier sweep's job still writes one of its runs (its submitter was stopped,
+    the job was not): that run is left to the job, said so, and recorded busy, not submitted again to be refused at
+    its folder's lock and reported failed; the other runs go on."""
+    runs = tmp_path / "runs"
+    grid = ["gamma=0", "L=2", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]", "wandb.mode=disabled",
+            "progress=false"]
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    earlier = subprocess.Popen([sys.executable, "-m", "cutlab", "train.epochs=400", *grid], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        written = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=400,train.max_steps_per_epoch=2"
+        deadline = time.time() + 300
+        while not (written / "history.csv").exists():
+            assert earlier.poll() is None and time.time() < deadline, "the earlier run ended before the sweep began"
+            time.sleep(0.05)
+        sweep = ["train.epochs=400,2", *grid, f"launcher={launcher}"]
+        planned = cutlab(["-m", "--plan", *sweep], runs)
+        assert re.search(r"busy +L=2,.*train.epochs=400,.* \(written now by process \d+ on .*: not run again\)",
+                         planned.stdout), planned.stdout
+        result = cutlab(["-m", *sweep], runs, check=False)
+        assert earlier.poll() is None, "the earlier run was not disturbed"
+    finally:
+        earlier.kill()
+        earlier.wait()
+    assert result.returncode == 1 and "1 complete, 0 failed, 0 interrupted, 1 busy" in result.stderr, result.stderr[-3000:]
+    statuses = {run["run_id"].split("train.epochs=")[1].split(",")[0]: run["status"]
+                for run in sweep_outcome(runs)["runs"]}
+    assert statuses == {"400": "busy", "2": "complete"}, statuses
+
+
 # -------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(
     "args, expected",

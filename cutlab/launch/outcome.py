@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from cutlab.core.objectives import headline_of, objective_of_metric
 
 SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
 OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what became of it (analysis reads it)
-STATUSES = ("complete", "failed", "interrupted")
+# busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one
+STATUSES = ("complete", "failed", "interrupted", "busy")
+BUSY_ADVICE = "left to the process writing it; run the same command again when that one ends"
 
 
 class RunFailed(Exception):
@@ -51,6 +52,8 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
         if interrupted is not None:
             return Outcome(run_id, "interrupted", error=interrupted, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
+    from cutlab.core.objectives import headline_of, objective_of_metric  # here: importing them imports torch (~1 s)
+
     value = headline_of(summary, objective_of_metric(summary["metric"])) if summary.get("metric") else None
     return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
 
@@ -74,6 +77,7 @@ def _last_line(text: str) -> str:
 
 def summary_text(name: str, outcomes: list[Outcome], skipped: int, seconds: float) -> str:
     counts = {status: sum(o.status == status for o in outcomes) for status in STATUSES}
+    busy = f", {counts['busy']} busy (being written by another process)" if counts["busy"] else ""
     head = (f"sweep {name}: {counts['complete']} complete, {counts['failed']} failed, {counts['interrupted']} "
-            f"interrupted, {skipped} skipped (already complete) in {seconds:.1f} s")
+            f"interrupted{busy}, {skipped} skipped (already complete) in {seconds:.1f} s")
     return "\n".join([head, *(f"  {o.line()}" for o in sorted(outcomes, key=lambda o: o.run_id))])

@@ -21,6 +21,7 @@ from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.run.records import read_summary
 from cutlab.run.identity import check_same_run
+from cutlab.run.lock import live_holder
 
 
 @dataclass
@@ -90,6 +91,7 @@ class PlannedRun:
     run_id: str                # its folder name: stable, from the overrides that change the result
     run_dir: Path
     status: str                # new | complete | running | interrupted | failed (its summary.json) | refused
+                               # | busy (another live process writes its folder: cutlab.run.lock.live_holder)
     steps_done: int = 0
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
 
@@ -105,7 +107,13 @@ class Plan:
 
     @property
     def to_run(self) -> list[PlannedRun]:
-        return [run for run in self.runs if run.status != "complete"]
+        return [run for run in self.runs if run.status not in ("complete", "busy")]
+
+    @property
+    def busy(self) -> list[PlannedRun]:
+        """Runs another live process is writing (an earlier sweep's jobs, whose submitter was stopped): not run again,
+        which would only be refused at their folders' lock."""
+        return [run for run in self.runs if run.status == "busy"]
 
 
 def sweep_name(command: Command) -> str:
@@ -210,10 +218,10 @@ def _state(run_dir: Path, job: dict) -> tuple[str, int]:
         summary = read_summary(run_dir, resumable=True)
     except CutlabError:
         return "refused", 0
-    if summary is None:
-        return "new", 0
-    steps = summary.get("steps")
-    return str(summary.get("status", "new")), steps if isinstance(steps, int) and steps >= 0 else 0
+    steps = summary.get("steps") if summary else 0
+    steps = steps if isinstance(steps, int) and steps >= 0 else 0
+    status = str(summary.get("status", "new")) if summary else "new"
+    return ("busy" if status != "complete" and live_holder(run_dir) else status), steps
 
 
 def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
@@ -222,12 +230,14 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
     width = len(str(len(plan.runs)))
     for run in plan.runs:
         note = f" (resumes at step {run.steps_done})" if run.status in ("running", "interrupted", "failed") and run.steps_done else ""
+        note = f" (written now by {live_holder(run.run_dir)}: not run again)" if run.status == "busy" else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
-    done = len(plan.runs) - len(plan.to_run)
+    done = len(plan.runs) - len(plan.to_run) - len(plan.busy)
     cost = estimate(plan.runs_dir, plan.to_run)
     if launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True)):
         cost.seconds += PROCESS_STARTUP_S * cost.measured
-    lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run")
+    busy = f", {len(plan.busy)} busy (another process writes them)" if plan.busy else ""
+    lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run{busy}")
     if plan.to_run:
         wall = cost.seconds / max(1, min(parallel, cost.measured))  # the measured runs alone, spread over the slots
         measured = (f"estimated {_duration(cost.seconds)} of run time for the {cost.measured} measured runs "

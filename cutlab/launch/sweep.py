@@ -15,9 +15,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
-from cutlab.launch.outcome import OUTCOME_FILE, SWEEP_RECORDS
+from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
+from cutlab.run.lock import live_holder
 
 
 def with_sweep_group(command: Command) -> Command:
@@ -49,8 +50,10 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
 
         check_cluster(profile)
     record = _start_record(plan, launcher, parallel)
-    print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {len(plan.runs) - len(plan.to_run)} complete "
-          f"(skipped), {len(plan.to_run)} to run with launcher={launcher}; record in {record}", file=sys.stderr, flush=True)
+    busy = f", {len(plan.busy)} busy (written by another process: {BUSY_ADVICE})" if plan.busy else ""
+    print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {completed(plan)} complete "
+          f"(skipped), {len(plan.to_run)} to run with launcher={launcher}{busy}; record in {record}", file=sys.stderr,
+          flush=True)
     if launcher == "inprocess":
         _keep_earlier_multirun_yaml(plan.runs_dir, record)
         return None, (plan, record)
@@ -86,7 +89,8 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
         jobs = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
         outcomes = slurm.wait(jobs, commands)
     elapsed = time.perf_counter() - started
-    skipped = len(plan.runs) - len(plan.to_run)
+    outcomes += busy_outcomes(plan)
+    skipped = completed(plan)
     text = summary_text(plan.name, outcomes, skipped, elapsed)
     finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
     print(text, file=sys.stderr, flush=True)
@@ -107,6 +111,17 @@ def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
     (record / "plan.txt").write_text(format_plan(plan, launcher, parallel) + "\n")
     (record / "command.json").write_text(json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher}, indent=1))
     return record
+
+
+def completed(plan: Plan) -> int:
+    """Runs skipped as complete."""
+    return len(plan.runs) - len(plan.to_run) - len(plan.busy)
+
+
+def busy_outcomes(plan: Plan) -> list[Outcome]:
+    """The runs left to the live process that writes each (not run again: its folder's lock would refuse them)."""
+    return [Outcome(run.run_id, "busy", error=f"written by {live_holder(run.run_dir) or 'another process'}: "
+                                              f"{BUSY_ADVICE}") for run in plan.busy]
 
 
 def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:

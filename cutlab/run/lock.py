@@ -24,6 +24,25 @@ class RunFolderBusy(CutlabError):
         self.holder = holder
 
 
+def live_holder(run_dir: Path) -> str | None:
+    """The process writing ``run_dir`` now (``process P on HOST``), or None: a probe of its lock that takes nothing
+    (a run folder whose summary says running may have a live writer, such as an earlier sweep's SLURM job, or none)."""
+    path = Path(run_dir) / LOCK
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(descriptor)
+
+
 class RunLock:
     """Hold ``run_dir``'s lock from ``acquire()`` to ``release()`` (or the end of a ``with`` block).
 
