@@ -94,7 +94,7 @@ class _Tally:
         to_run = [run for run in plan.to_run if run.run_dir in folders]
         cost = estimate(plan.runs_dir, to_run)
         self.runs += len(runs)
-        self.complete += len(runs) - len(to_run)
+        self.complete += sum(run.status == "complete" for run in runs)  # not a busy one (another process writes it)
         self.measured += cost.measured
         # as format_plan: a process per run (SLURM, local without warm workers) pays the start-up per run
         startup = launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True))
