@@ -197,8 +197,15 @@ def default_storage_url(study_dir: Path) -> str:
     return str(study_dir / "optuna.journal")  # a plain path: optuna-dashboard opens it as it is
 
 
+ERROR = "error"  # the user attribute of a trial that failed as a result (its run raised): counted, not re-queued
+
+
 def trial_counts(study: optuna.Study) -> dict[str, int]:
+    """Trials by state; a trial failed only because its worker stopped or died, its parameters queued again (Optuna
+    records it FAIL), is ``requeued``, not ``fail``: nothing failed."""
     counts: dict[str, int] = {}
     for trial in study.get_trials(deepcopy=False):
-        counts[trial.state.name.lower()] = counts.get(trial.state.name.lower(), 0) + 1
+        state = trial.state.name.lower()
+        state = "requeued" if state == "fail" and ERROR not in trial.user_attrs else state
+        counts[state] = counts.get(state, 0) + 1
     return dict(sorted(counts.items()))

@@ -35,7 +35,7 @@ from cutlab.core.progress import duration, tally
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
 from cutlab.search.preset import Arm, Param, Preset, as_override
-from cutlab.search.storage import RetryCallback, open_storage
+from cutlab.search.storage import ERROR, RetryCallback, open_storage
 from cutlab.search.verdict import constraint_values, trial_attrs
 from cutlab.tasks import objective_of
 
@@ -43,7 +43,6 @@ from cutlab.tasks import objective_of
 # with a budget shared by all workers
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
-ERROR = "error"  # the user attribute of a trial that failed as a result (its run raised): counted, not re-queued
 
 
 @dataclass(frozen=True)
