@@ -20,8 +20,8 @@ from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
-from cutlab.redaction import redact
 from cutlab.launch.outcome import BUSY_ADVICE
+from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
