@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-
 SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
 OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what became of it (analysis reads it)
 # busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one
