@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import os
 import signal
 import subprocess
@@ -225,9 +226,12 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
     from helpers.search import TINY, run_search, study_of
 
     result = run_search(["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
-                         f"launcher.profile={profile(tmp_path)}", "launcher.timeout_min=9", "search.pruner=null", *TINY],
-                        tmp_path)
+                         f"launcher.profile={profile(tmp_path)}", "launcher.timeout_min=9", "search.pruner=null",
+                         "search.heartbeat.interval_s=1", "search.heartbeat.grace_s=3", *TINY], tmp_path)
     assert "submitted 2 runs as job array" in result.stderr
+    # the trials as they end, read from the study (the workers' own lines are in SLURM's log files)
+    assert re.search(r"\[cutlab-search\] dust_video: [123]/3 trials done .* left; from the study's storage",
+                     result.stderr), result.stderr[-3000:]
     study = study_of(tmp_path, "dust_video")
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3
     # worker i samples with seed + i, plus 1000 per trial the study held when it opened it (a worker that starts after

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
@@ -42,8 +43,9 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
     return jobs
 
 
-def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
-    """Wait for every task, reporting each as it ends; a failed task never stops the others."""
+def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None) -> list[Outcome]:
+    """Wait for every task, reporting each as it ends; a failed task never stops the others. ``on_poll``: called at
+    every poll, for what the tasks do between their ends (a search's trials)."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
     outcomes: list[Outcome] = []
     done = tally("slurm", len(jobs), "job")  # n/N done and the time left, as each array task ends
@@ -73,6 +75,8 @@ def wait(jobs, commands: list[RunCommand]) -> list[Outcome]:
             outcomes.append(outcome)
             done.update(len(outcomes), outcome.line())
         if pending:
+            if on_poll:
+                on_poll()
             time.sleep(POLL_S)
     return outcomes
 

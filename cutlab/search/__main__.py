@@ -222,9 +222,10 @@ def old_flags_message(args: argparse.Namespace) -> str | None:
             "(and any launcher.KEY=VALUE, e.g. launcher.partition=gpu)")
 
 
-def run_slurm_workers(args: argparse.Namespace, plan) -> None:
+def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     """The ``--workers`` as one SLURM job array (cutlab/launch/slurm.py): each task is one worker of the study;
-    a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run."""
+    a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run. While the
+    tasks run, each study's trials done and the time left are read from the storage, as local workers show them."""
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
     from cutlab.launch.slurm_profile import check_cluster, slurm_settings
@@ -238,10 +239,34 @@ def run_slurm_workers(args: argparse.Namespace, plan) -> None:
                            threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
     os.environ.update(storage_env(args))  # sbatch hands the submitting environment to the jobs
-    outcomes = wait(submit(commands, profile, folder, job_name=f"search-{study_dir.name}"), commands)
+    jobs = submit(commands, profile, folder, job_name=f"search-{study_dir.name}")
+    outcomes = wait(jobs, commands, on_poll=trial_progress(plan, studies))
     failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
     if failed:
         raise CutlabError(f"{len(failed)} worker job(s) failed: {'; '.join(failed)}; run the same command again to resume")
+
+
+def trial_progress(plan, studies: dict):
+    """A callback that prints each study's trials done out of its total, with the time left, when the count moves
+    (read from the storage at most once a heartbeat interval, 10 s by default): the workers' own lines go to SLURM's
+    log files, not this terminal."""
+    from cutlab.core.progress import tally
+    from cutlab.search.worker import finished
+
+    meters = {name: tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
+              for name, study in studies.items()}
+    last = [time.monotonic()]
+
+    def poll() -> None:
+        if time.monotonic() - last[0] < plan.preset.heartbeat["interval_s"]:
+            return
+        last[0] = time.monotonic()
+        for name, study in studies.items():
+            count = finished(study)
+            if count != meters[name].done:
+                meters[name].update(count, "from the study's storage")
+
+    return poll
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
         if slurm:
-            run_slurm_workers(args, plan)
+            run_slurm_workers(args, plan, studies)
         elif args.workers == 1:
             work(plan, 0)
         else:
