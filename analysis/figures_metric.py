@@ -185,12 +185,13 @@ def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureRes
                       f"({_count_range(seeds)} seeds per point); the ERM runs of the same cell as a dashed "
                       "line (mean) and band (±1 std)." + _not_shown(hidden, "cells"))
 
+    results = with_settings(runs.results)  # the ERM runs beside each point, in its setting
+
     def draw() -> Figure:
         gammas = [three_gammas(g["gamma_test_grid"].iloc[0]) for g in groups]
         figure, axes = _panels(len(groups), max(len(g) for g in gammas))
         for i, group in enumerate(groups):
             first = group.iloc[0]
-            results = with_settings(runs.results)
             erm = results[(results["arm"] == "erm") & (results["model"] == first["model"])
                           & (results["dataset"] == first["dataset"]) & (results["L"] == first["L"])
                           & np.isclose(results["gamma_train"].astype(float), float(first["gamma_train"]))

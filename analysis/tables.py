@@ -124,13 +124,17 @@ class Table:
             paths.append(path)
         return paths
 
+    @property
+    def several_budgets(self) -> bool:
+        """Whether rows differ in training budget (steps): then each row's model names its budget."""
+        return self.frame["steps"].nunique(dropna=False) > 1
+
     def _runs_heading(self) -> str:
         return "runs (" + "/".join(ARM_SHORT[arm] for arm in self.arms) + ")"
 
     def _display_rows(self) -> list[list[str]]:
         name = self.spec.value_name
-        several_budgets = self.frame["steps"].nunique(dropna=False) > 1
-        rows = []
+        rows, several_budgets = [], self.several_budgets
         for _, r in self.frame.iterrows():
             # a run in lower precision, or of another budget, is its own row, named so (fp32 is the paper's and
             # cutlab's default; the budget is named wherever the table holds more than one)
@@ -229,7 +233,7 @@ def _notes(table: Table, runs: RunTable) -> list[str]:
     notes = [f"Each entry is the run {CHOSEN_BY[runs.selection]} among the cell's complete runs on the same "
              f"γ_test grid (seeds and search trials; counts under '{table._runs_heading()}'): {spec.what}. "
              "Δ = ours − paper."]
-    several_budgets = frame["steps"].nunique(dropna=False) > 1
+    several_budgets = table.several_budgets
     pooled = [f"{_row_label(row, several_budgets)}, {ARM_LABELS[arm]}: {row[f'{arm}_varied']}"
               for _, row in frame.iterrows() for arm in table.arms if row[f"{arm}_varied"]]
     if pooled:

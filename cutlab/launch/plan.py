@@ -91,9 +91,10 @@ class PlannedRun:
     run_id: str                # its folder name: stable, from the overrides that change the result
     run_dir: Path
     status: str                # new | complete | running | interrupted | failed (its summary.json) | refused
-                               # | busy (another live process writes its folder: cutlab.run.lock.live_holder)
+                               # | busy (another live process writes its folder: ``holder``)
     steps_done: int = 0
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
+    holder: str | None = None  # busy: the process writing its folder when planned (cutlab.run.lock.live_holder)
 
 
 @dataclass
@@ -150,8 +151,9 @@ def expand(command: Command) -> Plan:
             composer = JobComposer(hydra.config_loader, cfg, parser)
             for index, job_overrides in enumerate(jobs):
                 job, run_dir = composer.compose(list(job_overrides))
-                plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir,
-                                            *_state(run_dir, job), cost_key=cost_key(job)))
+                status, steps, holder = _state(run_dir, job)
+                plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
+                                            cost_key=cost_key(job), holder=holder))
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {_composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)
@@ -210,18 +212,19 @@ def _check_unique_ids(plan: Plan) -> None:
         seen[run.run_id] = run
 
 
-def _state(run_dir: Path, job: dict) -> tuple[str, int]:
+def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None]:
     """The run's status from its summary.json; ``refused`` when its folder holds another configuration or files that
     are not a run record (running it says why, in one line), so that it is never counted as complete."""
     try:
         check_same_run(run_dir, job)
         summary = read_summary(run_dir, resumable=True)
     except CutlabError:
-        return "refused", 0
+        return "refused", 0, None
     steps = summary.get("steps") if summary else 0
     steps = steps if isinstance(steps, int) and steps >= 0 else 0
     status = str(summary.get("status", "new")) if summary else "new"
-    return ("busy" if status != "complete" and live_holder(run_dir) else status), steps
+    holder = live_holder(run_dir) if status != "complete" else None
+    return ("busy" if holder else status), steps, holder
 
 
 def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
@@ -230,7 +233,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
     width = len(str(len(plan.runs)))
     for run in plan.runs:
         note = f" (resumes at step {run.steps_done})" if run.status in ("running", "interrupted", "failed") and run.steps_done else ""
-        note = f" (written now by {live_holder(run.run_dir)}: not run again)" if run.status == "busy" else note
+        note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
     done = len(plan.runs) - len(plan.to_run) - len(plan.busy)
     cost = estimate(plan.runs_dir, plan.to_run)

@@ -18,7 +18,6 @@ from cutlab.config.launcher import check_launcher_node
 from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
-from cutlab.run.lock import live_holder
 
 
 def with_sweep_group(command: Command) -> Command:
@@ -120,8 +119,7 @@ def completed(plan: Plan) -> int:
 
 def busy_outcomes(plan: Plan) -> list[Outcome]:
     """The runs left to the live process that writes each (not run again: its folder's lock would refuse them)."""
-    return [Outcome(run.run_id, "busy", error=f"written by {live_holder(run.run_dir) or 'another process'}: "
-                                              f"{BUSY_ADVICE}") for run in plan.busy]
+    return [Outcome(run.run_id, "busy", error=f"written by {run.holder}: {BUSY_ADVICE}") for run in plan.busy]
 
 
 def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:

@@ -24,6 +24,11 @@ class RunFolderBusy(CutlabError):
         self.holder = holder
 
 
+def _holder(descriptor: int) -> str:
+    """What the lock's holder wrote in it: ``process P on HOST``."""
+    return os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
+
+
 def live_holder(run_dir: Path) -> str | None:
     """The process writing ``run_dir`` now (``process P on HOST``), or None: a probe of its lock that takes nothing
     (a run folder whose summary says running may have a live writer, such as an earlier sweep's SLURM job, or none)."""
@@ -35,7 +40,7 @@ def live_holder(run_dir: Path) -> str | None:
     try:
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
-        return os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
+        return _holder(descriptor)
     else:
         fcntl.flock(descriptor, fcntl.LOCK_UN)
         return None
@@ -64,7 +69,7 @@ class RunLock:
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.read(descriptor, 200).decode(errors="replace").strip() or "another process"
+                holder = _holder(descriptor)
                 os.close(descriptor)
                 self._remove_created_folders()
                 raise RunFolderBusy(f"{self.run_dir} is being written by {holder}; wait for it to end (or stop it), "
