@@ -92,9 +92,15 @@ def worker_pids(parent: int, command: bytes = b"cutlab.launch.worker", unless: b
     return pids
 
 
-def start_sweep(args: list[str], runs: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *args], cwd=ROOT, env=cutlab_env(runs),
+def start_sweep(args: list[str], runs: Path, extra_env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *args], cwd=ROOT, env=cutlab_env(runs, extra_env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+# a run's process (python -m cutlab OVERRIDES, not the sweep's python -m cutlab -m) that starts 3 s more slowly, before
+# anything of cutlab runs: a test that must signal it while it starts sees it in time on a loaded machine (a tiny run
+# once ended before the test's next look at /proc, with two test workers on two cores)
+SLOW_START = "import sys, time\nif '-m' not in sys.argv[1:]:\n    time.sleep(3)\n"
 
 
 def rows_of(run_dir: Path) -> int:
@@ -162,7 +168,9 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     Python imports torch), which kills it; nothing was lost, so the run is interrupted and resumes."""
     runs = tmp_path / "runs"
     args = ["gamma=0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.warm_workers=false"]
-    sweep = start_sweep(args, runs)
+    (tmp_path / "slow_start").mkdir()
+    (tmp_path / "slow_start" / "sitecustomize.py").write_text(SLOW_START)
+    sweep = start_sweep(args, runs, {"PYTHONPATH": os.pathsep.join([str(tmp_path / "slow_start"), str(ROOT)])})
     deadline = time.time() + 120
     # python -m cutlab <overrides>, the run's process (not the sweep's own fork before its exec, which names -m)
     while not worker_pids(sweep.pid, b"\0cutlab\0", unless=b"\0cutlab\0-m\0"):
