@@ -122,9 +122,10 @@ def _parallel(plan: Plan, launcher: str):
 
 def _sbatch(plan: Plan, profile) -> str:
     """The script the sweep would submit (as ``python -m cutlab --plan`` prints it)."""
-    from cutlab.launch.slurm_profile import sbatch_script
+    from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script
 
     folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
     return (f"# the sbatch script (profile {profile.name}):\n"
-            + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable))
+            + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
+            + cluster_check_line(profile))
 

@@ -165,6 +165,20 @@ def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_subm
     assert not runs.exists()
 
 
+def test_a_plan_on_the_cluster_warns_of_a_partition_it_lacks_and_says_when_the_cluster_has_it(cluster, tmp_path):
+    """--plan runs the submission's checks where SLURM answers: a partition the cluster lacks is said in the plan
+    (exit 0: a plan submits nothing), not first met at the real submit."""
+    runs = tmp_path / "runs"
+    missing = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm",
+                      f"launcher.profile={profile(tmp_path, partition='gpu_a100')}"], runs)
+    assert ("# warning: the submit would be refused: launcher=slurm (profile 'test_profile') names partition 'gpu_a100', "
+            "which this cluster does not have (sinfo lists: debug)") in missing.stdout, missing.stdout[-2000:]
+    present = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm",
+                      f"launcher.profile={profile(tmp_path, partition='debug')}"], runs)
+    assert "# checked against this cluster: SLURM answers and has partition 'debug'" in present.stdout
+    assert "warning" not in present.stdout and not runs.exists()
+
+
 @pytest.mark.slow
 def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command_resumes_it(cluster, tmp_path):
     """SIGTERM to a running task (what SLURM sends on preemption where preempt_send_user_signal is not set): the run

@@ -73,6 +73,7 @@ def test_a_slurm_plan_shows_the_sbatch_script_without_a_cluster(tmp_path):
     result = cutlab(["--plan", "-m", "--config-name", "smoke", "launcher=slurm", "launcher.profile=gpu"], tmp_path / "runs")
     assert "(launcher: slurm)" in result.stdout and "#SBATCH --array=0-11%8" in result.stdout
     assert "#SBATCH --gpus-per-node=1" in result.stdout and "#SBATCH --partition=gpu" in result.stdout
+    assert "# warning: the submit would be refused: " in result.stdout  # no cluster answers here: said, not silent
 
 
 # ---------------------------------------------------------------------------------- running sweeps

@@ -156,14 +156,25 @@ def check_cluster(profile: SlurmProfile) -> None:
         out = subprocess.run(["sinfo", "--noheader", "--format=%R"], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:
         raise CutlabError("sinfo did not answer in 30 s: the SLURM controller is unreachable") from None
-    if out.returncode != 0:
-        raise CutlabError(f"sinfo failed ({out.stderr.strip() or out.returncode}): the SLURM controller is unreachable "
+    if out.returncode != 0:  # sinfo's last line says why (its earlier ones are the steps that led there)
+        said = (out.stderr.strip().splitlines() or [f"exit {out.returncode}"])[-1]
+        raise CutlabError(f"sinfo failed ({said}): the SLURM controller is unreachable "
                           "(is SLURM_CONF set, is slurmctld running?)")
     partitions = sorted({line.strip() for line in out.stdout.splitlines() if line.strip()})
     if profile.partition and profile.partition not in partitions:
         raise CutlabError(f"launcher=slurm (profile {profile.name!r}) names partition {profile.partition!r}, which this "
                           f"cluster does not have (sinfo lists: {', '.join(partitions) or 'none'}); set "
                           f"launcher.partition=<one of them> (or 'partition:' in {profile_path(profile.name)})")
+
+
+def cluster_check_line(profile: SlurmProfile) -> str:
+    """What ``--plan`` says of the cluster: the checks a submission makes, run where SLURM answers, so a plan made on
+    the login node shows a missing partition before the real submit refuses it; elsewhere, that nothing was checked."""
+    try:
+        check_cluster(profile)
+    except CutlabError as error:
+        return f"# warning: the submit would be refused: {error}"
+    return f"# checked against this cluster: SLURM answers{' and has partition ' + repr(profile.partition) if profile.partition else ''}"
 
 
 def sbatch_script(profile: SlurmProfile, folder: Path, job_name: str, array_size: int, python: str) -> str:

@@ -38,11 +38,12 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
     if command.plan:
         print(format_plan(plan, launcher, parallel), flush=True)
         if profile is not None:
-            from cutlab.launch.slurm_profile import sbatch_script
+            from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script
 
             folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
             print(f"# the sbatch script (profile {profile.name}):\n"
-                  + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable))
+                  + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
+                  + cluster_check_line(profile), flush=True)
         return 0, None
     if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
         from cutlab.launch.slurm_profile import check_cluster

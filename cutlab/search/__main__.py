@@ -156,12 +156,13 @@ def describe(plan, workers: int) -> str:
 
 def slurm_description(plan, workers: int) -> str:
     """Where the workers would run under SLURM: the settings and the sbatch script (as ``python -m cutlab --plan``)."""
-    from cutlab.launch.slurm_profile import sbatch_script, slurm_settings
+    from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script, slurm_settings
 
     profile = slurm_settings(plan.launcher)
     folder = plan.study_dir / "slurm" / "<time>"
     return (f"workers: {workers} task(s) of one SLURM job array; the sbatch script (profile {profile.name}):\n"
-            + sbatch_script(profile, folder, f"search-{plan.study_dir.name}", workers, sys.executable))
+            + sbatch_script(profile, folder, f"search-{plan.study_dir.name}", workers, sys.executable)
+            + cluster_check_line(profile))
 
 
 def _describe_param(param) -> str:
