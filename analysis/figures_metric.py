@@ -106,7 +106,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
             chosen = best[(best["model"] == model) & (best["dataset"] == dataset)]
             for j, (heading, gamma_test) in enumerate(columns):
                 ax = axes[i, j]
-                for arm in ARMS:
+                for k, arm in enumerate(ARMS):
                     arm_runs = chosen[chosen["arm"] == arm].sort_values("L")
                     if arm_runs.empty:
                         continue
@@ -115,7 +115,9 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                     ax.plot(arm_runs["L"].astype(int), values, **ARM_STYLE[arm])
                     for depth, value, (_, run) in zip(arm_runs["L"], values, arm_runs.iterrows()):
                         if _mark(run):
-                            ax.annotate(_mark(run).strip(), (depth, value), textcoords="offset points", xytext=(4, 4))
+                            # one row per arm, in the arm's colour: arms that end close no longer overprint
+                            ax.annotate(_mark(run).strip(), (depth, value), textcoords="offset points",
+                                        xytext=(5, 6 - 11 * k), color=ARM_STYLE[arm]["color"], va="center")
                         if figure_marks.not_feasible(run):  # a hollow marker over the arm's: not feasible
                             ax.plot([int(depth)], [value], linestyle="none", marker=ARM_STYLE[arm]["marker"],
                                     color=ARM_STYLE[arm]["color"], markerfacecolor="white", zorder=3)

@@ -396,6 +396,30 @@ def test_the_layerwise_figure_keeps_three_arms_legends_apart(tmp_path):
     assert result.written, result.skipped
 
 
+def test_fig3s_marks_of_two_arms_at_one_point_do_not_overprint(tmp_path, monkeypatch):
+    # the new dual's † and the paper's dual's ≈ at the same depth and nearly the same RMSE were drawn on one spot
+    import analysis.figures_metric as figures_metric
+    from analysis.collect import collect_runs
+
+    drawn = []
+    monkeypatch.setattr(figures_metric, "_render", lambda draw, out_dir, result: drawn.append(draw()) or result)
+    for depth in (3, 5):
+        cell = {**CELL, "L": depth}
+        write_run(tmp_path / "runs", f"new_L{depth}", **cell, constrained=True, test=14.0, selection=14.1,
+                  train=NEW_DUAL, verdict="infeasible", violated=(1,))
+        write_run(tmp_path / "runs", f"paper_L{depth}", **cell, constrained=True, test=14.0, selection=13.9,
+                  train=PAPER_DUAL, verdict="slack_feasible", slack={1: 0.1})
+    figures_metric.rmse_vs_depth(collect_runs(tmp_path / "runs"), tmp_path / "figures", gamma_train=0.09)
+    figure = drawn[0]
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(figure).get_renderer()
+    for ax in figure.axes:
+        boxes = [text.get_window_extent(renderer) for text in ax.texts]
+        assert len(boxes) == 4, [text.get_text() for text in ax.texts]  # † and ≈ at each of the two depths
+        assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
 def test_constraint_satisfaction_draws_a_row_per_task(tmp_path):
     # video and text budgets differ tenfold in steps: on one axis the shorter runs were a sliver at its left
     from analysis.collect import collect_runs
