@@ -227,8 +227,10 @@ def sample_ratios(runs: RunTable, run: pd.Series, gamma_test: float | None = Non
     losses = samples[np.isclose(samples["gamma_test"], nearest)]
     columns = sorted((c for c in losses.columns if c.startswith("loss_")), key=lambda c: int(c.split("_")[1]))
     values = losses[columns].to_numpy(float)
-    # the guard of cutlab's Evaluation.ratios: a zero loss divides by the smallest float, not by zero
-    return (values[:, 1:] / np.maximum(values[:, :-1], np.finfo(float).tiny)).ravel(), nearest
+    # as cutlab's Evaluation.ratio_stats: a pair whose l_{l-1} is 0 (the layer reproduces that sample) has no ratio
+    previous, current = values[:, :-1].ravel(), values[:, 1:].ravel()
+    defined = previous > 0
+    return current[defined] / previous[defined], nearest
 
 
 # ----------------------------------------------------------------------------------------------- dual variables

@@ -84,7 +84,14 @@ def test_ratio_statistics():
 
     losses = torch.tensor([[[4.0, 2.0, 3.0], [1.0, 0.5, 0.25]]])  # ratios 0.5, 1.5, 0.5, 0.5
     stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
-    assert stats == {"ratio_mean": 0.75, "ratio_median": 0.5, "fraction_decreasing": 0.75}
+    assert stats == {"ratio_mean": 0.75, "ratio_median": 0.5, "fraction_decreasing": 0.75, "ratio_pairs_left_out": 0}
+    # a sample that a layer reproduces exactly (cross-entropy 0) has no ratio after it: left out and counted, not
+    # divided by the smallest float (a mean of 1e28, and 0 / 0 counted as descent)
+    losses = torch.tensor([[[4.0, 2.0, 3.0], [1.0, 0.5, 0.25], [0.3, 0.0, 0.2], [0.2, 0.0, 0.0]]])
+    stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
+    assert stats["ratio_pairs_left_out"] == 2 and stats["ratio_median"] == 0.5
+    assert stats["ratio_mean"] == pytest.approx((0.5 + 1.5 + 0.5 + 0.5 + 0.0 + 0.0) / 6)
+    assert stats["fraction_decreasing"] == pytest.approx(5 / 6)
 
 
 def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():

@@ -416,6 +416,24 @@ def test_non_finite_loss_raises_and_leaves_parameters_unchanged(bad: float) -> N
         assert all(torch.equal(entry[name], after_state[key][name]) for name in entry)
 
 
+def test_a_non_finite_gradient_at_finite_losses_raises_before_the_step() -> None:
+    """Losses finite, their gradient NaN (sqrt at 0 times 0): the primal step would write NaN into every weight, and a
+    checkpoint due at that step would keep them; it must stop first, the weights and multipliers untouched."""
+    model, primal_dual = tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5), DualSettings(lr=0.1))
+    x, y = regression_batch()
+    primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+    before, multipliers = snapshot(model), primal_dual.multipliers.clone()
+    loss_matrix = SquaredError().loss_matrix(model(x), y)
+    nan_gradient = torch.sqrt(0.0 * next(model.parameters()).sum())  # value 0, gradient inf * 0 = NaN
+    poisoned = loss_matrix + torch.nn.functional.pad(nan_gradient.reshape(1, 1), (2, loss_matrix.shape[1] - 3, 3,
+                                                                                    loss_matrix.shape[0] - 4))
+    assert torch.isfinite(poisoned).all()
+    with pytest.raises(NonFiniteLoss, match=r"gradient \(norm nan\).*train\.lr"):
+        primal_dual.step(poisoned, dual_active=True)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert torch.equal(primal_dual.multipliers, multipliers)
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -107,18 +107,22 @@ class Constraints:
         if self.gradient != "full" and local_losses is not None:  # l_l trains block l alone
             current = value_with_gradient_of(current, local_losses[1:])
         factor = 1.0 - self.alpha
-        if self.form != "difference" and not bool((previous > 0).all()):
-            layer = int((previous <= 0).nonzero()[0])
-            raise CutlabError(
-                f"train.constraint_form={self.form} divides by layer {layer}'s loss, which is {float(previous[layer].detach()):g} "
-                "(that layer already reproduces the target, e.g. UT at gamma=0); use train.constraint_form=difference "
-                "or a gamma > 0")
+        difference = current - factor * previous
         if self.form == "difference":
-            descent = current - factor * previous
-        elif self.form == "ratio":
-            descent = current / previous - factor
+            descent = difference
         else:
-            descent = torch.log(current) - torch.log(previous) - math.log(factor)
+            # A minibatch on which layer l-1 reproduces the target (l_{l-1} = 0: a float32 cross-entropy underflows
+            # to 0 once every sample's margin passes about 17) leaves no ratio to take; there g_l is the difference
+            # form's l_l, which has the same sign (met only at l_l = 0), so one such batch neither stops the run nor
+            # puts inf or NaN in the Lagrangian. (UT at gamma = 0, where l_0 is always 0, is refused before training.)
+            nothing_before = previous <= 0
+            safe_previous = torch.where(nothing_before, torch.ones_like(previous), previous)
+            if self.form == "ratio":
+                scaled = current / safe_previous - factor
+            else:  # l_l = 0 is met by all it can be: log of the smallest positive float, not -inf (0 * -inf = NaN)
+                tiny = torch.finfo(current.dtype).tiny
+                scaled = torch.log(current.clamp_min(tiny)) - torch.log(safe_previous) - math.log(factor)
+            descent = torch.where(nothing_before, difference, scaled)
         if self.epsilon is None:
             reference = torch.zeros_like(layer_losses[:1])
         elif self.form == "difference":
@@ -126,7 +130,7 @@ class Constraints:
         elif self.form == "ratio":
             reference = layer_losses[:1] / self.epsilon - 1.0
         else:
-            reference = torch.log(layer_losses[:1]) - math.log(self.epsilon)
+            reference = torch.log(layer_losses[:1].clamp_min(torch.finfo(layer_losses.dtype).tiny)) - math.log(self.epsilon)
         return torch.cat([reference, descent])
 
     def prev_is_live(self, layer: int) -> bool:

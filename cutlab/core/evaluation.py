@@ -53,11 +53,18 @@ class Evaluation:
                           self.sample_losses[:count], self.sample_groups)
 
     def ratio_stats(self, gamma_index: int) -> dict[str, float]:
-        ratios = self.ratios(gamma_index).flatten()
+        """Mean, median and fraction < 1 of the per-sample ratios (Fig. 12), over the pairs whose l_{l-1} > 0: a
+        sample that layer l-1 already reproduces (a float32 cross-entropy of exactly 0) has no ratio, and dividing
+        by the smallest float would make the mean 1e28 and count 0/0 as descent; ``ratio_pairs_left_out`` counts them."""
+        losses = self.sample_losses[gamma_index]
+        defined = (losses[:, :-1] > 0).flatten()
+        ratios = self.ratios(gamma_index).flatten()[defined]
+        nan = float("nan")
         return {
-            "ratio_mean": float(ratios.mean()),
-            "ratio_median": float(ratios.median()),
-            "fraction_decreasing": float((ratios < 1.0).float().mean()),
+            "ratio_mean": float(ratios.mean()) if len(ratios) else nan,
+            "ratio_median": float(ratios.median()) if len(ratios) else nan,
+            "fraction_decreasing": float((ratios < 1.0).float().mean()) if len(ratios) else nan,
+            "ratio_pairs_left_out": int((~defined).sum()),
         }
 
 

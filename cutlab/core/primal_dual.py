@@ -25,6 +25,7 @@ Resilient relaxation (Hounie et al. 2023; paper eq. 35-38) replaces g <= 0 by g 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -80,6 +81,13 @@ class DualSettings:
         if self.update not in DUAL_UPDATES:
             raise CutlabError(f"train.dual_update must be one of {', '.join(DUAL_UPDATES)}, got {self.update!r}; "
                               "e.g. train.dual_update=alternating")
+        if self.cadence == "epoch" and self.resilience == "slack" and self.resilience_restarts:
+            # the slack's one step an epoch comes at the epoch's end, just before its restart: it would never relax
+            # a constraint in training, while the verdict allowed the slack lambda / c all the same
+            raise CutlabError("train.dual_cadence=epoch with train.resilience=slack and train.resilience_restarts=true "
+                              "restarts the slack right after its only step of the epoch, so it never relaxes anything; "
+                              "set train.resilience_restarts=false, train.resilience=weight_decay (or off), or "
+                              "train.dual_cadence=batch")
         if self.update == "alternating" and self.cadence != "batch":
             raise CutlabError("train.dual_update=alternating needs train.dual_cadence=batch (an epoch-cadence dual "
                               "step has no primal step of its own to precede)")
@@ -101,6 +109,18 @@ class DualSettings:
         if self.penalty and self.resilience != "off":
             raise CutlabError(f"train.penalty={self.penalty} augments strict constraints, and train.resilience="
                               f"{self.resilience} relaxes them; use train.resilience=off or train.penalty=0")
+
+    def unused(self) -> list[str]:
+        """``key=value`` of each setting given away from its neutral value that this combination never reads (a
+        search tuning it would spend its trials on nothing)."""
+        unread = []
+        if self.optimizer != "nupi":
+            unread += [f"train.{key}={value:g} (read by train.dual_optimizer=nupi only)"
+                       for key, value, neutral in (("kappa_p", self.kappa_p, 0.0), ("kappa_i", self.kappa_i, 1.0),
+                                                   ("nu", self.nu, 0.0)) if value != neutral]
+        if self.resilience != "slack" and self.slack_lr is not None:
+            unread.append(f"train.slack_lr={self.slack_lr:g} (read by train.resilience=slack only)")
+        return unread
 
     @classmethod
     def of(cls, train) -> "DualSettings":
@@ -247,6 +267,12 @@ class PrimalDual:
         self.primal_optimizer.zero_grad(set_to_none=True)
         lagrangian.backward()
         grad_norm = self._clip_gradients()
+        if not (math.isfinite(float(lagrangian.detach())) and math.isfinite(grad_norm)):
+            # stop before the step: NaN weights must never reach a checkpoint (the next one may fall on this step)
+            raise NonFiniteLoss(
+                f"the Lagrangian ({float(lagrangian.detach()):g}) or its gradient (norm {grad_norm:g}) is not finite at "
+                f"finite layer losses; lower the primal learning rate (train.lr=...), set gradient clipping "
+                "(train.grad_clip=1.0), or check the input data for NaNs")
         self.primal_optimizer.step()
         if dual_now and not alternating:
             self.dual_step(detached)

@@ -24,7 +24,7 @@ from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_on_signals
-from cutlab.run.progress import ProgressReporter, announce_start
+from cutlab.run.progress import ProgressReporter, announce_start, print_line
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
@@ -102,6 +102,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     task.model.to(device)
     epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
     trainer = build_trainer(cfg, task, epsilon, device)
+    if trainer.primal_dual.dual is not None and trainer.primal_dual.dual.unused():
+        print_line(f"this run ignores {', '.join(trainer.primal_dual.dual.unused())}")
     if checkpoint:
         try:
             trainer.load_state_dict(checkpoint["trainer"])
