@@ -156,6 +156,8 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
     ("text_data", "reads video data but data=imdb is text data"),
     ("patch", "reads 16x16 patches but data.patch=8; pass data.patch=16"),
     ("model_override", "is neither a run folder nor a setting cutlab-eval takes"),
+    ("added_data_key", "data.roott is not a key of data=video_folder (its keys: "),  # Hydra's '+' advice, taken
+    ("added_key_of_own_data", "data.roott is not a key of the run's data (data=synthetic)"),
 ])
 def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
     from cutlab.transfer.cli import main
@@ -177,6 +179,10 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
         args.append("data.patch=8")
     elif case == "model_override":
         args.append("model=ut")
+    elif case == "added_data_key":  # evaluated the default data before, with no word of the misspelt key
+        args.append("+data.roott=/elsewhere")
+    elif case == "added_key_of_own_data":
+        args = [str(copy), "+data.roott=/elsewhere"]
     assert main(args) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("cutlab-eval: error: ") and expected in lines[0], lines
@@ -277,3 +283,32 @@ def test_the_report_names_the_root_of_an_evaluation_recorded_before_the_label_di
     assert sorted(evaluations["label"]) == [f"ucsd_ped2 (root={PED2_ROOT})", f"ucsd_ped2 (root={copy})"]
     header = next(line for line in transfer_sections(runs, tmp_path / "out") if line.startswith("| run |"))
     assert f"ucsd_ped2 (root={copy}) γ_test 0…1 (3)" in header and "own test split (ucsd_ped2)" in header
+
+
+def test_a_folder_of_runs_shows_runs_done_and_ctrl_c_ends_in_one_line(trained, tmp_path):
+    """Two runs on UCSD Ped2's test split (minutes each): n/N runs done with the time left as each ends, and Ctrl-C
+    while the first is evaluated ends in one line (it was a 40-line traceback), leaving no half evaluation."""
+    import signal
+    import time
+
+    run, _ = trained
+    folder = tmp_path / "sweep"
+    for name in ("a", "b"):
+        shutil.copytree(run, folder / name, ignore=shutil.ignore_patterns("evaluations"))
+    command = [sys.executable, "-m", "cutlab.transfer.cli", str(folder), "data=ucsd_ped2", "eval.gamma_test=[0]"]
+    process = subprocess.Popen(command, cwd=ROOT, env=cutlab_env(tmp_path / "runs"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not (folder / "a" / "evaluations").exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == (
+        "cutlab-eval: interrupted; the evaluations written so far are kept, and the same command does the rest")
+    assert not (folder / "a" / "evaluations").exists() and not (folder / "b" / "evaluations").exists()
+    small = run_command("cutlab.transfer.cli", [str(folder), *PED2_FOLDER, f"data.root={trained[1]}"], tmp_path)
+    assert small.returncode == 0, small.stderr[-2000:]
+    tallies = [line for line in small.stderr.splitlines() if line.startswith("cutlab-eval: evaluation: ")]
+    assert [line.split(": ")[2].split(" ")[0] for line in tallies] == ["1/2", "2/2"], small.stderr[-2000:]
+    assert all(" elapsed, " in line and " left" in line for line in tallies)

@@ -68,10 +68,11 @@ def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exc
     return data
 
 
-def read_summary(run_dir: Path, resumable: bool = False) -> dict | None:
+def read_summary(run_dir: Path, resumable: bool = False, fix: str | None = None) -> dict | None:
     """The folder's ``summary.json`` (None when there is none). ``resumable``: read by ``python -m cutlab``, whose same
-    command rewrites a summary from the checkpoint and the other records, so a cut one loses no training."""
-    fix = f"move {run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    command rewrites a summary from the checkpoint and the other records, so a cut one loses no training. ``fix``:
+    what the reader's user should do instead (another command reads it)."""
+    fix = fix or f"move {run_dir} aside (or pass run_name=<new name>) so this run gets a folder of its own"
     if resumable:
         fix = f"delete it and run the same command again to resume (or re-evaluate) the run from {CHECKPOINT}; or {fix}"
     summary = read_mapping(run_dir / SUMMARY, json.loads, (json.JSONDecodeError,), "run summary", fix)

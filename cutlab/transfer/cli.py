@@ -41,9 +41,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _evaluate_all(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:  # each evaluation is written whole or not at all (cutlab.transfer.record)
+        print("cutlab-eval: interrupted; the evaluations written so far are kept, and the same command does the rest",
+              file=sys.stderr, flush=True)
+        return 130
+
+
+def _evaluate_all(argv: list[str]) -> int:
     from cutlab.transfer.config import is_override
 
-    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     logging.getLogger("cutlab").setLevel(logging.WARNING)
     overrides = [item for item in args.items if is_override(item)]
@@ -60,9 +68,13 @@ def main(argv: list[str] | None = None) -> int:
     except CutlabError as error:
         print(f"cutlab-eval: error: {redact(str(error))}", file=sys.stderr)
         return 2
+    from cutlab.core.progress import tally
+
     command = shlex.join(redact_argv(["cutlab-eval", *argv]))
     refused = 0
-    for run_dir in runs:
+    # n/N runs and the time left as each ends (an evaluation takes minutes; a sweep's folder holds dozens)
+    done = tally("evaluation", len(runs), "run", prefix="cutlab-eval: ") if len(runs) > 1 else None
+    for index, run_dir in enumerate(runs, start=1):
         try:
             print(evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command), flush=True)
         except CutlabError as error:
@@ -70,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             message = redact(str(error))
             print(f"cutlab-eval: error: {message if message.startswith(run_dir.name) else f'{run_dir.name}: {message}'}",
                   file=sys.stderr, flush=True)
+        if done is not None:
+            done.update(index)
     if len(runs) > 1:
         print(f"cutlab-eval: {len(runs) - refused} of {len(runs)} runs evaluated or already done, {refused} refused",
               file=sys.stderr)

@@ -42,7 +42,28 @@ def compose_settings(overrides: list[str]) -> DictConfig:
     from cutlab.config.compose import compose_run_config
 
     check_overrides(overrides)
-    return compose_run_config(overrides)
+    if any(OVERRIDE.match(o)["key"] == "data" for o in overrides):
+        base = compose_run_config([o for o in overrides if not _is_data_key(o)])
+        check_data_keys(overrides, base.data, f"data={base.data.name}")
+        return compose_run_config(overrides)
+    # data.KEY=... alone sets a key of each run's own data, checked there (evaluation_config): the default data
+    # config composed here may lack it (a text run's data.max_length), so it is set whether or not that has it
+    return compose_run_config([f"++{o.lstrip('+')}" if _is_data_key(o) else o for o in overrides])
+
+
+def check_data_keys(overrides: list[str], data: DictConfig, named: str) -> None:
+    """``data.roott=x`` or ``+data.roott=x``: a key the data config lacks would be read by nothing (Hydra's own
+    answer to the first, "use +data.roott=x", adds it silently, and the default data would be evaluated)."""
+    for override in (o for o in overrides if _is_data_key(o)):
+        key = OVERRIDE.match(override)["key"]
+        if key.split(".")[1] not in data:
+            raise CutlabError(f"{key} is not a key of {named} (its keys: {', '.join(sorted(data))}); check its "
+                              "spelling, or choose another data set with data=NAME")
+
+
+def _is_data_key(override: str) -> bool:
+    match = OVERRIDE.match(override)
+    return bool(match) and match["key"].startswith("data.")
 
 
 def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list[str]) -> DictConfig:
@@ -53,6 +74,7 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
         if "data" in keys:
             cfg.data = settings.data
         else:  # data.KEY=... alone changes the run's own data config (not the composed default's)
+            check_data_keys(overrides, run_cfg.data, f"the run's data (data={run_cfg.data.name})")
             for key in sorted(k for k in keys if k.startswith("data.")):
                 OmegaConf.update(cfg, key, OmegaConf.select(settings, key), merge=False)
         if any(key == "data" or key.startswith("data.") for key in keys):

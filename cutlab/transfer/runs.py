@@ -70,7 +70,8 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
 
     The checkpoint is read with ``weights_only=True`` (cutlab.checkpoints): a folder from elsewhere cannot run code.
     """
-    summary = read_summary(run_dir)
+    summary = read_summary(run_dir, fix=f"delete it and run this run's python -m cutlab command again, which rewrites "
+                                        f"it from {CHECKPOINT} without training again; then evaluate it")
     if summary is None:
         raise CutlabError(f"{run_dir.name} has no {SUMMARY}: the run never started training; train it with "
                           "python -m cutlab first, then evaluate it")
