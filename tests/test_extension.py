@@ -130,10 +130,14 @@ class PlainModule(nn.Module):
     ("smoothing.TemporalSmootherr", "", "cannot be imported: module 'smoothing' has no 'TemporalSmootherr'"),
     ("nosuchmodule.TemporalSmoother", "", "cannot be imported: no module named 'nosuchmodule'; put the folder that "
                                           "holds it on PYTHONPATH"),
+    # a module that is found and fails as it runs: the real error, not Hydra's "is it installed?" (PYTHONPATH advice)
+    ("typo.Model", "", "importing it raised ImportError: cannot import name 'LayerwisModel' from 'cutlab.core.models'"),
+    ("syntax.Model", "", "importing it raised SyntaxError: "),
+    ("smoothing.NOT_A_CLASS", "", "model._target_=smoothing.NOT_A_CLASS is a int, not a class or function"),
     ("smoothing.TemporalSmoother", "DROP paper", "train.alpha reads model.paper.alpha, which the config does not have"),
     ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
-        "missing-module", "no-paper", "no-task"])
+        "missing-module", "import-error-inside", "syntax-error-inside", "not-callable", "no-paper", "no-task"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""
@@ -141,6 +145,9 @@ def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_fo
     (outside / "conf" / "model").mkdir(parents=True)
     (outside / "smoothing.py").write_text(MODULE)
     (outside / "mistakes.py").write_text(MISTAKES)
+    (outside / "typo.py").write_text("from cutlab.core.models import LayerwisModel\n")
+    (outside / "syntax.py").write_text("def f(:\n")
+    (outside / "smoothing.py").write_text(MODULE + "\nNOT_A_CLASS = 1\n")
     config = CONFIG.replace("smoothing.TemporalSmoother", target)
     if extra.startswith("DROP "):
         key = extra.split()[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import traceback
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -30,6 +31,9 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has no _target_; set model._target_ to the class or function "
                           "that builds it, e.g. _target_: cutlab.core.models.DUST")
     build = _locate_target(str(target))
+    if not callable(build):
+        raise CutlabError(f"model._target_={target} is a {type(build).__name__}, not a class or function that builds the "
+                          "model; point it at your LayerwiseModel subclass")
     parameters = inspect.signature(build).parameters
     takes_any = "model_cfg" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
     unread = sorted(set(model_cfg) - set(parameters) - CUTLAB_MODEL_KEYS)
@@ -77,6 +81,12 @@ def _locate_target(target: str):
         text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
         missing_module = re.search(r"Are you sure that module '([^']+)' is installed", text)
         missing_name = re.search(r"Are you sure that '([^']+)' is importable from module '([^']+)'", text)
+        cause = error.__cause__
+        if cause is not None and not isinstance(cause, AttributeError) and not _is_missing(cause, target):
+            # the module was found and failed as it ran (a misspelt import, a SyntaxError, a missing dependency):
+            # Hydra words every failure as "is it installed?", which would send its author to PYTHONPATH
+            raise CutlabError(f"model._target_={target} cannot be imported: importing it raised "
+                              f"{type(cause).__name__}: {_where(cause)}; fix that in the model's module") from None
         if missing_module:
             reason = f"no module named {missing_module.group(1)!r}; put the folder that holds it on PYTHONPATH"
         elif missing_name:
@@ -85,3 +95,19 @@ def _locate_target(target: str):
         else:
             reason = f"{text}; check model._target_"
         raise CutlabError(f"model._target_={target} cannot be imported: {reason}") from None
+
+
+def _is_missing(cause: BaseException, target: str) -> bool:
+    """Whether ``cause`` says a module on ``target``'s own dotted path is not there (not one that module imports)."""
+    parts = target.split(".")
+    own_path = {".".join(parts[:n]) for n in range(1, len(parts) + 1)}
+    return isinstance(cause, ModuleNotFoundError) and cause.name in own_path
+
+
+def _where(cause: BaseException) -> str:
+    """The exception's message and the file and line it was raised at (the last frame outside Python's importer)."""
+    if isinstance(cause, SyntaxError) and cause.filename:
+        return f"{cause.msg} ({cause.filename}, line {cause.lineno})"
+    frames = [frame for frame in traceback.extract_tb(cause.__traceback__) if not frame.filename.startswith("<")]
+    at = f" ({frames[-1].filename}, line {frames[-1].lineno})" if frames else ""
+    return " ".join(str(cause).split()) + at
