@@ -229,3 +229,16 @@ def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_d
         config = yaml.safe_load((trial / "config.yaml").read_text())
         assert config["model"]["_target_"] == "smoothing.TemporalSmoother"
     assert f"hydra.searchpath=['file://{outside / 'conf'}']" in result.stderr
+
+
+def test_a_config_of_ones_own_named_as_one_of_cutlabs_is_refused_not_ignored(tmp_path):
+    """my_project/conf/model/ut.yaml: Hydra reads cutlab's model=ut and trained the built-in UT without a word."""
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "conf" / "model" / "ut.yaml").write_text(CONFIG)
+    result = cutlab(["--config-dir", str(outside / "conf"), "model=ut", "--plan"], tmp_path / "runs", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert (f"cutlab: error: {outside / 'conf' / 'model' / 'ut.yaml'} has the name of cutlab's own model=ut, which "
+            "Hydra reads instead of yours; rename yours") in result.stderr, result.stderr[-2000:]
+    other = cutlab(["--config-dir", str(outside / "conf"), "model=dust", "--plan"], tmp_path / "runs")
+    assert other.returncode == 0  # a clash only matters where that config is chosen

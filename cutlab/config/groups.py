@@ -104,6 +104,19 @@ def check_group_choices(arguments: list[str]) -> None:
         for choice in value.split(","):
             if choice not in known:
                 raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}")
+            _check_not_shadowed(group, choice, folders)
+
+
+def _check_not_shadowed(group: str, choice: str, folders: list[Path]) -> None:
+    """A config of the user's own folder named as one of cutlab's (model/ut.yaml): Hydra reads cutlab's, which comes
+    first in its search path, so the user's would be ignored without a word."""
+    if not (CONFIG_DIR / group / f"{choice}.yaml").is_file():
+        return
+    for folder in folders[2:]:  # after conf/ and sweeps/: the folders the command line added
+        mine = folder / group / f"{choice}.yaml"
+        if mine.is_file():
+            raise CutlabError(f"{mine} has the name of cutlab's own {group}={choice}, which Hydra reads instead of "
+                              f"yours; rename yours (e.g. {group}/{choice}_mine.yaml) and pass {group}={choice}_mine")
 
 
 def task_kind(cfg: DictConfig) -> str:
