@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -52,11 +53,18 @@ def imdb_runs(tmp_path_factory) -> Path:
     """MiniLM (pretrained, all 6 layers) and the UT text classifier, constrained and ERM, on real IMDb rows."""
     require_shared(SHARED / "data" / "imdb")
     runs = tmp_path_factory.mktemp("imdb") / "runs"
-    cutlab(["-m", "model=hf_encoder", "L=6", "train=constrained_text,erm_text", "train.epochs=1",
-            "train.max_steps_per_epoch=2", *IMDB_TINY], runs)
+    pretrained = cutlab(["-m", "model=hf_encoder", "L=6", "train=constrained_text,erm_text", "train.epochs=1",
+                         "train.max_steps_per_epoch=2", *IMDB_TINY], runs)
+    (runs.parent / "hf_encoder_stderr.txt").write_text(pretrained.stderr)  # for the log test below
     cutlab(["-m", "model=ut_text", "L=3", "train=constrained_text,erm_text", "train.epochs=2",
             "train.max_steps_per_epoch=2", *IMDB_TINY], runs)
     return runs
+
+
+def test_a_pretrained_text_runs_log_holds_plain_lines(imdb_runs):
+    # transformers drew its own "Loading weights: 0%|..." bar, carriage returns and all, into logs without a terminal
+    log = (imdb_runs.parent / "hf_encoder_stderr.txt").read_text()  # its "\r" read as "\n" (universal newlines)
+    assert "[cutlab] done: " in log and not re.search(r"\d+%\|", log), log[:2000]  # no tqdm bar: "  0%|     |"
 
 
 @pytest.mark.parametrize("model, layers, steps", [("hf_encoder", 7, 2), ("ut_text", 4, 4)])

@@ -4,9 +4,12 @@ one line naming the extra, not with Python's ModuleNotFoundError deep in a model
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from types import ModuleType
 
 from cutlab.core.errors import CutlabError
+from cutlab.core.progress import wants_bar
 
 EXTRAS = {  # top-level module -> (pip extra, what needs it)
     "transformers": ("hf", "model=vit and the text and instruction runs (Hugging Face models and tokenizers)"),
@@ -18,6 +21,10 @@ EXTRAS = {  # top-level module -> (pip extra, what needs it)
 def optional_import(module: str) -> ModuleType:
     """``importlib.import_module(module)``; when its package is not installed, a CutlabError naming the extra."""
     top = module.partition(".")[0]
+    if top == "transformers" and not wants_bar(sys.stderr):
+        # its own bars ("Loading weights: 0%|...") would put carriage returns in a log that cutlab keeps to plain
+        # lines; read once, as transformers is imported (a setting of the user's own wins)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     try:
         return importlib.import_module(module)
     except ModuleNotFoundError as error:
