@@ -18,6 +18,8 @@ def lost_steps(history: pd.DataFrame | None, steps: Any) -> str | None:
     lost = [step for step in range(1, steps + 1) if step not in present]
     if not lost:
         return None
+    if len(lost) == 1:
+        return str(lost[0])
     return f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) and len(lost) > 1 else str(lost)
 
 
@@ -28,5 +30,16 @@ def read_history(run_dir: Path) -> pd.DataFrame | None:
         return None
     if "step" not in frame.columns:
         return None
+    if len(frame) and not _ends_with_newline(run_dir / HISTORY):
+        frame = frame.iloc[:-1]  # the last line was cut mid-write (the writer ends every row with its newline)
     frame["step"] = pd.to_numeric(frame["step"], errors="coerce")
     return frame.dropna(subset=["step"])  # a line cut by a crash mid-write
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as file:
+        file.seek(0, 2)
+        if file.tell() == 0:
+            return True
+        file.seek(-1, 2)
+        return file.read(1) == b"\n"

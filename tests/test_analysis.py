@@ -23,7 +23,7 @@ from conftest import GOLDEN, ROOT
 from helpers.analysis import NEW_DUAL, UPDATE, analysis_cli, assert_image, run_main, write_run
 from helpers.cli import cutlab
 
-from cutlab.run.records import EVAL, SUMMARY
+from cutlab.run.records import EVAL, HISTORY, SUMMARY
 
 
 # --------------------------------------------------------------------------------------------- run records
@@ -344,6 +344,18 @@ def test_old_record_format_and_half_written_records(tmp_path, capsys):
     report = (tmp_path / "report" / "report.md").read_text()
     assert "6 run folders: 0 complete" in report and "4 partial, 2 unreadable" in report
     assert "Skipped: no complete video runs" in report
+
+
+def test_a_history_whose_last_row_was_cut_mid_write_is_partial_not_complete(tmp_path):
+    # the row's step number survived the cut, so the run was counted complete with its last step's losses missing
+    from analysis.collect import collect_runs
+
+    run = write_run(tmp_path / "runs", "cut_row", model="dust", dataset="ucsd_ped2", L=3, gamma=0.09,
+                    constrained=True, test=15.0, selection=15.0)
+    history = run / HISTORY
+    history.write_bytes(history.read_bytes()[:-20])  # step 6's row, half of it
+    table = collect_runs(tmp_path / "runs").runs.set_index("run")
+    assert table.loc["cut_row", "partial"] and "lacks training steps 6 of 6" in table.loc["cut_row", "problem"]
 
 
 def test_a_run_in_another_precision_is_its_own_setting_not_another_seed():
