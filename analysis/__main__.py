@@ -116,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     unusable = runs.runs[~runs.runs["usable"]]
     warnings = [*(f"{run['run']}: {run['state']}: {run['problem']}" for _, run in unusable.iterrows()),
                 *(f"{run['run']}: failed before it wrote a run folder: {run['error']}" for run in outcomes.failed),
+                *(f"{run['run']}: interrupted before it wrote a run record; run the same sweep command again"
+                  for run in outcomes.interrupted),
                 *(f"sweep record not read: {line}" for line in outcomes.unread)]
     for warning in warnings[:WARNINGS_SHOWN]:
         print(f"{prog}: warning: {warning}", file=sys.stderr)

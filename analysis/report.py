@@ -109,7 +109,7 @@ def _sections(runs: RunTable, report: Report, gamma_train: float | None, command
     ran = with_not_started(frame, outcomes)
     lines += ["", *_what_ran(ran, runs, gamma_train)]
     lines += ["", *_failed(ran, outcomes.unread)]
-    lines += ["", *_infeasible(frame), "", *_partial(frame), "", *_feasibility(frame)]
+    lines += ["", *_infeasible(frame), "", *_partial(ran), "", *_feasibility(frame)]
     for table in report.tables:
         lines += ["", *_table_section(table)]
     lines += ["", *_figure_sections(report.figures)]

@@ -1,5 +1,5 @@
 """Runs of a sweep that failed before they wrote a run record (a bad config for that combination, refused at the
-door): they leave no run folder, only a line in the sweep's record, ``<runs_dir>/_sweeps/<sweep>-<time>/outcome.json``
+door), or were interrupted while they set up: they leave no run record, only a line in the sweep's record, ``<runs_dir>/_sweeps/<sweep>-<time>/outcome.json``
 (cutlab.launch.sweep.finish_record). Read here, so that the report counts and lists them with the other failed runs
 instead of losing them.
 
@@ -25,10 +25,12 @@ REQUIRED = ("run_id", "status")
 
 @dataclass
 class SweepOutcomes:
-    """``failed``: one dict per run without a run record (``run``, ``sweep``, ``error``); ``unread``: one line per
-    sweep record that could not be read (``<path>: why``)."""
+    """``failed`` / ``interrupted``: one dict per run without a run record that its latest sweep record calls so
+    (``run``, ``sweep``, ``error``; interrupted: stopped while it set up, before its first record); ``unread``: one
+    line per sweep record that could not be read (``<path>: why``)."""
 
     failed: list[dict] = field(default_factory=list)
+    interrupted: list[dict] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
 
 
@@ -52,17 +54,23 @@ def sweep_outcomes(runs: RunTable) -> SweepOutcomes:
             latest[folder] = {"run": entry["run_id"], "sweep": path.parent.name, "status": entry["status"],
                               "error": entry.get("error") or "failed without an error message"}
     found.failed = [run for run in latest.values() if run["status"] == "failed"]
+    found.interrupted = [run for run in latest.values() if run["status"] == "interrupted"]
     return found
 
 
 def with_not_started(frame: pd.DataFrame, outcomes: SweepOutcomes) -> pd.DataFrame:
-    """``frame`` (the runs frame) plus one failed row per run without a record: its path empty, its setting unknown."""
-    if not outcomes.failed:
+    """``frame`` (the runs frame) plus one row per run without a record, failed or (interrupted) partial: its path
+    empty, its setting unknown."""
+    if not outcomes.failed and not outcomes.interrupted:
         return frame
     empty = dict.fromkeys(frame.columns)  # None, as a run without a config has it (NaN would print as "nan")
     rows = pd.DataFrame([{**empty, "run": run["run"], "state": "failed", "usable": False, "partial": False,
                           "status": "failed", "problem": f"no run record (sweep {run['sweep']}): {run['error']}"}
-                         for run in outcomes.failed], columns=frame.columns, dtype=object)
+                         for run in outcomes.failed]
+                        + [{**empty, "run": run["run"], "state": "partial", "usable": False, "partial": True,
+                            "status": "interrupted", "problem": f"interrupted before it wrote a run record (sweep "
+                            f"{run['sweep']}); run the same sweep command again to train it"}
+                           for run in outcomes.interrupted], columns=frame.columns, dtype=object)
     return pd.concat([frame.astype(object), rows], ignore_index=True)
 
 

@@ -74,3 +74,18 @@ def test_a_sweep_record_that_is_not_cutlabs_is_named_and_not_read(tmp_path, caps
     assert "run 0 status = '&lt;b&gt;exploded&lt;/b&gt;' is not a valid value" in lines["c"] and "<b>" not in report
     assert "run 0 has no run_id" in lines["d"]
     assert "holds no list of runs" in lines["e"]
+
+
+def test_a_run_interrupted_before_its_first_record_is_a_partial_run_of_the_report(tmp_path, capsys):
+    # Ctrl-C while the run set up: its folder empty, its sweep's record 'interrupted'; the report named it nowhere
+    runs = tmp_path / "runs"
+    write_run(runs, "done", **CELL)
+    (runs / "stopped").mkdir()
+    record(runs, "sweep-d-20260101T000000.000000Z", [Outcome("done", "complete", metric="rmse", value=15.0),
+                                                     Outcome("stopped", "interrupted", error="KeyboardInterrupt")])
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0 and "stopped: interrupted before it wrote a run record; run the same sweep command again" in err
+    report = (tmp_path / "report" / "report.md").read_text()
+    partial = section(report, "Partial and unreadable runs (not counted as results)")
+    assert "| stopped | " in partial and "interrupted before it wrote a run record (sweep sweep-d-" in partial, partial
+    assert "1 complete" in report and "1 partial" in report
