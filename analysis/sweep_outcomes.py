@@ -1,7 +1,7 @@
 """Runs of a sweep that failed before they wrote a run record (a bad config for that combination, refused at the
-door), or were interrupted while they set up: they leave no run record, only a line in the sweep's record, ``<runs_dir>/_sweeps/<sweep>-<time>/outcome.json``
-(cutlab.launch.sweep.finish_record). Read here, so that the report counts and lists them with the other failed runs
-instead of losing them.
+door), or were interrupted while they set up: they leave no run record, only a line in the sweep's record,
+``<runs_dir>/_sweeps/<sweep>-<time>/outcome.json`` (cutlab.launch.sweep.finish_record). Read here, so that the report
+counts and lists them with the other failed (or partial) runs instead of losing them.
 
 A run that has a folder is read from that folder alone (it is never counted twice); of a run several sweeps failed,
 the latest record's reason is kept. A record that is not what cutlab writes is not read, and said so.
