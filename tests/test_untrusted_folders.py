@@ -245,20 +245,26 @@ def wait_until(predicate, process: subprocess.Popen, what: str, timeout: float =
 def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_resumes_it(tmp_path):
     """Before: Ctrl-C (SIGINT) ended the run with a Python traceback, exit 1."""
     runs = tmp_path / "runs"
-    args = [*TINY, "train.epochs=40", "checkpoint.every_steps=2", "run_name=ctrlc"]
+    args = [*TINY, "train.epochs=40", "checkpoint.every_steps=100000", "run_name=ctrlc"]
     log = tmp_path / "ctrlc.log"
     # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and its children would inherit that)
     process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs),
                                stdout=log.open("w"), stderr=subprocess.STDOUT,
                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    wait_until(lambda: (runs / "ctrlc" / "checkpoint.pt").exists(), process, "the first checkpoint")
+    history = runs / "ctrlc" / "history.csv"
+    wait_until(lambda: history.exists() and len(history.read_text().splitlines()) >= 4, process, "three steps")
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=120) == 130
     text = log.read_text()
     assert "Traceback" not in text, text[-3000:]
+    assert "[cutlab] Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)" in text
     assert text.strip().splitlines()[-1] == ("cutlab: interrupted (Ctrl-C); run the same command again to resume "
                                              "ctrlc from its last checkpoint")
     assert json.loads((runs / "ctrlc" / "summary.json").read_text())["status"] == "interrupted"
+    # checkpointed at the step it stopped, as SIGTERM does: before, Ctrl-C kept only the last periodic checkpoint
+    from cutlab.run.checkpoints import load_checkpoint
+
+    assert load_checkpoint(runs / "ctrlc")["trainer"]["progress"]["step"] == len(history_steps(runs / "ctrlc")) >= 3
     cutlab(args, runs)
     assert history_steps(runs / "ctrlc") == list(range(1, 121))
 

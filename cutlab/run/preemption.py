@@ -1,4 +1,5 @@
 """Turn SIGTERM/SIGUSR2 (SLURM's time-limit and preemption signals) into "checkpoint at the next step, then stop".
+Ctrl-C (SIGINT) while a run trains does the same, once: a second Ctrl-C stops at once.
 
 SLURM sends SIGUSR2 ``signal_delay_s`` before a time limit (submitit's ``--signal=USR2@90``) and SIGTERM on
 preemption. Stopping inside a step would checkpoint half-updated weights, so the handler only sets a flag;
@@ -9,9 +10,12 @@ The run then resumes exactly where it stopped when the same command runs again (
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
+
+from cutlab.core.progress import PREFIX
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; the launchers requeue a run that exits with it
@@ -41,7 +45,16 @@ def stop_on_signals() -> Iterator[StopFlag]:
     def handler(signum, frame) -> None:
         flag.signal_name = signal.Signals(signum).name
 
+    def interrupt(signum, frame) -> None:  # Ctrl-C: as SIGTERM, but the stop is the user's (exit 130, no requeue)
+        if flag.requested:
+            raise KeyboardInterrupt
+        flag.signal_name = "SIGINT"
+        print(f"{PREFIX}Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)",
+              file=sys.stderr, flush=True)
+
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (a worker's)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
         yield flag
     finally:

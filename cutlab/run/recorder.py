@@ -75,6 +75,8 @@ class StepRecorder:
         stopping = self.stop is not None and self.stop.requested
         if progress.step % self.every_steps == 0 or stopping:
             self.checkpoint()
+        if stopping and self.stop.signal_name == "SIGINT":  # Ctrl-C: the user's stop, not to be requeued
+            raise KeyboardInterrupt(f"stopped by Ctrl-C after step {progress.step} (checkpoint saved)")
         if stopping:  # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
             raise Preempted(f"stopped by {self.stop.signal_name} after step {progress.step} (checkpoint saved)")
 
