@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from omegaconf import OmegaConf
 from PIL import Image
 
 from conftest import PED2_TINY, ROOT, require_shared
@@ -312,3 +313,29 @@ def test_a_folder_of_runs_shows_runs_done_and_ctrl_c_ends_in_one_line(trained, t
     tallies = [line for line in small.stderr.splitlines() if line.startswith("cutlab-eval: evaluation: ")]
     assert [line.split(": ")[2].split(" ")[0] for line in tallies] == ["1/2", "2/2"], small.stderr[-2000:]
     assert all(" elapsed, " in line and " left" in line for line in tallies)
+
+
+def test_a_relative_data_root_names_the_folder_it_was_typed_in(trained, tmp_path):
+    """data.root=footage from two folders names two data sets: the second used to be 'complete; skipped' on the
+    first's record (which held 'footage'), and cutlab-eval then read whichever footage/ was under its working folder."""
+    _, footage = trained
+    for place in ("a", "b"):
+        shutil.copytree(footage, tmp_path / place / "footage")
+    shutil.rmtree(tmp_path / "b" / "footage" / "training_02")  # b's footage is other data
+    runs = tmp_path / "runs"
+    command = [sys.executable, "-m", "cutlab", *TRAIN, *PED2_FOLDER, "data.root=footage", "run_name=relative"]
+    first = subprocess.run(command, cwd=tmp_path / "a", env=cutlab_env(runs), capture_output=True, text=True,
+                           timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    config = OmegaConf.load(runs / "relative" / "config.yaml")
+    assert config.data.root == str(tmp_path / "a" / "footage")
+    second = subprocess.run(command, cwd=tmp_path / "b", env=cutlab_env(runs), capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 2 and "skipped" not in second.stdout + second.stderr
+    assert (f"already holds a run with another configuration (data.root: '{tmp_path / 'a' / 'footage'}' -> "
+            f"'{tmp_path / 'b' / 'footage'}')") in second.stderr, second.stderr[-2000:]
+    config.data.root = "footage"  # as a record written before roots were made absolute: still this run, from a/
+    OmegaConf.save(config, runs / "relative" / "config.yaml")
+    again = subprocess.run(command, cwd=tmp_path / "a", env=cutlab_env(runs), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0 and "complete; skipped" in again.stdout + again.stderr

@@ -53,3 +53,12 @@ def models_dir() -> Path:
     folder."""
     return _folder(MODELS_ENV, "models")
 
+
+
+def absolute_path(value):
+    """A ``data.root`` typed relative to the working folder (``footage``, ``~/clips``) as the absolute path it names
+    there; anything else (absolute, null, not a string) as given. A run's record keeps this form, so the same command
+    run from another folder, which names other data, is another configuration, not this run's results."""
+    if not isinstance(value, str) or not value or os.path.isabs(value):
+        return value
+    return os.path.normpath(os.path.abspath(os.path.expanduser(value)))

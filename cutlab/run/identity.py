@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from cutlab.config.neutral import without_result_neutral_keys
+from cutlab.config.paths import absolute_path
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.errors import CutlabError
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
@@ -109,6 +110,10 @@ def check_same_run(run_dir: Path, resolved: dict) -> None:
             raise CutlabError(f"{run_dir} holds a run record but no {CONFIG}, so it cannot be told apart from another "
                               f"run; {MOVE_ASIDE}")
         return
+    data = stored.get("data")
+    if isinstance(data, dict) and data.get("root") != absolute_path(data.get("root")):
+        # recorded before roots were made absolute: read as the run read it, from the folder it is resumed in
+        stored = {**stored, "data": {**data, "root": absolute_path(data["root"])}}
     found = differences(comparable(stored), comparable(resolved))
     if found:
         raise CutlabError(f"{run_dir} already holds a run with another configuration ({'; '.join(found[:5])}"
