@@ -51,5 +51,5 @@ test-all: setup services
 bench: setup
 	$(BIN)/python benchmarks/run.py --merge --readme README.md
 
-clean:
-	rm -rf $(VENV) *.egg-info
+clean:  # build/ too: pip install . leaves it, and a later wheel would take modules deleted since
+	rm -rf $(VENV) *.egg-info build dist

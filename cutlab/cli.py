@@ -111,6 +111,13 @@ def main() -> None:
     from cutlab.launch.plan import check_run, parse_command
 
     argv = sys.argv[1:]
+    if "--version" in argv:  # cutlab's own, where Hydra's flag would print only Hydra's
+        import hydra
+
+        import cutlab
+
+        print(f"cutlab {cutlab.__version__} (Hydra {hydra.__version__})")
+        raise SystemExit(0)
     started, sweep = time.perf_counter(), None
     try:
         command = parse_command(argv)

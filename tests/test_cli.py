@@ -280,3 +280,11 @@ def assert_generation_is_lscpus(generation: dict | None) -> None:
     fields = {key.strip(): value.strip() for key, value in fields.items()}
     assert generation == {"vendor": fields["Vendor ID"], "family": fields["CPU family"], "model": fields["Model"],
                           "stepping": fields["Stepping"]}
+
+
+def test_version_is_cutlabs(tmp_path):
+    # Hydra's --version printed "Hydra 1.3.8" alone
+    import cutlab as package
+
+    result = cutlab(["--version"], tmp_path / "runs")
+    assert result.stdout.startswith(f"cutlab {package.__version__} (Hydra ") and not (tmp_path / "runs").exists()

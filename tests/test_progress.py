@@ -166,9 +166,11 @@ def test_an_infeasible_run_is_told_whether_it_lacks_total_descent_or_a_layer_is_
 
     short = {"last_layer_loss": 0.26, "last_layer_bound": 0.155, "violated_layers": [1, 2, 3]}
     assert chain_note(short) == ("infeasible at layers 1, 2, 3: validation l_L is 0.26, and the constraints together "
-                                 "allow at most epsilon (1 - alpha)^L = 0.155, so the layers must descend further in all")
+                                 "allow at most epsilon (1 - alpha)^L = 0.155, so more total descent is needed over the L layers")
     spaced = {"last_layer_loss": 0.34, "last_layer_bound": 2.1, "violated_layers": [4, 7]}
     assert chain_note(spaced).endswith("= 2.1, so the total descent is there and those layers miss their own step")
+    one = {"last_layer_loss": 0.34, "last_layer_bound": 2.1, "violated_layers": [2]}
+    assert chain_note(one).startswith("infeasible at layer 2: ")  # not "layers 2"
 
 
 def test_an_infeasible_run_says_why_on_the_line_before_its_verdict(tmp_path):
@@ -184,5 +186,5 @@ def test_an_infeasible_run_says_why_on_the_line_before_its_verdict(tmp_path):
     assert feasibility["status"] == "infeasible"
     assert feasibility["last_layer_bound"] == pytest.approx(summary["epsilon"] * 0.01 ** 3)  # L = 3
     lines = result.stderr.strip().splitlines()
-    assert lines[-2] == "[cutlab] " + chain_note(feasibility) and "descend further in all" in lines[-2]
+    assert lines[-2] == "[cutlab] " + chain_note(feasibility) and "more total descent is needed" in lines[-2]
     assert lines[-1].startswith("[cutlab] done: ") and "verdict infeasible" in lines[-1]

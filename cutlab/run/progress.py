@@ -121,9 +121,10 @@ class ProgressReporter:
 def chain_note(feasibility: dict) -> str:
     """Why an infeasible run missed: short of the total descent the constraints ask, or some layers out of step."""
     reached, bound = feasibility["last_layer_loss"], feasibility["last_layer_bound"]
-    layers = ", ".join(str(layer) for layer in feasibility["violated_layers"])
-    where = (f"infeasible at layers {layers}: validation l_L is {reached:.4g}, and the constraints together allow at "
+    violated = feasibility["violated_layers"]
+    layers = f"layer{'s' if len(violated) != 1 else ''} {', '.join(str(layer) for layer in violated)}"
+    where = (f"infeasible at {layers}: validation l_L is {reached:.4g}, and the constraints together allow at "
              f"most epsilon (1 - alpha)^L = {bound:.4g}")
     if reached > bound:
-        return f"{where}, so the layers must descend further in all"
+        return f"{where}, so more total descent is needed over the L layers"
     return f"{where}, so the total descent is there and those layers miss their own step"
