@@ -291,3 +291,12 @@ def test_bad_sweeps_get_one_clear_message_before_any_run_starts(tmp_path, args, 
     assert expected in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.count("\n") <= 2, result.stderr
     assert not runs.exists(), "nothing is written before the sweep is known to be valid"
+
+
+def test_the_plan_says_which_runs_will_stop_and_why(tmp_path):
+    # gamma=-1 was planned 'new' beside the good run, and met its one-line refusal only when the sweep ran it
+    result = cutlab(["--plan", "-m", "gamma=0.09,-1"], tmp_path / "runs")
+    lines = result.stdout.splitlines()
+    assert any(line.split()[1:] == ["new", "gamma=0.09"] for line in lines if line[:1].isdigit()), result.stdout
+    assert "1 refused     gamma=-1 (it will stop: gamma must be >= 0, got -1; e.g. gamma=0.09)" in lines, result.stdout
+    assert not (tmp_path / "runs").exists()

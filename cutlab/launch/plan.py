@@ -14,10 +14,13 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cutlab.config.checks import check_runs_dir
+from omegaconf import OmegaConf
+
+from cutlab.config.checks import check_config, check_runs_dir
 from cutlab.config.compose import JobComposer, main_hydra
 from cutlab.config.launcher import is_launcher_override, valid_keys_text
 from cutlab.errors import CutlabError
+from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.run.records import read_summary
 from cutlab.run.identity import check_same_run
@@ -95,6 +98,7 @@ class PlannedRun:
     steps_done: int = 0
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
     holder: str | None = None  # busy: the process writing its folder when planned (cutlab.run.lock.live_holder)
+    problem: str | None = None  # refused: why (its folder holds another run, or a value its config checks refuse)
 
 
 @dataclass
@@ -151,9 +155,9 @@ def expand(command: Command) -> Plan:
             composer = JobComposer(hydra.config_loader, cfg, parser)
             for index, job_overrides in enumerate(jobs):
                 job, run_dir = composer.compose(list(job_overrides))
-                status, steps, holder = _state(run_dir, job)
+                status, steps, holder, problem = _state(run_dir, job)
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
-                                            cost_key=cost_key(job), holder=holder))
+                                            cost_key=cost_key(job), holder=holder, problem=problem))
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {_composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)
@@ -212,19 +216,21 @@ def _check_unique_ids(plan: Plan) -> None:
         seen[run.run_id] = run
 
 
-def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None]:
-    """The run's status from its summary.json; ``refused`` when its folder holds another configuration or files that
-    are not a run record (running it says why, in one line), so that it is never counted as complete."""
+def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None, str | None]:
+    """The run's status from its summary.json; ``refused`` (with why) when its folder holds another configuration or
+    files that are not a run record, or when its config has a value the run's own checks refuse (gamma=-1): running
+    it says the same in one line, and it is never counted as complete."""
     try:
+        check_config(OmegaConf.create(job))
         check_same_run(run_dir, job)
         summary = read_summary(run_dir, resumable=True)
-    except CutlabError:
-        return "refused", 0, None
+    except CutlabError as error:
+        return "refused", 0, None, str(error)
     steps = summary.get("steps") if summary else 0
     steps = steps if isinstance(steps, int) and steps >= 0 else 0
     status = str(summary.get("status", "new")) if summary else "new"
     holder = live_holder(run_dir) if status != "complete" else None
-    return ("busy" if holder else status), steps, holder
+    return ("busy" if holder else status), steps, holder, None
 
 
 def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
@@ -234,6 +240,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
     for run in plan.runs:
         note = f" (resumes at step {run.steps_done})" if run.status in ("running", "interrupted", "failed") and run.steps_done else ""
         note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
+        note = f" (it will stop: {redact(run.problem)})" if run.status == "refused" and run.problem else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
     done = len(plan.runs) - len(plan.to_run) - len(plan.busy)
     cost = estimate(plan.runs_dir, plan.to_run)
