@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
+from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
 from cutlab.launch.outcome import SWEEP_RECORDS
 from cutlab.launch.plan import Plan, _duration, expand, format_plan, parse_command
-from cutlab.reproduce_grids import SCALES, Grid, grids
+from cutlab.reproduce_grids import SCALES, Grid, grids, sweep_params
 from cutlab.reproduce_inputs import Inputs
 
 
@@ -30,14 +31,30 @@ class ScaleGrid:
 def resolve(scale: str, inputs: Inputs, runs_dir: Path, extra: list[str]) -> list[ScaleGrid]:
     """The scale's grids with the locations of their inputs, or the reason each missing one is skipped."""
     result, data_cache, model_cache = [], {}, {}
+    scale_grids = [grid for entry in SCALES[scale] for grid in grids(entry)]
+    _check_not_an_axis(scale, scale_grids, extra)
     for entry in SCALES[scale]:
-        for grid in grids(entry):
+        for grid in (grid for grid in scale_grids if grid.entry == entry):
             data = data_cache.setdefault(grid.data, inputs.for_data(grid.data))
             model = model_cache.setdefault(grid.model, inputs.for_model(grid.model))
             reasons = [reason for _, reason in (data, model) if reason]
             argv = [*grid.argv(), *data[0], *model[0], f"paths.runs_dir={runs_dir}", *extra]
             result.append(ScaleGrid(grid, argv, "; ".join(reasons) or None))
     return result
+
+
+def _check_not_an_axis(scale: str, scale_grids: list, extra: list[str]) -> None:
+    """An override of a key the grids sweep or split on (gamma=0.2) would replace the paper's values in every grid,
+    silently: the constrained-UT-at-0 grid would run at 0.2, a cell the paper does not have. A setting the sweep
+    gives one value (train.epochs, the budget) stays the user's to change."""
+    axes = {override.lstrip("+~").partition("=")[0] for grid in scale_grids for override in grid.overrides}
+    axes |= {key for grid in scale_grids for key, values in sweep_params(grid.entry.sweep)[0].items() if len(values) > 1}
+    for override in extra:
+        key = override.lstrip("+~").partition("=")[0]
+        if key in axes:
+            raise CutlabError(f"{key} is set by the {scale} scale's grids (they set or sweep {', '.join(sorted(axes))}), "
+                              f"and {override} would replace its values in every grid; run a grid of your own with "
+                              f"python -m cutlab -m ... {override}, or leave it out")
 
 
 def expand_all(planned: list[ScaleGrid]) -> None:

@@ -226,6 +226,11 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     _, reason = Inputs(weights={"vit": str(tmp_path / "empty")}).for_model("vit")
     assert reason.startswith("--weights vit=") and "lacks config.json, weights" in reason
     assert Inputs(weights={"roberta": "roberta-base"}).for_model("roberta") == (["model.source=roberta-base"], None)
+    # a key the grids sweep or split on: gamma=0.2 replaced every grid's gamma (UT's gamma-0 grid ran at 0.2) silently
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "gamma=0.2"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "gamma is set by the smoke scale's grids (they set or sweep " in error, error
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=2"]) == 0  # a budget
 
 
 def test_no_report_is_announced_when_none_was_written(tmp_path, capsys):
