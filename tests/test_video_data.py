@@ -246,6 +246,18 @@ def test_split_validation_holds_out_last_clips_sorted_by_name():
     for bad in (0, 4, -1):
         with pytest.raises(CutlabError, match="val_clips"):
             split_validation(clips, bad)
+    # one training clip: 'must be an integer in [1, 0]' named no way out
+    with pytest.raises(CutlabError, match=r"the training split has 1 clip.*give the data more clips"):
+        split_validation({"only": np.zeros((1, 2, 2), np.uint8)}, 1)
+
+
+def test_clips_too_short_for_the_window_name_the_key_and_the_length_that_fits():
+    from cutlab.core.data.video import FrameWindows
+
+    clips = {"a": np.zeros((5, 8, 8), np.uint8), "b": np.zeros((3, 8, 8), np.uint8)}
+    with pytest.raises(CutlabError, match=r"no window of data.frames=10 fits.*longest has 5 frames.*"
+                                          r"set data.frames=5 or less"):
+        FrameWindows(clips, frames=10, stride=1)
 
 
 # --------------------------------------------------------------------------- user errors

@@ -66,6 +66,12 @@ def split_validation(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Hold out the last ``val_clips`` clips (in natural order of their names, as the test clips of a flat
     video_folder are chosen: clip9 before clip10) as validation: returns (train, val)."""
+    if len(clips) < 2:  # one clip cannot be both trained on and validated on
+        raise CutlabError(
+            f"the training split has {len(clips)} clip, and validation holds out whole clips (data.val_clips) with at "
+            "least one left to train on: give the data more clips (a video_folder: more clip folders or files, or "
+            "fewer of them for data.test_clips)"
+        )
     if isinstance(val_clips, bool) or not isinstance(val_clips, int) or not 1 <= val_clips < len(clips):
         raise CutlabError(
             f"data.val_clips={val_clips!r} must be an integer in [1, {len(clips) - 1}] for {len(clips)} training "
@@ -96,9 +102,10 @@ class FrameWindows(Dataset):
         ]
         if not self.index:
             shortest = min(len(clip) for clip in self.clips.values())
+            longest = max(len(clip) for clip in self.clips.values())
             raise CutlabError(
-                f"no window of frames={frames} fits: the longest of {len(self.clips)} clips is shorter "
-                f"(shortest clip has {shortest} frames); lower the window length (frames) below the clip length"
+                f"no window of data.frames={frames} fits in these {len(self.clips)} clips (the longest has {longest} "
+                f"frames, the shortest {shortest}); set data.frames={longest} or less, or give longer clips"
             )
         # windows of one clip show the same scene, so they are not independent samples: the verdict's interval
         # resamples whole clips (cutlab.core.evaluation.violation_intervals)
