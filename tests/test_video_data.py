@@ -208,7 +208,7 @@ def test_frame_windows_count_and_content_never_cross_clips():
 
 
 def test_frame_windows_without_any_window_names_frames_and_shortest_clip():
-    with pytest.raises(CutlabError, match=r"frames=6.*3 frames"):
+    with pytest.raises(CutlabError, match=r"frames=6.*shortest 3"):
         FrameWindows(labelled_clips({"a": 5, "b": 3}), frames=6, stride=1)
 
 
