@@ -288,3 +288,20 @@ def test_version_is_cutlabs(tmp_path):
 
     result = cutlab(["--version"], tmp_path / "runs")
     assert result.stdout.startswith(f"cutlab {package.__version__} (Hydra ") and not (tmp_path / "runs").exists()
+
+
+def test_epoch_cadence_with_a_restarted_slack_is_refused_before_training_but_an_old_record_is_still_skipped(tmp_path):
+    """The combination's slack never relaxes anything (restarted right after its one step an epoch), so a new run is
+    refused; a run recorded with it before that rule is still this run: skipped as complete, not refused."""
+    runs = tmp_path / "runs"
+    combination = ["train=constrained_paper", "train.dual_cadence=epoch", "train.resilience=slack"]
+    base = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]", "wandb.mode=disabled",
+            "progress=false", "run_name=epoch_slack", *combination]
+    refused = cutlab([*base, "train.resilience_restarts=true"], runs, check=False)
+    assert refused.returncode == 2 and "restarts the slack right after its only step" in refused.stderr
+    assert not (runs / "epoch_slack").exists()
+    cutlab([*base, "train.resilience_restarts=false"], runs)
+    config = runs / "epoch_slack" / "config.yaml"  # as a record written before the rule
+    config.write_text(config.read_text().replace("resilience_restarts: false", "resilience_restarts: true"))
+    again = cutlab([*base, "train.resilience_restarts=true"], runs)
+    assert "complete; skipped" in again.stdout + again.stderr

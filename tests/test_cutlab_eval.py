@@ -297,8 +297,10 @@ def test_a_folder_of_runs_shows_runs_done_and_ctrl_c_ends_in_one_line(trained, t
     for name in ("a", "b"):
         shutil.copytree(run, folder / name, ignore=shutil.ignore_patterns("evaluations"))
     command = [sys.executable, "-m", "cutlab.transfer.cli", str(folder), "data=ucsd_ped2", "eval.gamma_test=[0]"]
+    # as from a terminal: SIGINT at its default (a pytest-xdist worker ignores it, and its children would inherit that)
     process = subprocess.Popen(command, cwd=ROOT, env=cutlab_env(tmp_path / "runs"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 300
     while not (folder / "a" / "evaluations").exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -339,3 +341,18 @@ def test_a_relative_data_root_names_the_folder_it_was_typed_in(trained, tmp_path
     again = subprocess.run(command, cwd=tmp_path / "a", env=cutlab_env(runs), capture_output=True, text=True,
                            timeout=600)
     assert again.returncode == 0 and "complete; skipped" in again.stdout + again.stderr
+    # a sweep's plan compares the same way (it had called the run 'refused', and the sweep ran it again)
+    plan = subprocess.run([*command[:3], "--plan", "-m", *command[3:]], cwd=tmp_path / "a", env=cutlab_env(runs),
+                          capture_output=True, text=True, timeout=600)
+    assert "0 complete    relative" in plan.stdout and "# 1 complete (skipped), 0 to run" in plan.stdout, plan.stdout
+
+
+def test_old_and_new_records_of_one_relative_root_are_one_data_cell():
+    # a record from before roots were made absolute ('tiny.npz') beside a new one ('/d/a/tiny.npz'): one cell, so
+    # the arms of a sweep extended after the change stay paired; a root that only shares a name stays apart
+    from cutlab.config.data_settings import settings_apart
+
+    assert settings_apart([{"name": "ucsd_ped2", "root": "tiny.npz"}, {"name": "ucsd_ped2", "root": "/d/a/tiny.npz"}]) \
+        == [[], []]
+    assert settings_apart([{"name": "x", "root": "tiny.npz"}, {"name": "x", "root": "/d/a/other.npz"}]) == [
+        ["root=tiny.npz"], ["root=other.npz"]]

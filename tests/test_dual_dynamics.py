@@ -355,7 +355,7 @@ def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_
     (lambda: DualSettings(lr=0.1, nu=1.0), r"train.nu must lie in \[0, 1\)"),
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
-    (lambda: DualSettings(lr=0.1, resilience="slack", cadence="epoch"),
+    (lambda: DualSettings(lr=0.1, resilience="slack", cadence="epoch").check_trainable(),
      "restarts the slack right after its only step of the epoch.*train.resilience_restarts=false"),
     (lambda: DualSettings(lr=0.1, penalty=-1.0), "train.penalty must be >= 0"),
     (lambda: DualSettings(lr=0.1, dual_restarts="maybe"), "train.dual_restarts must be true or false, got 'maybe'"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pandas as pd
 import pytest
@@ -133,11 +134,13 @@ class PlainModule(nn.Module):
     # a module that is found and fails as it runs: the real error, not Hydra's "is it installed?" (PYTHONPATH advice)
     ("typo.Model", "", "importing it raised ImportError: cannot import name 'LayerwisModel' from 'cutlab.core.models'"),
     ("syntax.Model", "", "importing it raised SyntaxError: "),
+    ("attribute.Model", "", "importing it raised AttributeError: module 'os' has no attribute 'nonexistent_attr'"),
     ("smoothing.NOT_A_CLASS", "", "model._target_=smoothing.NOT_A_CLASS is a int, not a class or function"),
     ("smoothing.TemporalSmoother", "DROP paper", "train.alpha reads model.paper.alpha, which the config does not have"),
     ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
-        "missing-module", "import-error-inside", "syntax-error-inside", "not-callable", "no-paper", "no-task"])
+        "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",
+        "no-paper", "no-task"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""
@@ -147,6 +150,7 @@ def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_fo
     (outside / "mistakes.py").write_text(MISTAKES)
     (outside / "typo.py").write_text("from cutlab.core.models import LayerwisModel\n")
     (outside / "syntax.py").write_text("def f(:\n")
+    (outside / "attribute.py").write_text("import os\nos.nonexistent_attr\n")
     (outside / "smoothing.py").write_text(MODULE + "\nNOT_A_CLASS = 1\n")
     config = CONFIG.replace("smoothing.TemporalSmoother", target)
     if extra.startswith("DROP "):
@@ -242,3 +246,10 @@ def test_a_config_of_ones_own_named_as_one_of_cutlabs_is_refused_not_ignored(tmp
             "Hydra reads instead of yours; rename yours") in result.stderr, result.stderr[-2000:]
     other = cutlab(["--config-dir", str(outside / "conf"), "model=dust", "--plan"], tmp_path / "runs")
     assert other.returncode == 0  # a clash only matters where that config is chosen
+    (outside / "conf" / "model" / "dust.yaml").write_text(CONFIG)  # chosen by default, without model=
+    default = cutlab(["--config-dir", str(outside / "conf"), "--plan"], tmp_path / "runs", check=False)
+    assert default.returncode == 2 and "has the name of cutlab's own model=dust" in default.stderr
+    # cutlab's own conf/ (or a copy of it byte for byte) as --config-dir is no clash
+    for folder in (ROOT / "conf", shutil.copytree(ROOT / "conf", tmp_path / "copy")):
+        same = cutlab(["--config-dir", str(folder), "model=ut", "--plan"], tmp_path / "runs")
+        assert same.returncode == 0, same.stderr[-2000:]

@@ -51,14 +51,15 @@ def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
         raise CutlabError(f"{key} must be one of {', '.join(choices)}, got {value!r}; e.g. {key}={choices[0]}")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Raise CutlabError on the first value that cannot make a run."""
+def check_config(cfg: DictConfig, folders: bool = True) -> None:
+    """Raise CutlabError on the first value that cannot make a run. ``folders=False``: the values alone, not whether
+    the default data and model folders are on this machine (a plan made on a login node for jobs that run elsewhere)."""
     from omegaconf.errors import InterpolationKeyError
 
     if not cfg.model.get("name"):
         raise CutlabError("the model's yaml has no name; add name: <the yaml's file name> to it")
     try:
-        _check_values(cfg)
+        _check_values(cfg, folders)
     except InterpolationKeyError as error:  # e.g. train.alpha: ${model.paper.alpha} of a model yaml without paper
         missing = re.search(r"Interpolation key '([^']+)' not found", str(error))
         wanted = missing.group(1) if missing else str(error).splitlines()[0]
@@ -66,9 +67,10 @@ def check_config(cfg: DictConfig) -> None:
                           "gives its paper values as paper: {alpha: 0.25, epsilon: 1.0})") from None
 
 
-def _check_values(cfg: DictConfig) -> None:
+def _check_values(cfg: DictConfig, folders: bool) -> None:
     kind = task_kind(cfg)
-    check_default_folders(cfg)
+    if folders:
+        check_default_folders(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0)
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)

@@ -19,12 +19,28 @@ def settings_apart(configs: list[dict], short: bool = True) -> list[list[str]]:
     ``configs``, in the order the keys first appear. A key a config lacks (None or NaN: written before the key
     existed) is no difference and is not shown for it. ``short``: a path is shown by its last part where no two of
     the values share it (a table's column stays narrow); else every value as written."""
+    configs = _roots_matched(configs)
     keys = list(dict.fromkeys(key for config in configs for key in config if key not in FIXED))
     present = {key: [config[key] for config in configs if not _absent(config.get(key))] for key in keys}
     differing = [key for key in keys if len({_comparable(value) for value in present[key]}) > 1]
     shown = {key: _shown(present[key], short) for key in differing}
     return [[f"{key}={shown[key][_comparable(config[key])]}" for key in differing if not _absent(config.get(key))]
             for config in configs]
+
+
+def _roots_matched(configs: list[dict]) -> list[dict]:
+    """A relative ``root`` (recorded before cutlab made roots absolute, from the folder the run was started in) read as
+    the one absolute root among ``configs`` that ends with it, so that old and new records of one sweep stay one cell;
+    left as written where none, or several, do."""
+    absolute = {c["root"] for c in configs if isinstance(c.get("root"), str) and c["root"].startswith("/")}
+    matched = []
+    for config in configs:
+        root = config.get("root")
+        if isinstance(root, str) and root and not root.startswith(("/", "hf:")):
+            ends = [a for a in absolute if a.endswith("/" + root.removeprefix("./"))]
+            config = {**config, "root": ends[0]} if len(ends) == 1 else config
+        matched.append(config)
+    return matched
 
 
 def named_with(name: str, parts: list[str]) -> str:

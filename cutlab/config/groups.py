@@ -92,6 +92,10 @@ def check_group_choices(arguments: list[str]) -> None:
     """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
     not one folder name gets one line (before Hydra starts; launcher keys: config.launcher.check_launcher_overrides)."""
     folders = search_dirs(arguments)
+    named = {argument.lstrip("+~").partition("=")[0] for argument in arguments}
+    for group, default in _default_choices().items():  # a group left at its default is read from cutlab's file too
+        if group not in named and len(folders) > 2:
+            _check_not_shadowed(group, default, folders)
     for argument in arguments:
         group, _, value = argument.lstrip("+~").partition("=")
         if group not in (*GROUPS, "run_name") or not value or "(" in value:
@@ -109,14 +113,23 @@ def check_group_choices(arguments: list[str]) -> None:
 
 def _check_not_shadowed(group: str, choice: str, folders: list[Path]) -> None:
     """A config of the user's own folder named as one of cutlab's (model/ut.yaml): Hydra reads cutlab's, which comes
-    first in its search path, so the user's would be ignored without a word."""
-    if not (CONFIG_DIR / group / f"{choice}.yaml").is_file():
+    first in its search path, so the user's would be ignored without a word (cutlab's own file, or a copy of it
+    byte for byte, is no clash)."""
+    builtin = CONFIG_DIR / group / f"{choice}.yaml"
+    if not builtin.is_file():
         return
     for folder in folders[2:]:  # after conf/ and sweeps/: the folders the command line added
         mine = folder / group / f"{choice}.yaml"
-        if mine.is_file():
+        if mine.is_file() and mine.resolve() != builtin.resolve() and mine.read_bytes() != builtin.read_bytes():
             raise CutlabError(f"{mine} has the name of cutlab's own {group}={choice}, which Hydra reads instead of "
                               f"yours; rename yours (e.g. {group}/{choice}_mine.yaml) and pass {group}={choice}_mine")
+
+
+def _default_choices() -> dict[str, str]:
+    """config.yaml's defaults list: the choice of each group a command does not name."""
+    entries = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml")).get("defaults", [])
+    return {group: str(choice) for entry in entries if isinstance(entry, dict) for group, choice in entry.items()
+            if group in GROUPS and isinstance(choice, str)}
 
 
 def task_kind(cfg: DictConfig) -> str:

@@ -56,9 +56,11 @@ def models_dir() -> Path:
 
 
 def absolute_path(value):
-    """A ``data.root`` typed relative to the working folder (``footage``, ``~/clips``) as the absolute path it names
-    there; anything else (absolute, null, not a string) as given. A run's record keeps this form, so the same command
-    run from another folder, which names other data, is another configuration, not this run's results."""
+    """A ``data.root`` typed relative to the working folder (``footage``, ``~/clips``) that names something there, as
+    that absolute path; anything else as given (absolute, null, ``hf:imdb``, a path that does not exist: its loader
+    says so). A run's record keeps this form, so the same command run from another folder, which names other data,
+    is another configuration, not this run's results."""
     if not isinstance(value, str) or not value or os.path.isabs(value):
         return value
-    return os.path.normpath(os.path.abspath(os.path.expanduser(value)))
+    expanded = os.path.expanduser(value)
+    return os.path.normpath(os.path.abspath(expanded)) if os.path.exists(expanded) else value

@@ -81,13 +81,6 @@ class DualSettings:
         if self.update not in DUAL_UPDATES:
             raise CutlabError(f"train.dual_update must be one of {', '.join(DUAL_UPDATES)}, got {self.update!r}; "
                               "e.g. train.dual_update=alternating")
-        if self.cadence == "epoch" and self.resilience == "slack" and self.resilience_restarts:
-            # the slack's one step an epoch comes at the epoch's end, just before its restart: it would never relax
-            # a constraint in training, while the verdict allowed the slack lambda / c all the same
-            raise CutlabError("train.dual_cadence=epoch with train.resilience=slack and train.resilience_restarts=true "
-                              "restarts the slack right after its only step of the epoch, so it never relaxes anything; "
-                              "set train.resilience_restarts=false, train.resilience=weight_decay (or off), or "
-                              "train.dual_cadence=batch")
         if self.update == "alternating" and self.cadence != "batch":
             raise CutlabError("train.dual_update=alternating needs train.dual_cadence=batch (an epoch-cadence dual "
                               "step has no primal step of its own to precede)")
@@ -109,6 +102,17 @@ class DualSettings:
         if self.penalty and self.resilience != "off":
             raise CutlabError(f"train.penalty={self.penalty} augments strict constraints, and train.resilience="
                               f"{self.resilience} relaxes them; use train.resilience=off or train.penalty=0")
+
+    def check_trainable(self) -> None:
+        """Refuse, before training, a combination that cannot do what it says. Not a config check: a run recorded
+        with it before this rule is still skipped as complete and evaluated (cutlab-eval)."""
+        if self.cadence == "epoch" and self.resilience == "slack" and self.resilience_restarts:
+            # the slack's one step an epoch comes at the epoch's end, just before its restart: it would never relax
+            # a constraint in training, while the verdict allowed the slack lambda / c all the same
+            raise CutlabError("train.dual_cadence=epoch with train.resilience=slack and train.resilience_restarts=true "
+                              "restarts the slack right after its only step of the epoch, so it never relaxes anything; "
+                              "set train.resilience_restarts=false, train.resilience=weight_decay (or off), or "
+                              "train.dual_cadence=batch")
 
     def unused(self) -> list[str]:
         """``key=value`` of each setting given away from its neutral value that this combination never reads (a

@@ -221,7 +221,7 @@ def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None, str | None]:
     files that are not a run record, or when its config has a value the run's own checks refuse (gamma=-1): running
     it says the same in one line, and it is never counted as complete."""
     try:
-        check_config(OmegaConf.create(job))
+        check_config(OmegaConf.create(job), folders=False)  # the jobs may run where the data are
         check_same_run(run_dir, job)
         summary = read_summary(run_dir, resumable=True)
     except CutlabError as error:

@@ -24,6 +24,7 @@ The search helper (cutlab/search) reads the same settings for its workers.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field, fields
@@ -169,12 +170,21 @@ def check_cluster(profile: SlurmProfile) -> None:
 
 def cluster_check_line(profile: SlurmProfile) -> str:
     """What ``--plan`` says of the cluster: the checks a submission makes, run where SLURM answers, so a plan made on
-    the login node shows a missing partition before the real submit refuses it; elsewhere, that nothing was checked."""
-    try:
-        check_cluster(profile)
-    except CutlabError as error:
-        return f"# warning: the submit would be refused: {error}"
-    return f"# checked against this cluster: SLURM answers{' and has partition ' + repr(profile.partition) if profile.partition else ''}"
+    the login node shows a missing partition before the real submit refuses it; elsewhere, that nothing was checked.
+    Asked once per profile and partition in a process (a scale's plan shows one script per grid, and an unreachable
+    controller takes sinfo's 30 s to say so)."""
+    key = (profile.name, profile.partition, os.environ.get("SLURM_CONF"))
+    if key not in _CLUSTER_LINES:
+        try:
+            check_cluster(profile)
+            partition = f" and has partition {profile.partition!r}" if profile.partition else ""
+            _CLUSTER_LINES[key] = f"# checked against this cluster: SLURM answers{partition}"
+        except CutlabError as error:
+            _CLUSTER_LINES[key] = f"# warning: the submit would be refused: {error}"
+    return _CLUSTER_LINES[key]
+
+
+_CLUSTER_LINES: dict[tuple, str] = {}
 
 
 def sbatch_script(profile: SlurmProfile, folder: Path, job_name: str, array_size: int, python: str) -> str:

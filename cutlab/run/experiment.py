@@ -17,6 +17,7 @@ from cutlab.core.evaluation import buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.precision import check_precision, configure_matmul
+from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
@@ -67,6 +68,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
         if existing and existing.get("status") == "complete":
             log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
             return existing
+        if cfg.train.constrained:  # about to train: what the config checks leave to training time (old records pass)
+            DualSettings.of(cfg.train).check_trainable()
         checkpoint = load_checkpoint(run_dir)
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
@@ -166,6 +169,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     try:
         with stop_on_signals() as recorder.stop:
             trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
+            recorder.stop_if_requested()
         history.close()
         slacks = trainer.primal_dual.effective_slacks()
         if selector:  # the last iterate is a candidate too; then the best one is what gets evaluated

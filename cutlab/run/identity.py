@@ -110,11 +110,16 @@ def check_same_run(run_dir: Path, resolved: dict) -> None:
             raise CutlabError(f"{run_dir} holds a run record but no {CONFIG}, so it cannot be told apart from another "
                               f"run; {MOVE_ASIDE}")
         return
-    data = stored.get("data")
-    if isinstance(data, dict) and data.get("root") != absolute_path(data.get("root")):
-        # recorded before roots were made absolute: read as the run read it, from the folder it is resumed in
-        stored = {**stored, "data": {**data, "root": absolute_path(data["root"])}}
-    found = differences(comparable(stored), comparable(resolved))
+    # a relative root (recorded before roots were made absolute, or a sweep's job before its run makes it so) is
+    # read as the run reads it, from the working folder
+    found = differences(comparable(_rooted(stored)), comparable(_rooted(resolved)))
     if found:
         raise CutlabError(f"{run_dir} already holds a run with another configuration ({'; '.join(found[:5])}"
                           f"{'; ...' if len(found) > 5 else ''}); {MOVE_ASIDE}")
+
+
+def _rooted(config: dict) -> dict:
+    data = config.get("data")
+    if isinstance(data, dict) and data.get("root") != absolute_path(data.get("root")):
+        return {**config, "data": {**data, "root": absolute_path(data["root"])}}
+    return config

@@ -75,10 +75,21 @@ class StepRecorder:
         stopping = self.stop is not None and self.stop.requested
         if progress.step % self.every_steps == 0 or stopping:
             self.checkpoint()
-        if stopping and self.stop.signal_name == "SIGINT":  # Ctrl-C: the user's stop, not to be requeued
-            raise KeyboardInterrupt(f"stopped by Ctrl-C after step {progress.step} (checkpoint saved)")
-        if stopping:  # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
-            raise Preempted(f"stopped by {self.stop.signal_name} after step {progress.step} (checkpoint saved)")
+        if stopping:
+            self._stop(progress.step)
+
+    def stop_if_requested(self) -> None:
+        """After the last step: a stop asked for during the last epoch's end (its checkpoint, a search's pruning
+        validation) is kept, not lost to the evaluation that follows."""
+        if self.stop is not None and self.stop.requested:
+            self.checkpoint()
+            self._stop(self.trainer.progress.step)
+
+    def _stop(self, step: int) -> None:
+        if self.stop.signal_name == "SIGINT":  # Ctrl-C: the user's stop, not to be requeued
+            raise KeyboardInterrupt(f"stopped by Ctrl-C after step {step} (checkpoint saved)")
+        # SLURM's time-limit/preemption signal: stop at a step boundary, checkpointed
+        raise Preempted(f"stopped by {self.stop.signal_name} after step {step} (checkpoint saved)")
 
     def candidate(self, progress: Progress) -> bool:
         """Iterates of the primal-dual algorithm are candidates; those of the primal warm-up (lambda frozen at 0, the

@@ -82,7 +82,8 @@ def _locate_target(target: str):
         missing_module = re.search(r"Are you sure that module '([^']+)' is installed", text)
         missing_name = re.search(r"Are you sure that '([^']+)' is importable from module '([^']+)'", text)
         cause = error.__cause__
-        if cause is not None and not isinstance(cause, AttributeError) and not _is_missing(cause, target):
+        looked_up = _is_missing(cause, target) or "is an attribute of" in text  # the path itself is not there
+        if cause is not None and not looked_up:
             # the module was found and failed as it ran (a misspelt import, a SyntaxError, a missing dependency):
             # Hydra words every failure as "is it installed?", which would send its author to PYTHONPATH
             raise CutlabError(f"model._target_={target} cannot be imported: importing it raised "

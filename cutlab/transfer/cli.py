@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _evaluate_all(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:  # each evaluation is written whole or not at all (cutlab.transfer.record)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while it exits would end it in a traceback
         print("cutlab-eval: interrupted; the evaluations written so far are kept, and the same command does the rest",
               file=sys.stderr, flush=True)
         return 130

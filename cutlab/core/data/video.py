@@ -104,7 +104,7 @@ class FrameWindows(Dataset):
             shortest = min(len(clip) for clip in self.clips.values())
             longest = max(len(clip) for clip in self.clips.values())
             raise CutlabError(
-                f"no window of data.frames={frames} fits in these {len(self.clips)} clips (the longest has {longest} "
+                f"no window of data.frames={frames} fits in the {len(self.clips)} clip(s) (the longest has {longest} "
                 f"frames, the shortest {shortest}); set data.frames={longest} or less, or give longer clips"
             )
         # windows of one clip show the same scene, so they are not independent samples: the verdict's interval
