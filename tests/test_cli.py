@@ -305,3 +305,14 @@ def test_epoch_cadence_with_a_restarted_slack_is_refused_before_training_but_an_
     config.write_text(config.read_text().replace("resilience_restarts: false", "resilience_restarts: true"))
     again = cutlab([*base, "train.resilience_restarts=true"], runs)
     assert "complete; skipped" in again.stdout + again.stderr
+
+
+def test_ut_at_gamma_0_in_the_papers_form_is_degenerate_and_says_so(tmp_path):
+    # epsilon=auto is UT's input loss at gamma 0, a round-off of 0: its verdict read slack-feasible (a slack of
+    # millions of % of its bound) or infeasible, and the cpu grid's note had to count the cell out by hand
+    runs = tmp_path / "runs"
+    cutlab(["model=ut", "gamma=0", "train=constrained_paper", "L=2", "train.epochs=2", "train.max_steps_per_epoch=3",
+            "eval.gamma_test=[0,0.5]", "wandb.mode=disabled", "progress=false", "run_name=ut0"], runs)
+    summary = json.loads((runs / "ut0" / "summary.json").read_text())
+    assert summary["reference_at_target"] is True and summary["epsilon"] < 1e-5
+    assert summary["verdict"] == "degenerate", summary["feasibility"]

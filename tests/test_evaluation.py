@@ -220,3 +220,18 @@ def test_a_degenerate_slot_has_an_infinite_interval_and_the_others_are_unchanged
                                   resamples=200)
     assert (found["low"][1], found["high"][1]) == (shifted["low"][1], shifted["high"][1])
     assert math.isfinite(found["low"][1]) and found["low"][1] < found["high"][1]
+
+
+def test_a_reference_at_the_target_makes_a_run_that_misses_degenerate_not_infeasible():
+    """UT at gamma 0 in the paper's difference form: epsilon=auto is l_0 of the untrained model, a round-off of 0, and
+    every constraint chains down to it; it read slack-feasible with a slack of millions of % (or infeasible)."""
+    losses = torch.tensor([0.002, 0.01, 0.04])  # l_0 grew from its round-off, and the layers raise the loss
+    for at_target, expected in ((False, "infeasible"), (True, "degenerate")):
+        constraints = Constraints(alpha=0.22, epsilon=5e-8, reference_at_target=at_target)
+        verdict = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=True)
+        assert verdict.status == expected
+    assert verdict.degenerate_layers == [0, 1, 2] and verdict.violated_layers == []
+    met = feasibility_verdict(torch.tensor([1e-8, 1e-9, 1e-10]), constraints, torch.zeros(3), 0.02, True)
+    assert met.status == "feasible"  # a run that meets them all is still said to
+    erm = feasibility_verdict(losses, constraints, torch.zeros(3), 0.02, constrained=False)
+    assert erm.status == "unconstrained"

@@ -76,6 +76,9 @@ class Constraints:
     detach_prev: DetachPrev = False  # stop gradients through l_{l-1} in g_l (DetachPrev; the paper does not)
     form: ConstraintForm = "difference"  # the paper's form; ratio / log_ratio are scale-free (module docstring)
     gradient: ConstraintGradient = "full"  # which blocks l_l in g_l trains (ConstraintGradient)
+    # epsilon=auto found Phi_0 already equal to the target (UT's input at gamma 0, l_0 a round-off): no layer can
+    # descend from it, so the verdict calls a run that is not strictly feasible degenerate, not infeasible
+    reference_at_target: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:

@@ -274,6 +274,10 @@ def feasibility_verdict(
     degenerate_rhs = torch.cat([torch.tensor([False]), losses[:-1] <= 0]) & active
     missed, violated = misses(constraints, losses, slacks, tolerance)
     degenerate = violated & degenerate_rhs
+    if constraints.reference_at_target:  # every constraint chains down to a reference that is a round-off of 0
+        degenerate_rhs = active.clone()
+        degenerate = (violated | missed) & degenerate_rhs
+        violated, missed = violated & ~degenerate_rhs, missed & ~degenerate_rhs
     if not constrained:
         status = UNCONSTRAINED
     elif bool((violated & ~degenerate_rhs).any()):

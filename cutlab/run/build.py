@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -9,7 +10,7 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig
 
-from cutlab.core.evaluation import Evaluation, evaluate
+from cutlab.core.evaluation import Evaluation, buffers_kept, evaluate
 from cutlab.core.perturbation import Perturbation
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.core.constraints import Constraints
@@ -97,14 +98,22 @@ class Evaluator:
         return replace(self, batch_size=batch_size)
 
 
-def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
-    """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model on the first training windows.
+def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device) -> float | None:
+    """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model (reference_of)."""
+    return reference_of(cfg, task, device)[0]
+
+
+def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> tuple[float | None, bool]:
+    """(epsilon, whether Phi_0 already equals the target): ``train.epsilon``, or with ``auto`` the mean l_0 of the
+    untrained model on the first training windows.
 
     ``auto`` reads the reference constraint l_0 <= epsilon as "Phi_0 may not get worse than at
-    initialisation": the paper's epsilon (6.5 for DUST) is in its own, unstated loss units.
+    initialisation": the paper's epsilon (6.5 for DUST) is in its own, unstated loss units. Where that l_0 is a
+    round-off of 0 (a model whose Phi_0 is its input, at gamma 0), nothing can descend: the ratio forms, which divide
+    by it, are refused; the difference form runs, and its verdict says degenerate (Constraints.reference_at_target).
     """
     if cfg.train.epsilon != "auto":
-        return cfg.train.epsilon
+        return cfg.train.epsilon, False
     count = min(len(task.train_set), batches * cfg.train.batch_size)
     first = torch.utils.data.Subset(task.train_set, range(count))
     evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device, precision_of(cfg))
@@ -112,18 +121,20 @@ def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches
     epsilon = float(initial.mean_loss[0, 0])
     largest = float(initial.mean_loss[0].max())
     ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
-    if ratio_form and epsilon <= SUSPICIOUSLY_SMALL * largest:
-        # the ratio forms divide by l_0: judge it against the data's loss scale, l under unit noise (gamma 1), since
-        # untrained layers near the identity can be nearly as small as l_0's round-off (another evaluation pass, and
-        # DUST's power iteration moves at every forward, so only runs whose l_0 looks this small pay for it)
-        largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
+    if cfg.train.constrained and epsilon <= SUSPICIOUSLY_SMALL * largest:
+        # is l_0 a round-off of 0? Judged against the data's loss scale, l under unit noise (gamma 1), since untrained
+        # layers near the identity can be nearly as small as l_0's round-off (another evaluation pass, and DUST's
+        # power iteration moves at every forward, so only runs whose l_0 looks this small pay for it; the difference
+        # form, which asked nothing of it before, keeps its buffers as they were, so its training is unchanged)
+        with (contextlib.nullcontext() if ratio_form else buffers_kept(task.model)):
+            largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
     if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
         raise CutlabError(
             f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
             f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
             f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, the paper's "
             "difference form (train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon")
-    return epsilon
+    return epsilon, bool(cfg.train.constrained and epsilon <= NUMERICAL_ZERO * largest)
 
 
 def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> None:
@@ -138,11 +149,11 @@ def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> No
                           "this model")
 
 
-def constraints_of(cfg: DictConfig, epsilon: float | None) -> Constraints:
+def constraints_of(cfg: DictConfig, epsilon: float | None, reference_at_target: bool = False) -> Constraints:
     """The run's constraints; ERM gets them too (its verdict and time to feasibility are recorded for comparison)."""
     return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev,
                        form=cfg.train.get("constraint_form", "difference"),
-                       gradient=cfg.train.get("constraint_gradient", "full"))
+                       gradient=cfg.train.get("constraint_gradient", "full"), reference_at_target=reference_at_target)
 
 
 def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None) -> PrimalDual:

@@ -21,7 +21,7 @@ from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
-                              make_reproducible, pick_device, precision_of, reference_epsilon)
+                              make_reproducible, pick_device, precision_of, reference_of)
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
@@ -74,11 +74,11 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
         try:
-            task, trainer, epsilon = _prepare(cfg, run_dir, checkpoint, resolved)
+            task, trainer, reference = _prepare(cfg, run_dir, checkpoint, resolved)
         except BaseException:
             wandb_service.abandon()
             raise
-        return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, epsilon, on_epoch_end,
+        return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, reference, on_epoch_end,
                                  wandb_service)
 
 
@@ -95,8 +95,9 @@ def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: 
     return selector
 
 
-def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, float | None]:
-    """The task, the trainer (resumed from ``checkpoint`` if any) and epsilon; a fresh run's folder gets its config."""
+def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, tuple]:
+    """The task, the trainer (resumed from ``checkpoint`` if any) and (epsilon, whether Phi_0 is at the target:
+    cutlab.run.build.reference_of); a fresh run's folder gets its config."""
     device = pick_device(cfg.device)
     make_reproducible(device)
     configure_matmul(precision_of(cfg))
@@ -106,8 +107,10 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     task = build_task(cfg)
     check_model_supports_training(cfg, task.model)
     task.model.to(device)
-    epsilon = checkpoint["epsilon"] if checkpoint else reference_epsilon(cfg, task, device)
-    trainer = build_trainer(cfg, task, epsilon, device)
+    # a checkpoint written before reference_at_target was recorded: False, as its run was judged then
+    reference = ((checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False))) if checkpoint
+                 else reference_of(cfg, task, device))
+    trainer = build_trainer(cfg, task, reference[0], device)
     if trainer.primal_dual.dual is not None and trainer.primal_dual.dual.unused():
         print_line(f"this run ignores {', '.join(trainer.primal_dual.dual.unused())}")
     if checkpoint:
@@ -123,7 +126,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
-    return task, trainer, epsilon
+    return task, trainer, reference
 
 
 def _record_resumption(run_dir: Path, step: int, seed: int, device: torch.device) -> None:
@@ -136,8 +139,9 @@ def _record_resumption(run_dir: Path, step: int, seed: int, device: torch.device
 
 
 def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None,
-                      resolved: dict, epsilon: float | None, on_epoch_end: EpochEndHook | None,
+                      resolved: dict, reference: tuple, on_epoch_end: EpochEndHook | None,
                       wandb_service: ServiceStart) -> dict:
+    epsilon, at_target = reference
     # first: a history that lost rows of the checkpoint's steps stops the resume before any record file is written
     history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
     tracker = Tracker(
@@ -146,10 +150,10 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     )
     summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
                "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,
-               "epsilon": epsilon}
+               "epsilon": epsilon, "reference_at_target": at_target}
     write_json(run_dir / SUMMARY, summary)
     tracker.summarize(summary)  # W&B mirrors summary.json at every write (analysis.wandb_source reads it back)
-    constraints = constraints_of(cfg, epsilon)
+    constraints = constraints_of(cfg, epsilon, at_target)
     clock = FeasibilityClock(constraints, cfg.eval.feasibility_tol)
     if checkpoint and "feasibility_clock" in checkpoint:
         clock.load_state_dict(checkpoint["feasibility_clock"])
@@ -165,7 +169,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
 
     selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
-                            started, validate, on_epoch_end, selector, cfg.eval.check_every_steps)
+                            started, validate, on_epoch_end, selector, cfg.eval.check_every_steps, at_target)
     try:
         with stop_on_signals() as recorder.stop:
             trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)

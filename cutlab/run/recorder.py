@@ -48,16 +48,19 @@ class StepRecorder:
     def __init__(self, run_dir: Path, trainer: Trainer, history: HistoryWriter, tracker, reporter: ProgressReporter,
                  clock: FeasibilityClock, epsilon: float | None, every_steps: int, started: float,
                  validate: Callable[[], float] | None = None, on_epoch_end: EpochEndHook | None = None,
-                 selector: IterateSelector | None = None, check_every_steps: int = 0) -> None:
+                 selector: IterateSelector | None = None, check_every_steps: int = 0,
+                 reference_at_target: bool = False) -> None:
         self.run_dir, self.trainer, self.history, self.tracker = run_dir, trainer, history, tracker
         self.reporter, self.clock, self.epsilon, self.every_steps = reporter, clock, epsilon, every_steps
         self.started, self.validate, self.hook = started, validate, on_epoch_end
         self.selector, self.check_every_steps = selector, check_every_steps  # eval.iterate=best
         self.stop = None
+        self.reference_at_target = reference_at_target  # kept with epsilon: the verdict of a resumed run needs both
 
     def checkpoint(self) -> None:
         save_checkpoint(self.run_dir, {"trainer": self.trainer.state_dict(), "wandb_id": self.tracker.run_id,
-                                       "epsilon": self.epsilon, "record_version": RECORD_VERSION,
+                                       "epsilon": self.epsilon, "reference_at_target": self.reference_at_target,
+                                       "record_version": RECORD_VERSION,
                                        "feasibility_clock": self.clock.state_dict(),
                                        "wall_time_s": time.perf_counter() - self.started,
                                        **({"iterate_selection": self.selector.state_dict()} if self.selector else {})})

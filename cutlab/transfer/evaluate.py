@@ -103,7 +103,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     evaluation = evaluate(task.model, task.objective, split_of(task, request.split), task.prepare, full, noise,
                           cfg.eval.batch_size, device,
                           progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"))
-    constraints = constraints_of(cfg, checkpoint["epsilon"])
+    constraints = constraints_of(cfg, checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False)))
     index = full.index(gamma_train)
     verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, slacks,
                                   cfg.eval.feasibility_tol, primal_dual.constrained, evaluation.sample_losses[index],
