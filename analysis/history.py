@@ -20,7 +20,7 @@ def lost_steps(history: pd.DataFrame | None, steps: Any) -> str | None:
         return None
     if len(lost) == 1:
         return str(lost[0])
-    return f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) and len(lost) > 1 else str(lost)
+    return f"{lost[0]}-{lost[-1]}" if lost == list(range(lost[0], lost[-1] + 1)) else str(lost)
 
 
 def read_history(run_dir: Path) -> pd.DataFrame | None:

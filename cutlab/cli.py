@@ -174,9 +174,9 @@ def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = 
     """The in-process sweep's summary (stderr and its record); exit 1 when any run failed (a stopped sweep keeps
     the exit status of its stop)."""
     from cutlab.launch.outcome import summary_text
-    from cutlab.launch.sweep import completed, finish_record
+    from cutlab.launch.sweep import finish_record
 
-    skipped = completed(plan)
+    skipped = plan.completed
     ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run + plan.busy}]
     finish_record(record, [o.as_dict() for o in ran], skipped, seconds)
     print(summary_text(plan.name, ran, skipped, seconds), file=sys.stderr, flush=True)

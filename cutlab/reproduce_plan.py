@@ -7,15 +7,14 @@ missing are planned too and listed as ``skipped``, with the flag that supplies t
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
 from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
-from cutlab.launch.outcome import SWEEP_RECORDS
 from cutlab.launch.plan import Plan, _duration, expand, format_plan, parse_command
+from cutlab.launch.sweep import sbatch_preview
 from cutlab.reproduce_grids import SCALES, Grid, grids, sweep_params
 from cutlab.reproduce_inputs import Inputs
 
@@ -88,7 +87,7 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
             parallel, profile = _parallel(item.plan, launcher)
             lines.append(format_plan(item.plan, launcher, parallel))
             if profile is not None:
-                lines.append(_sbatch(item.plan, profile))
+                lines.append(sbatch_preview(item.plan, profile))  # as python -m cutlab --plan shows it
             tally.add(item.plan, launcher, item.plan.runs)
             totals.add(item.plan, launcher, first_seen)
         lines.append(f"# {entry.label}: {tally.text()}")
@@ -135,14 +134,3 @@ def _parallel(plan: Plan, launcher: str):
         profile = slurm_settings(plan.launcher)
         return profile.array_parallelism, profile
     return (plan.launcher.get("max_parallel", 1) if launcher == "local" else 1), None
-
-
-def _sbatch(plan: Plan, profile) -> str:
-    """The script the sweep would submit (as ``python -m cutlab --plan`` prints it)."""
-    from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script
-
-    folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
-    return (f"# the sbatch script (profile {profile.name}):\n"
-            + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
-            + cluster_check_line(profile))
-

@@ -92,10 +92,11 @@ def check_group_choices(arguments: list[str]) -> None:
     """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
     not one folder name gets one line (before Hydra starts; launcher keys: config.launcher.check_launcher_overrides)."""
     folders = search_dirs(arguments)
-    named = {argument.lstrip("+~").partition("=")[0] for argument in arguments}
-    for group, default in _default_choices().items():  # a group left at its default is read from cutlab's file too
-        if group not in named and len(folders) > 2:
-            _check_not_shadowed(group, default, folders)
+    if len(folders) > 2:  # folders of the user's own: a group left at its default is read from cutlab's file too
+        named = {argument.lstrip("+~").partition("=")[0] for argument in arguments}
+        for group, default in _default_choices().items():
+            if group not in named:
+                _check_not_shadowed(group, default, folders)
     for argument in arguments:
         group, _, value = argument.lstrip("+~").partition("=")
         if group not in (*GROUPS, "run_name") or not value or "(" in value:

@@ -54,7 +54,6 @@ def models_dir() -> Path:
     return _folder(MODELS_ENV, "models")
 
 
-
 def absolute_path(value):
     """A ``data.root`` typed relative to the working folder (``footage``, ``~/clips``) that names something there, as
     that absolute path; anything else as given (absolute, null, ``hf:imdb``, a path that does not exist: its loader
@@ -64,3 +63,11 @@ def absolute_path(value):
         return value
     expanded = os.path.expanduser(value)
     return os.path.normpath(os.path.abspath(expanded)) if os.path.exists(expanded) else value
+
+
+def with_absolute_root(config: dict) -> dict:
+    """A resolved run config (a dict) with its ``data.root`` as absolute_path gives it (the same dict when unchanged)."""
+    data = config.get("data")
+    if isinstance(data, dict) and data.get("root") != (root := absolute_path(data.get("root"))):
+        return {**config, "data": {**data, "root": root}}
+    return config

@@ -271,10 +271,11 @@ class PrimalDual:
         self.primal_optimizer.zero_grad(set_to_none=True)
         lagrangian.backward()
         grad_norm = self._clip_gradients()
-        if not (math.isfinite(float(lagrangian.detach())) and math.isfinite(grad_norm)):
+        value = float(lagrangian.detach())  # one device sync a step: the guard and the record read it
+        if not (math.isfinite(value) and math.isfinite(grad_norm)):
             # stop before the step: NaN weights must never reach a checkpoint (the next one may fall on this step)
             raise NonFiniteLoss(
-                f"the Lagrangian ({float(lagrangian.detach()):g}) or its gradient (norm {grad_norm:g}) is not finite at "
+                f"the Lagrangian ({value:g}) or its gradient (norm {grad_norm:g}) is not finite at "
                 f"finite layer losses; lower the primal learning rate (train.lr=...), set gradient clipping "
                 "(train.grad_clip=1.0), or check the input data for NaNs")
         self.primal_optimizer.step()
@@ -288,7 +289,7 @@ class PrimalDual:
             constraint_values=detached,
             multipliers=self.multipliers.clone(),
             slacks=self.slacks.clone(),
-            lagrangian=float(lagrangian.detach()),
+            lagrangian=value,
             grad_norm=grad_norm,
         )
 

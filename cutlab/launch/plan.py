@@ -115,6 +115,11 @@ class Plan:
         return [run for run in self.runs if run.status not in ("complete", "busy")]
 
     @property
+    def completed(self) -> int:
+        """Runs skipped as complete."""
+        return sum(run.status == "complete" for run in self.runs)
+
+    @property
     def busy(self) -> list[PlannedRun]:
         """Runs another live process is writing (an earlier sweep's jobs, whose submitter was stopped): not run again,
         which would only be refused at their folders' lock."""
@@ -242,12 +247,11 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
         note = f" (it will stop: {redact(run.problem)})" if run.status == "refused" and run.problem else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
-    done = len(plan.runs) - len(plan.to_run) - len(plan.busy)
     cost = estimate(plan.runs_dir, plan.to_run)
     if launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True)):
         cost.seconds += PROCESS_STARTUP_S * cost.measured
     busy = f", {len(plan.busy)} busy (another process writes them)" if plan.busy else ""
-    lines.append(f"# {done} complete (skipped), {len(plan.to_run)} to run{busy}")
+    lines.append(f"# {plan.completed} complete (skipped), {len(plan.to_run)} to run{busy}")
     if plan.to_run:
         wall = cost.seconds / max(1, min(parallel, cost.measured))  # the measured runs alone, spread over the slots
         measured = (f"estimated {_duration(cost.seconds)} of run time for the {cost.measured} measured runs "

@@ -38,12 +38,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
     if command.plan:
         print(format_plan(plan, launcher, parallel), flush=True)
         if profile is not None:
-            from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script
-
-            folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
-            print(f"# the sbatch script (profile {profile.name}):\n"
-                  + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
-                  + cluster_check_line(profile), flush=True)
+            print(sbatch_preview(plan, profile), flush=True)
         return 0, None
     if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
         from cutlab.launch.slurm_profile import check_cluster
@@ -51,7 +46,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         check_cluster(profile)
     record = _start_record(plan, launcher, parallel)
     busy = f", {len(plan.busy)} busy (written by another process: {BUSY_ADVICE})" if plan.busy else ""
-    print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {completed(plan)} complete "
+    print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {plan.completed} complete "
           f"(skipped), {len(plan.to_run)} to run with launcher={launcher}{busy}; record in {record}", file=sys.stderr,
           flush=True)
     if launcher == "inprocess":
@@ -90,7 +85,7 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
         outcomes = slurm.wait(jobs, commands)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
-    skipped = completed(plan)
+    skipped = plan.completed
     text = summary_text(plan.name, outcomes, skipped, elapsed)
     finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
     print(text, file=sys.stderr, flush=True)
@@ -113,9 +108,14 @@ def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
     return record
 
 
-def completed(plan: Plan) -> int:
-    """Runs skipped as complete."""
-    return len(plan.runs) - len(plan.to_run) - len(plan.busy)
+def sbatch_preview(plan: Plan, profile) -> str:
+    """What ``--plan`` shows of a SLURM launch: the sbatch script the sweep would submit, and what the cluster says."""
+    from cutlab.launch.slurm_profile import cluster_check_line, sbatch_script
+
+    folder = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-<time>" / "submitit"
+    return (f"# the sbatch script (profile {profile.name}):\n"
+            + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
+            + cluster_check_line(profile))
 
 
 def busy_outcomes(plan: Plan) -> list[Outcome]:

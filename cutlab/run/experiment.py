@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.checks import check_config
 from cutlab.config.naming import check_run_folder_name
-from cutlab.config.paths import absolute_path
+from cutlab.config.paths import with_absolute_root
 from cutlab.core.evaluation import buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
@@ -59,9 +59,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
     # an unknown or absent device, or a precision the device cannot run, stops here, before anything is written
     check_precision(precision_of(cfg), pick_device(cfg.device))
     check_run_folder_name(run_dir, cfg)
-    if cfg.data.get("root") != absolute_path(cfg.data.get("root")):
-        cfg.data.root = absolute_path(cfg.data.root)  # the record names the data wherever the run is resumed from
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # the record names the data wherever the run is resumed from (a relative root read from this folder)
+    resolved = with_absolute_root(OmegaConf.to_container(cfg, resolve=True))
     with RunLock(run_dir):
         check_same_run(run_dir, resolved)
         existing = read_summary(run_dir, resumable=True)

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from cutlab.config.neutral import without_result_neutral_keys
-from cutlab.config.paths import absolute_path
+from cutlab.config.paths import with_absolute_root
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.errors import CutlabError
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
@@ -112,14 +112,7 @@ def check_same_run(run_dir: Path, resolved: dict) -> None:
         return
     # a relative root (recorded before roots were made absolute, or a sweep's job before its run makes it so) is
     # read as the run reads it, from the working folder
-    found = differences(comparable(_rooted(stored)), comparable(_rooted(resolved)))
+    found = differences(comparable(with_absolute_root(stored)), comparable(with_absolute_root(resolved)))
     if found:
         raise CutlabError(f"{run_dir} already holds a run with another configuration ({'; '.join(found[:5])}"
                           f"{'; ...' if len(found) > 5 else ''}); {MOVE_ASIDE}")
-
-
-def _rooted(config: dict) -> dict:
-    data = config.get("data")
-    if isinstance(data, dict) and data.get("root") != absolute_path(data.get("root")):
-        return {**config, "data": {**data, "root": absolute_path(data["root"])}}
-    return config
