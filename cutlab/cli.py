@@ -20,12 +20,12 @@ from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
+from cutlab.interrupted import interrupted_exit
 from cutlab.launch.outcome import BUSY_ADVICE
 from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
-INTERRUPTED_EXIT = 130  # the shell's code for a process ended by SIGINT
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
 
@@ -55,7 +55,7 @@ def app(cfg: DictConfig) -> float | None:
               "checkpoint", file=sys.stderr)
         if in_sweep:
             _record_outcome(run_dir, "interrupted", "interrupted (Ctrl-C)")
-        raise SystemExit(INTERRUPTED_EXIT) from None
+        raise SystemExit(interrupted_exit()) from None
     except RunFolderBusy as busy:
         if not in_sweep:
             print(f"cutlab: error: {redact(str(busy))}", file=sys.stderr)

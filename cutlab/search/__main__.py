@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cutlab.core.progress import MODE_ENV
 from cutlab.errors import CutlabError
+from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
 
 STORAGE_ENV = "CUTLAB_STORAGE"  # the storage address, read from the environment so no password is on a command line
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print("cutlab-search: stopped; run the same command again to resume (finished trials are kept, "
               "the stopped one resumes from its checkpoint)", file=sys.stderr)
-        return 130
+        return interrupted_exit()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@
 RUN: a run folder, a folder of runs (a sweep's), or a quoted glob. Without ``data=`` each run is evaluated on its own
 data. Each evaluation is written to ``<run>/evaluations/<data>-<key>/`` (cutlab.transfer.record), never over the
 run's own files; an evaluation already done is skipped, so the same command run again only does what is missing.
-Exit status: 0 when every run was evaluated (or already was), 2 when any was refused (one line each, naming the fix).
+Exit status: 0 when every run was evaluated (or already was), 2 when any was refused (one line each, naming the fix),
+130 when stopped by Ctrl-C.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 
 from cutlab.errors import CutlabError
+from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
 
 
@@ -48,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while it exits would end it in a traceback
         print("cutlab-eval: interrupted; the evaluations written so far are kept, and the same command does the rest",
               file=sys.stderr, flush=True)
-        return 130
+        return interrupted_exit()
 
 
 def _evaluate_all(argv: list[str]) -> int:
