@@ -4,6 +4,7 @@ run only; Ctrl-C on the sweep stops its runs at a step with a checkpoint, and th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -161,6 +162,45 @@ def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_
     assert f"from step {steps_done}" in resumed.stderr and "3 complete" in resumed.stderr
     cutlab([f"gamma={gamma}", *LONGER, "threads=1", "run_name=reference"], runs)
     assert_same_records(stopped, runs / "reference")
+
+
+# a warm worker that takes 20 s to exit once its input ends, as W&B's teardown can: the launcher is then still closing
+# its workers when the test's second signal comes
+SLOW_EXIT = "import atexit, sys, time\nif 'cutlab.launch.worker' in sys.orig_argv:\n    atexit.register(time.sleep, 20)\n"
+
+
+def test_a_second_signal_while_the_stopped_sweep_closes_its_workers_kills_them_and_the_sweep_still_records(tmp_path):
+    """The second SIGTERM used to meet the default handler (put back before the workers were closed), which ended
+    the sweep without its outcome.json."""
+    runs = tmp_path / "runs"
+    args = ["gamma=0,0.09,0.15", *LONGER, "launcher=local", "launcher.max_parallel=2"]
+    (tmp_path / "slow_exit").mkdir()
+    (tmp_path / "slow_exit" / "sitecustomize.py").write_text(SLOW_EXIT)
+    sweep = start_sweep(args, runs, {"PYTHONPATH": os.pathsep.join([str(tmp_path / "slow_exit"), str(ROOT)])})
+    running = [runs / f"L=2,eval.gamma_test=_0_,gamma={gamma},train.epochs=1,train.max_steps_per_epoch=40"
+               for gamma in ("0", "0.09")]
+    wait_for_rows(running, 3, sweep)
+    workers = worker_pids(sweep.pid)
+    try:
+        sweep.send_signal(signal.SIGTERM)
+        lines = []
+        while "3/3 runs done" not in (line := sweep.stderr.readline()):  # every run ended: its workers are closing
+            assert line, "".join(lines[-20:])
+            lines.append(line)
+        time.sleep(0.5)
+        sweep.send_signal(signal.SIGTERM)
+        time.sleep(0.1)
+        sweep.send_signal(signal.SIGTERM)  # a third one, as the record is being written
+        _, stderr = sweep.communicate(timeout=60)
+    finally:
+        for pid in workers:  # before the fix they outlived the killed sweep
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert sweep.returncode == 1, "".join(lines) + stderr[-2000:]
+    assert "second signal: killing the runs" in stderr
+    assert [o["status"] for o in sweep_outcome(runs)["runs"]] == ["interrupted"] * 3
+    assert not list((runs / "_sweeps").glob("*/.outcome.json.*")), "no temporary file left"
+    assert "3 complete" in cutlab(["-m", *args], runs).stderr
 
 
 def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tmp_path):

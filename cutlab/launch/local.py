@@ -10,7 +10,8 @@ A thread per slot, rather than submitit's local executor, which starts every job
 on small machines, where more runs than cores slow every run (benchmarks/).
 
 Ctrl-C or SIGTERM stops the sweep: every running run stops at its next step with a checkpoint, the runs
-not started are reported interrupted, and the same command resumes them all. A second signal kills.
+not started are reported interrupted, and the same command resumes them all. A second signal kills the runs;
+the sweep still records every run's outcome.
 """
 
 from __future__ import annotations
@@ -95,19 +96,22 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
 
     outcomes: list[Outcome] = []
     done = tally("local", len(commands), "run")  # n/N done and the time left, as each run ends
-    try:
-        with _stop_on_signals(slots, stopping), ThreadPoolExecutor(max_workers=count) as pool:
-            futures = {pool.submit(run, command): command for command in commands}
-            for future in as_completed(futures):
-                command = futures[future]
-                outcome = outcome_of(command.run_id, future.result, job_id=None)
-                outcomes.append(outcome)
-                done.update(len(outcomes), outcome.line())
-    finally:
-        for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
-            slot.end_input()
-        for slot in slots:
-            slot.close()
+    # the handlers stay while the slots close (a worker's exit takes a moment): a second signal then kills the
+    # workers, where the default action would end the sweep before it writes its record
+    with _stop_on_signals(slots, stopping):
+        try:
+            with ThreadPoolExecutor(max_workers=count) as pool:
+                futures = {pool.submit(run, command): command for command in commands}
+                for future in as_completed(futures):
+                    command = futures[future]
+                    outcome = outcome_of(command.run_id, future.result, job_id=None)
+                    outcomes.append(outcome)
+                    done.update(len(outcomes), outcome.line())
+        finally:
+            for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
+                slot.end_input()
+            for slot in slots:
+                slot.close()
     return outcomes
 
 
@@ -136,4 +140,5 @@ def _stop_on_signals(slots: list, stopping: threading.Event) -> Iterator[None]:
         yield
     finally:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            # a stopped sweep has no run left to stop, only its record to write: a further signal must not end it first
+            signal.signal(sig, signal.SIG_IGN if stopping.is_set() else old)

@@ -14,6 +14,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from cutlab.atomic import write_atomic
 from cutlab.config.launcher import check_launcher_node
 from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
@@ -124,7 +125,8 @@ def busy_outcomes(plan: Plan) -> list[Outcome]:
 
 
 def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:
-    (record / OUTCOME_FILE).write_text(json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
+    # whole or not at all: the sweep may be killed as it writes it (a stopped in-process sweep, SIGKILL)
+    write_atomic(record / OUTCOME_FILE, json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
 
 
 def _keep_earlier_multirun_yaml(runs_dir: Path, record: Path) -> None:
