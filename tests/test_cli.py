@@ -218,6 +218,19 @@ def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run
     assert folder_fingerprint(earlier_run) == before and set(earlier_run.iterdir()) == folders
 
 
+@pytest.mark.parametrize("data", [["data=video_folder"], ["data=imdb", "model=ut_text"]], ids=["video", "text"])
+def test_a_missing_data_root_is_refused_before_any_run_record_is_announced(tmp_path, data):
+    # the loaders found it out as the task was built: after "run starting; record in runs/<run>/" (and, for text,
+    # the model loaded), which read as a run that had started and left a record
+    runs, missing = tmp_path / "runs", tmp_path / "no_such_data"
+    result = cutlab([*data, f"data.root={missing}", "L=2", "wandb.mode=disabled"], runs, check=False)
+    assert result.returncode == 2
+    assert (result.stdout + result.stderr).strip().splitlines() == [
+        f"cutlab: error: data.root={missing} does not exist; point data.root at the {data[0][5:]} data (the layouts "
+        f"its loader reads are in conf/data/{data[0][5:]}.yaml)"]
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 @pytest.fixture
 def unwritable_folder(tmp_path):
     """A folder that cannot be written: 0o555 for a user, a read-only mount for root (whom permissions do not stop)."""

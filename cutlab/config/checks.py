@@ -71,6 +71,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     kind = task_kind(cfg)
     if folders:
         check_default_folders(cfg)
+        check_data_root(cfg)
     _number("gamma", cfg.gamma, "0.09", minimum=0.0)
     _number("noise_mean", cfg.noise_mean, "0.0")
     _integer("L", cfg.L, "5", 1)
@@ -147,6 +148,16 @@ def check_default_folders(cfg: DictConfig) -> None:
         raise CutlabError(f"{key}={value} does not exist: the {'data' if key == 'data.root' else 'models'} folder "
                           f"{folder} is not there; set {env} to the folder that holds {name or Path(str(value)).name}/ "
                           f"(or {setting}=DIR), or give {key}={alternative}")
+
+
+def check_data_root(cfg: DictConfig) -> None:
+    """A data.root given as a local path that is not there: refused with the other values, before the run announces
+    its record folder (its loader would find out only as the task is built, a text run's model loaded first)."""
+    root, name = cfg.data.get("root"), cfg.data.get("name")
+    if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
+        return
+    raise CutlabError(f"data.root={root} does not exist; point data.root at the {name} data (the layouts its loader "
+                      f"reads are in conf/data/{name}.yaml)")
 
 
 def check_runs_dir(folder: Path) -> None:

@@ -56,9 +56,9 @@ def models_dir() -> Path:
 
 def absolute_path(value):
     """A ``data.root`` typed relative to the working folder (``footage``, ``~/clips``) that names something there, as
-    that absolute path; anything else as given (absolute, null, ``hf:imdb``, a path that does not exist: its loader
-    says so). A run's record keeps this form, so the same command run from another folder, which names other data,
-    is another configuration, not this run's results."""
+    that absolute path; anything else as given (absolute, null, ``hf:imdb``, a path that does not exist: the config
+    checks refuse it). A run's record keeps this form, so the same command run from another folder, which names other
+    data, is another configuration, not this run's results."""
     if not isinstance(value, str) or not value or os.path.isabs(value):
         return value
     expanded = os.path.expanduser(value)
