@@ -167,3 +167,19 @@ def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     assert message.startswith("cutlab: error: ") and expected in message, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     assert not any(runs.rglob("history.csv"))  # nothing trained, no run record started
+
+
+def test_imdb_data_of_three_classes_is_refused_naming_data_num_labels_and_trains_with_it(tmp_path):
+    # the refusal named no fix; data.num_labels=N, which it now names, must be what trains on such data
+    rows = [{"text": f"review {i} is {('bad', 'fine', 'good')[i % 3]}", "label": i % 3} for i in range(24)]
+    (tmp_path / "three.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = ["model=ut_text", "L=2", *IMDB_TINY, f"data.root={tmp_path}", "data.train_file=three.jsonl",
+            "data.test_file=three.jsonl", "train.epochs=1", "train.max_steps_per_epoch=1", "eval.gamma_test=[0]"]
+    runs = tmp_path / "runs"
+    refused = cutlab(args, runs, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
+        f"cutlab: error: {tmp_path / 'three.jsonl'}:3: IMDb label must be 0 (negative) or 1 (positive), got 2; "
+        "for text of more classes (labels 0 .. N-1) set data.num_labels=N")
+    cutlab([*args, "data.num_labels=3"], runs)
+    summary = json.loads(next(runs.glob("*/summary.json")).read_text())
+    assert summary["status"] == "complete" and summary["test_metric_by_gamma"]

@@ -63,6 +63,20 @@ def test_imdb_wrong_layout_and_bad_rows_name_the_fix(tmp_path):
         read_imdb(str(tmp_path), "train", "broken.jsonl")
 
 
+
+def test_imdb_labels_beyond_two_are_refused_naming_data_num_labels_which_reads_them(tmp_path):
+    # the refusal said only that IMDb labels are 0 or 1, with no way to train on text of more classes
+    (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": f"review {i}", "label": i}) + "\n" for i in range(3)))
+    with pytest.raises(CutlabError, match=r"three.jsonl:3: IMDb label must be 0 \(negative\) or 1 \(positive\), got 2; "
+                                          r"for text of more classes \(labels 0 .. N-1\) set data.num_labels=N$"):
+        read_imdb(str(tmp_path), "train", "three.jsonl")
+    assert [label for _, _, label in read_imdb(str(tmp_path), "train", "three.jsonl", num_labels=3)] == [0, 1, 2]
+    (tmp_path / "four.jsonl").write_text(json.dumps({"text": "review", "label": 3}) + "\n")
+    with pytest.raises(CutlabError, match=r"four.jsonl:1: label must be 0 .. 2 \(data.num_labels=3\), got 3; set "
+                                          r"data.num_labels to the number of classes$"):
+        read_imdb(str(tmp_path), "train", "four.jsonl", num_labels=3)
+
+
 def test_hugging_face_source_without_datasets_says_how_to_install(tmp_path):
     try:
         import datasets  # noqa: F401

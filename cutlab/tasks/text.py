@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from functools import partial
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -54,6 +55,8 @@ def read_splits(cfg: DictConfig):
     if data.name not in READERS:
         raise CutlabError(f"data.name={data.name} has no text reader; text data are {', '.join(READERS)}")
     reader = READERS[data.name]
+    if data.name == "imdb":  # its JSON lines may hold more classes than sentiment's two; MNLI has its three
+        reader = partial(read_imdb, num_labels=data.num_labels)
     pool = shuffled(reader(data.root, "train", data.train_file), data.subset_seed)
     test = shuffled(reader(data.root, "test", data.test_file), data.subset_seed)
     if len(pool) < 2:

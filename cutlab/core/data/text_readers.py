@@ -63,10 +63,15 @@ def _listing(folder: Path) -> str:
 
 # ----------------------------------------------------------------------------------------------------- IMDb
 
-def _imdb_binary_label(value, where: str) -> int:
-    if value in (0, 1) and not isinstance(value, bool):
+def _imdb_label(value, where: str, num_labels: int) -> int:
+    """0 .. num_labels - 1: IMDb's sentiment, or the classes of other text a run declares with data.num_labels."""
+    if value in range(num_labels) and not isinstance(value, bool):
         return int(value)
-    raise CutlabError(f"{where}: IMDb label must be 0 (negative) or 1 (positive), got {value!r}")
+    if num_labels == 2:  # the refusal names the key that lets a set of more classes in
+        raise CutlabError(f"{where}: IMDb label must be 0 (negative) or 1 (positive), got {value!r}; for text of more "
+                          "classes (labels 0 .. N-1) set data.num_labels=N")
+    raise CutlabError(f"{where}: label must be 0 .. {num_labels - 1} (data.num_labels={num_labels}), got {value!r}; "
+                      "set data.num_labels to the number of classes")
 
 
 def _acl_imdb_folder(root: Path) -> Path | None:
@@ -76,11 +81,12 @@ def _acl_imdb_folder(root: Path) -> Path | None:
     return None
 
 
-def read_imdb(root: str, split: str, file: str) -> list[Example]:
-    """IMDb split ``train`` or ``test`` from ``root`` (see module docstring); ``file`` names the JSON-lines file."""
+def read_imdb(root: str, split: str, file: str, num_labels: int = 2) -> list[Example]:
+    """IMDb split ``train`` or ``test`` from ``root`` (see module docstring); ``file`` names the JSON-lines file, whose
+    labels are 0 .. ``num_labels`` - 1."""
     if str(root).startswith("hf:"):
         rows = hf_split(str(root)[3:], split)
-        return [(row["text"], None, _imdb_binary_label(row["label"], f"hf:{root} {split}")) for row in rows]
+        return [(row["text"], None, _imdb_label(row["label"], f"hf:{root} {split}", num_labels)) for row in rows]
     folder = Path(root).expanduser()
     acl = _acl_imdb_folder(folder)
     if acl is not None:
@@ -102,7 +108,7 @@ def read_imdb(root: str, split: str, file: str) -> list[Example]:
     for number, row in _json_lines(path):
         if "text" not in row or "label" not in row:
             raise CutlabError(f"{path}:{number} lacks 'text' or 'label' (has {sorted(row)}); IMDb rows are {{\"text\", \"label\"}}")
-        examples.append((row["text"], None, _imdb_binary_label(row["label"], f"{path}:{number}")))
+        examples.append((row["text"], None, _imdb_label(row["label"], f"{path}:{number}", num_labels)))
     if not examples:
         raise CutlabError(f"{path} holds no reviews")
     return examples
