@@ -226,8 +226,8 @@ def test_a_missing_data_root_is_refused_before_any_run_record_is_announced(tmp_p
     result = cutlab([*data, f"data.root={missing}", "L=2", "wandb.mode=disabled"], runs, check=False)
     assert result.returncode == 2
     assert (result.stdout + result.stderr).strip().splitlines() == [
-        f"cutlab: error: data.root={missing} does not exist; point data.root at the {data[0][5:]} data (the layouts "
-        f"its loader reads are in conf/data/{data[0][5:]}.yaml)"]
+        f"cutlab: error: data.root={missing} does not exist on this machine; point data.root at where the "
+        f"{data[0][5:]} data is"]
     assert not runs.exists() or not any(runs.iterdir())
 
 

@@ -156,8 +156,7 @@ def check_data_root(cfg: DictConfig) -> None:
     root, name = cfg.data.get("root"), cfg.data.get("name")
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
-    raise CutlabError(f"data.root={root} does not exist; point data.root at the {name} data (the layouts its loader "
-                      f"reads are in conf/data/{name}.yaml)")
+    raise CutlabError(f"data.root={root} does not exist on this machine; point data.root at where the {name} data is")
 
 
 def check_runs_dir(folder: Path) -> None:
