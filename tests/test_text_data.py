@@ -63,7 +63,6 @@ def test_imdb_wrong_layout_and_bad_rows_name_the_fix(tmp_path):
         read_imdb(str(tmp_path), "train", "broken.jsonl")
 
 
-
 def test_imdb_labels_beyond_two_are_refused_naming_data_num_labels_which_reads_them(tmp_path):
     # the refusal said only that IMDb labels are 0 or 1, with no way to train on text of more classes
     (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": f"review {i}", "label": i}) + "\n" for i in range(3)))
