@@ -225,6 +225,39 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     assert "1 complete" in cutlab(["-m", *args], runs).stderr
 
 
+def test_a_run_killed_by_the_sweeps_second_signal_is_interrupted_not_failed(tmp_path, monkeypatch):
+    """``launcher.warm_workers=false``: the second signal kills each run's process (exit -9), which was recorded
+    failed, where a warm worker's run killed the same way is interrupted."""
+    from cutlab.launch.local import ProcessPerRun
+    from cutlab.launch.outcome import RunInterrupted
+
+    for key, value in cutlab_env(tmp_path / "runs").items():
+        monkeypatch.setenv(key, value)
+    stopping = threading.Event()
+    slot = ProcessPerRun(stopping)
+    ended: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            slot.run(command(tmp_path, *LONGER, run_name="killed"))
+        except BaseException as error:  # noqa: BLE001 - the test reads what the slot raised
+            ended.append(error)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    history = tmp_path / "runs" / "killed" / "history.csv"
+    deadline = time.time() + 300
+    while not (history.exists() and len(history.read_text().splitlines()) > 2):
+        assert runner.is_alive() and time.time() < deadline, ended
+        time.sleep(0.05)
+    stopping.set()  # as the sweep's second signal does: the first set it, this one kills
+    slot.kill()
+    runner.join(timeout=60)
+    assert len(ended) == 1 and isinstance(ended[0], RunInterrupted), ended
+    assert str(ended[0]).endswith("killed by the sweep's second signal; run the sweep again to resume it from its "
+                                  "last checkpoint")
+
+
 def test_a_stop_that_comes_while_a_runs_process_is_being_started_still_reaches_it(tmp_path, monkeypatch):
     """The sweep's signal can come while its slot is starting a run's process (inside Popen, before the process
     object exists): the run is still stopped, as soon as its process exists, and not left to run to the end."""

@@ -50,6 +50,9 @@ class ProcessPerRun:
             if command.stop_requested and command._child.returncode == -signal.SIGTERM:
                 raise RunInterrupted(f"{command.run_id}: stopped while it was starting; run the sweep again to "
                                      "resume") from None
+            if self.stopping.is_set() and command._child.returncode == -signal.SIGKILL:  # the sweep's second signal
+                raise RunInterrupted(f"{command.run_id}: killed by the sweep's second signal; run the sweep again to "
+                                     "resume it from its last checkpoint") from None
             raise
         finally:
             self.command = None
