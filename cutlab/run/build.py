@@ -98,9 +98,15 @@ class Evaluator:
         return replace(self, batch_size=batch_size)
 
 
-def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device) -> float | None:
+def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
     """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model (reference_of)."""
-    return reference_of(cfg, task, device)[0]
+    return reference_of(cfg, task, device, batches)[0]
+
+
+def recorded_reference(checkpoint: dict) -> tuple[float | None, bool]:
+    """(epsilon, whether Phi_0 was at the target) as a run's checkpoint keeps them (reference_of); a checkpoint
+    written before the second was recorded: False, as its run was judged then."""
+    return checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False))
 
 
 def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> tuple[float | None, bool]:

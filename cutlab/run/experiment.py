@@ -21,7 +21,8 @@ from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
-                              make_reproducible, pick_device, precision_of, reference_of)
+                              make_reproducible, pick_device, precision_of, recorded_reference,
+                              reference_of)
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
@@ -106,12 +107,11 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     task = build_task(cfg)
     check_model_supports_training(cfg, task.model)
     task.model.to(device)
-    # a checkpoint written before reference_at_target was recorded: False, as its run was judged then
-    reference = ((checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False))) if checkpoint
-                 else reference_of(cfg, task, device))
+    reference = recorded_reference(checkpoint) if checkpoint else reference_of(cfg, task, device)
     trainer = build_trainer(cfg, task, reference[0], device)
-    if trainer.primal_dual.dual is not None and trainer.primal_dual.dual.unused():
-        print_line(f"this run ignores {', '.join(trainer.primal_dual.dual.unused())}")
+    unused = trainer.primal_dual.dual.unused() if trainer.primal_dual.dual is not None else []
+    if unused:
+        print_line(f"this run ignores {', '.join(unused)}")
     if checkpoint:
         try:
             trainer.load_state_dict(checkpoint["trainer"])

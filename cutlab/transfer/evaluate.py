@@ -18,7 +18,7 @@ from torch.utils.data import ConcatDataset
 from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
 from cutlab.errors import CutlabError
 from cutlab.core.perturbation import Perturbation
-from cutlab.run.build import build_primal_dual, constraints_of, pick_device
+from cutlab.run.build import build_primal_dual, constraints_of, pick_device, recorded_reference
 from cutlab.run.progress import ProgressReporter
 from cutlab.run.results import descent_in_distribution
 from cutlab.tasks import Task, build_task
@@ -103,7 +103,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     evaluation = evaluate(task.model, task.objective, split_of(task, request.split), task.prepare, full, noise,
                           cfg.eval.batch_size, device,
                           progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"))
-    constraints = constraints_of(cfg, checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False)))
+    constraints = constraints_of(cfg, *recorded_reference(checkpoint))
     index = full.index(gamma_train)
     verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, slacks,
                                   cfg.eval.feasibility_tol, primal_dual.constrained, evaluation.sample_losses[index],
