@@ -92,11 +92,15 @@ def _record_outcome(run_dir: Path, status: str, error: str) -> None:
 
 
 def _add_outcome(outcome) -> None:
-    """Keep a run's outcome; a run the sweep had to run (not one skipped as complete) advances its tally."""
+    """Keep a run's outcome; a run the sweep had to run (not one skipped as complete) advances its tally, unless it
+    was interrupted (the same command resumes it)."""
+    from cutlab.launch.outcome import ended
+
     SWEEP_OUTCOMES.append(outcome)
     if SWEEP_TALLY and outcome.run_id in SWEEP_TALLY["ids"]:
         SWEEP_TALLY["ids"].discard(outcome.run_id)
-        SWEEP_TALLY["meter"].update(SWEEP_TALLY["meter"].total - len(SWEEP_TALLY["ids"]), outcome.line())
+        counted = [o for o in SWEEP_OUTCOMES if o.run_id in SWEEP_TALLY["planned"]]
+        SWEEP_TALLY["meter"].update(ended(counted), outcome.line())
 
 
 def _remove_if_empty(run_dir: Path) -> None:
@@ -167,7 +171,7 @@ def _start_tally(plan) -> None:
     from cutlab.core.progress import tally
 
     SWEEP_TALLY.update(meter=tally(f"sweep {plan.name}", len(plan.to_run), "run"),
-                       ids={run.run_id for run in plan.to_run})
+                       ids={run.run_id for run in plan.to_run}, planned={run.run_id for run in plan.to_run})
 
 
 def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = False) -> None:

@@ -86,6 +86,14 @@ def wait_for_steps(run_dir: Path, steps: int, sweep: subprocess.Popen) -> Path:
     return history
 
 
+def ctrl_c(process: subprocess.Popen) -> tuple[str, str]:
+    """Ctrl-C on a command whose one SLURM job runs now: (that job's id, the command's stderr once it ended)."""
+    [task] = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                            check=True).stdout.split()  # one run or worker: submitit submits a plain job
+    process.send_signal(signal.SIGINT)
+    return task, process.communicate(timeout=60)[1]
+
+
 def scontrol(job: str) -> dict[str, str]:
     out = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=True).stdout
     return dict(item.split("=", 1) for item in out.split() if "=" in item)
@@ -205,6 +213,30 @@ def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command
     assert len(pd.read_csv(history)) > stopped_at > 2  # resumed after the steps it had, not from the start
 
 
+def test_ctrl_c_on_the_submitting_command_stops_the_waiting_not_the_job_and_the_record_says_so(cluster, tmp_path):
+    """Ctrl-C while the sweep waits on its job: one line naming the job and how to stop it, exit 130, the run
+    recorded busy (left to its job) in outcome.json, and the job goes on. It was a traceback,
+    with no outcome.json; the tally also counted runs not finished as done."""
+    grid = ["gamma=0", *LONG_RUN]
+    runs = tmp_path / "runs"
+    run_dir = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60"
+    sweep = start_slurm_sweep(grid, profile(tmp_path), tmp_path)
+    wait_for_steps(run_dir, 2, sweep)
+    task, stderr = ctrl_c(sweep)
+    try:
+        assert sweep.returncode == 130, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        assert (f"[cutlab] slurm: SIGINT: stopped waiting; 1 of the 1 tasks go on on the cluster (scancel {task} "
+                "stops them)") in stderr, stderr[-3000:]
+        [outcome] = sweep_outcome(runs)["runs"]
+        assert (outcome["status"], outcome["job_id"]) == ("busy", task), outcome
+        assert f"left running on the cluster as job {task}" in outcome["error"], outcome
+        assert "0 complete, 0 failed, 0 interrupted, 1 busy" in stderr, stderr[-3000:]
+        assert scontrol(task)["JobState"] == "RUNNING", "the job goes on"
+    finally:
+        subprocess.run(["scancel", task], check=False)
+
+
 @pytest.mark.slow
 def test_launcher_settings_on_the_command_line_reach_the_submitted_job_and_leave_the_run_ids_unchanged(cluster, tmp_path):
     """launcher.partition/timeout_min/mem_gb/additional_parameters win over the profile (which names a partition this
@@ -256,6 +288,29 @@ def test_search_workers_run_as_a_slurm_job_array_sharing_one_study(cluster, tmp_
     assert (tmp_path / "runs" / "search" / "dust_video" / "search_report.json").exists()
     scripts = list((tmp_path / "runs" / "search" / "dust_video" / "slurm").glob("*/*_submission.sh"))
     assert len(scripts) == 1 and "#SBATCH --time=9\n" in scripts[0].read_text()  # the command line's, not the profile's
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_search_with_slurm_workers_stops_the_watching_and_names_the_job_that_goes_on(cluster, tmp_path):
+    """Ctrl-C on ``cutlab-search launcher=slurm`` while its worker trains: exit 130, the line of the job that goes
+    on (with its scancel), and not the line of a local search, whose stopped trial resumes from its checkpoint."""
+    from helpers.search import TINY, search_command, search_env, wait_for
+
+    args = ["search=dust_video", "--n-trials", "2", "launcher=slurm", f"launcher.profile={profile(tmp_path)}",
+            "search.pruner=null", *[o for o in TINY if not o.startswith("train.")], "train.epochs=60"]
+    search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    wait_for(lambda: list(study_dir.glob("trial-*/history.csv")) or search.poll() is not None, 300, "a trial's step")
+    task, stderr = ctrl_c(search)
+    try:
+        assert search.returncode == 130, stderr[-3000:]
+        assert f"tasks go on on the cluster (scancel {task} stops them)" in stderr, stderr[-3000:]
+        assert "cutlab-search: stopped watching the study; its workers go on on the cluster" in stderr
+        assert "the stopped one resumes from its checkpoint" not in stderr and "Traceback" not in stderr
+        assert scontrol(task)["JobState"] == "RUNNING", "the worker goes on"
+    finally:
+        subprocess.run(["scancel", task], check=False)
 
 
 @pytest.mark.slow

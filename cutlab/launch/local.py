@@ -26,7 +26,7 @@ from typing import Iterator
 
 from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, RunFailed, RunInterrupted, outcome_of
+from cutlab.launch.outcome import Outcome, RunFailed, RunInterrupted, ended, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
 
 
@@ -75,10 +75,12 @@ class ProcessPerRun:
 
 
 def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool = True,
-              worker_env: dict | None = None) -> list[Outcome]:
-    """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers."""
+              worker_env: dict | None = None) -> tuple[list[Outcome], str | None]:
+    """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers.
+    Returns the outcomes and the signal that stopped the sweep (``"SIGINT"``, ``"SIGTERM"``), None if none did."""
     count = max(1, min(max_parallel, len(commands)))
     stopping = threading.Event()
+    stopped_by: list[str] = []
     slots = [WarmWorker(f"worker-{i}", worker_env) if warm_workers else ProcessPerRun(stopping) for i in range(count)]
     idle: queue.SimpleQueue = queue.SimpleQueue()
     for slot in slots:
@@ -98,10 +100,10 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
             idle.put(slot)
 
     outcomes: list[Outcome] = []
-    done = tally("local", len(commands), "run")  # n/N done and the time left, as each run ends
+    done = tally("local", len(commands), "run")  # n/N ended and the time left, as each run ends
     # the handlers stay while the slots close (a worker's exit takes a moment): a second signal then kills the
     # workers, where the default action would end the sweep before it writes its record
-    with _stop_on_signals(slots, stopping):
+    with _stop_on_signals(slots, stopping, stopped_by):
         try:
             with ThreadPoolExecutor(max_workers=count) as pool:
                 futures = {pool.submit(run, command): command for command in commands}
@@ -109,18 +111,19 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
                     command = futures[future]
                     outcome = outcome_of(command.run_id, future.result, job_id=None)
                     outcomes.append(outcome)
-                    done.update(len(outcomes), outcome.line())
+                    done.update(ended(outcomes), outcome.line())
         finally:
             for slot in slots:  # all of them at once: each worker's exit (W&B's teardown) takes a moment
                 slot.end_input()
             for slot in slots:
                 slot.close()
-    return outcomes
+    return outcomes, (stopped_by[0] if stopped_by else None)
 
 
 @contextmanager
-def _stop_on_signals(slots: list, stopping: threading.Event) -> Iterator[None]:
-    """Ctrl-C/SIGTERM: start no more runs and stop the running ones at a step (SIGTERM); a second one kills them."""
+def _stop_on_signals(slots: list, stopping: threading.Event, stopped_by: list[str]) -> Iterator[None]:
+    """Ctrl-C/SIGTERM: start no more runs and stop the running ones at a step (SIGTERM); a second one kills them.
+    ``stopped_by`` gets the first signal's name."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread
         return
@@ -133,6 +136,7 @@ def _stop_on_signals(slots: list, stopping: threading.Event) -> Iterator[None]:
                 slot.kill()
             return
         stopping.set()
+        stopped_by.append(signal.Signals(signum).name)
         print(f"[cutlab] local: {signal.Signals(signum).name}: stopping; running runs checkpoint at their next step, "
               "and the same command resumes the sweep", file=sys.stderr, flush=True)
         for slot in slots:

@@ -57,6 +57,12 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
     return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
 
 
+def ended(outcomes: list[Outcome]) -> int:
+    """The runs a sweep's tally counts as done: those that ran to their end, complete or failed. An interrupted
+    run is not: the same command resumes it."""
+    return sum(o.status != "interrupted" for o in outcomes)
+
+
 def _raised(trace: str, name: str) -> str | None:
     """The message of the exception ``name`` in a job's traceback text, if it ended with one."""
     for line in reversed([line.strip() for line in trace.splitlines() if line.strip()]):

@@ -10,15 +10,18 @@ state ``scontrol`` gives it, and one that SLURM says COMPLETED is waited for unt
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, outcome_of
+from cutlab.launch.outcome import Outcome, ended, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
 
 POLL_S = 1.0
@@ -43,21 +46,25 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
     return jobs
 
 
-def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None) -> list[Outcome]:
+def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None) -> tuple[list[Outcome], str | None]:
     """Wait for every task, reporting each as it ends; a failed task never stops the others. ``on_poll``: called at
-    every poll, for what the tasks do between their ends (a search's trials)."""
+    every poll, for what the tasks do between their ends (a search's trials).
+
+    Ctrl-C or SIGTERM stops the waiting, not the tasks: they go on on the cluster (``scancel`` stops them), and each
+    one still running is ``busy`` in the outcomes, left to its job. Returns the outcomes and that signal's name (None
+    when every task ended)."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
     outcomes: list[Outcome] = []
-    done = tally("slurm", len(jobs), "job")  # n/N done and the time left, as each array task ends
+    done = tally("slurm", len(jobs), "job")  # n/N ended and the time left, as each array task ends
     missing_since: dict[str, float] = {}
-    ended: dict[str, str | None] = {}
+    states: dict[str, str | None] = {}
 
     def final_state(job_id: str) -> str | None:  # asked once: a COMPLETED task is waited for, polled each second
-        if job_id not in ended:
-            ended[job_id] = slurm_state(job_id)
-        return ended[job_id]
+        if job_id not in states:
+            states[job_id] = slurm_state(job_id)
+        return states[job_id]
 
-    while pending:
+    def poll() -> None:  # each task that ended leaves ``pending`` for ``outcomes``
         queued = _in_queue(list(pending))
         for job_id, (job, command) in list(pending.items()):
             if job.paths.result_pickle.exists():
@@ -73,12 +80,40 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
                 continue
             del pending[job_id]
             outcomes.append(outcome)
-            done.update(len(outcomes), outcome.line())
-        if pending:
-            if on_poll:
-                on_poll()
-            time.sleep(POLL_S)
-    return outcomes
+            done.update(ended(outcomes), outcome.line())
+
+    with _stop_waiting_on_signals() as stopped_by:
+        while pending and not stopped_by:
+            poll()
+            if pending and not stopped_by:
+                if on_poll:
+                    on_poll()
+                time.sleep(POLL_S)
+    if not pending:
+        return outcomes, (stopped_by[0] if stopped_by else None)
+    arrays = " ".join(sorted({job_id.split("_")[0] for job_id in pending}))
+    print(f"[cutlab] slurm: {stopped_by[0]}: stopped waiting; {len(pending)} of the {len(jobs)} tasks go on on the "
+          f"cluster (scancel {arrays} stops them); the same command later skips the runs they finish",
+          file=sys.stderr, flush=True)
+    left = [Outcome(command.run_id, "busy", job_id=job_id, error=f"left running on the cluster as job {job_id} "
+                    f"(scancel {job_id} stops it)") for job_id, (_, command) in pending.items()]
+    return outcomes + left, stopped_by[0]
+
+
+@contextmanager
+def _stop_waiting_on_signals() -> Iterator[list[str]]:
+    """Within the block, Ctrl-C and SIGTERM only add their name to the yielded list (main thread only)."""
+    received: list[str] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received  # signal handlers can only be installed from the main thread
+        return
+    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signal.Signals(signum).name))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def vanished(missing_s: float, state, paths) -> str | None:

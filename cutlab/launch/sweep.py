@@ -72,25 +72,35 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()), os.getcwd(), threads)
                 for run in plan.to_run]
     if not commands:
-        outcomes = []
+        outcomes, stopped_by = [], None
     elif launcher == "local":
         from cutlab.launch.local import run_local
 
-        outcomes = run_local(commands, plan.launcher.get("max_parallel", 1),
+        outcomes, stopped_by = run_local(commands, plan.launcher.get("max_parallel", 1),
                              warm_workers=plan.launcher.get("warm_workers", True),
                              worker_env=_shared_wandb_cache(record))
     else:
         from cutlab.launch import slurm
 
         jobs = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
-        outcomes = slurm.wait(jobs, commands)
+        outcomes, stopped_by = slurm.wait(jobs, commands)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
     skipped = plan.completed
     text = summary_text(plan.name, outcomes, skipped, elapsed)
     finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
     print(text, file=sys.stderr, flush=True)
+    if stopped_by is not None:  # as the in-process launcher ends on the same signal
+        return stopped_exit(stopped_by)
     return 0 if all(o.status == "complete" for o in outcomes) else 1
+
+
+def stopped_exit(signal_name: str) -> int:
+    """The exit status of a sweep a signal stopped: 130 for Ctrl-C, else PREEMPTED_EXIT, as a single run's."""
+    from cutlab.interrupted import interrupted_exit
+    from cutlab.run.preemption import PREEMPTED_EXIT
+
+    return interrupted_exit() if signal_name == "SIGINT" else PREEMPTED_EXIT
 
 
 def _shared_wandb_cache(record: Path) -> dict:

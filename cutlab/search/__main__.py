@@ -23,6 +23,11 @@ from cutlab.redaction import redact, redact_argv
 
 STORAGE_ENV = "CUTLAB_STORAGE"  # the storage address, read from the environment so no password is on a command line
 
+
+class StoppedWatching(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM while the study's SLURM workers run: this command stops, its workers do not."""
+
+
 EXAMPLES = """examples:
   python -m cutlab.search search=dust_video --n-trials 20 --workers 2
   python -m cutlab.search search=fair_comparison model=ut L=5 train.epochs=10
@@ -243,7 +248,10 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
     os.environ.update(storage_env(args))  # sbatch hands the submitting environment to the jobs
     jobs = submit(commands, profile, folder, job_name=f"search-{study_dir.name}")
-    outcomes = wait(jobs, commands, on_poll=trial_progress(plan, studies))
+    outcomes, stopped_by = wait(jobs, commands, on_poll=trial_progress(plan, studies))
+    if stopped_by is not None:
+        raise StoppedWatching("cutlab-search: stopped watching the study; its workers go on on the cluster (above), "
+                              "and the same command shows it again, and adds workers if it is not finished")
     failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
     if failed:
         raise CutlabError(f"{len(failed)} worker job(s) failed: {'; '.join(failed)}; run the same command again to resume")
@@ -318,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, SystemExit) as stop:
         if isinstance(stop, SystemExit) and stop.code in (0, None):
             raise
-        print("cutlab-search: stopped; run the same command again to resume (finished trials are kept, "
-              "the stopped one resumes from its checkpoint)", file=sys.stderr)
+        print(stop if isinstance(stop, StoppedWatching) else "cutlab-search: stopped; run the same command again to "
+              "resume (finished trials are kept, the stopped one resumes from its checkpoint)", file=sys.stderr)
         return interrupted_exit()
 
 
