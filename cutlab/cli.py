@@ -28,6 +28,7 @@ from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
+NEW_FOLDERS: list[Path] = []  # a single run's paths.runs_dir and the parents Hydra is to create, the deepest first
 
 register_resolvers()
 register_sweeps()  # --config-name NAME finds sweeps/NAME.yaml
@@ -104,11 +105,19 @@ def _add_outcome(outcome) -> None:
 
 
 def _remove_if_empty(run_dir: Path) -> None:
-    """Hydra makes the run folder before the run starts; a run refused at the door leaves nothing behind."""
-    try:
-        run_dir.rmdir()
-    except OSError:
-        pass
+    """Hydra makes the run folder (and ``runs/`` when there is none) before the run starts; a run refused at the door
+    leaves nothing behind."""
+    for folder in [run_dir, *NEW_FOLDERS]:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (an earlier run's, another process's) or gone: it and its parents stay
+            return
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and its parents that do not exist yet, the deepest first."""
+    folder = folder.absolute()
+    return [path for path in [folder, *folder.parents] if not path.exists()]
 
 
 def main() -> None:
@@ -139,7 +148,7 @@ def main() -> None:
             argv = ["-m", *command.hydra_argv()]
             _start_tally(sweep[0])
         elif command is not None:  # one run: composed once here, so that what Hydra would report in many lines is one
-            check_run(command)
+            NEW_FOLDERS[:] = _missing_folders(check_run(command))
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -146,9 +146,11 @@ def write_bad_mnli(folder: Path) -> Path:
         (["model=ut_text", "data=imdb", "train=constrained_text", "train.detach_prev=local"],
          "train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
          "model=ut_text cannot"),
+        (["model=ut_text", *MNLI_TINY, "data.num_labels=2"],  # it trained into an IndexError of its loss
+         "data=mnli has 3 classes (entailment, neutral, contradiction), not data.num_labels=2: drop the override"),
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
-         "local-prev-unsupported"],
+         "local-prev-unsupported", "mnli-num-labels"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):
@@ -166,7 +168,7 @@ def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     message = result.stderr.strip().splitlines()[-1]
     assert message.startswith("cutlab: error: ") and expected in message, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
-    assert not any(runs.rglob("history.csv"))  # nothing trained, no run record started
+    assert not runs.exists(), "a refused run leaves nothing behind, not even the runs folder Hydra made for it"
 
 
 def test_imdb_data_of_three_classes_is_refused_naming_data_num_labels_and_trains_with_it(tmp_path):

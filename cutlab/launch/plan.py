@@ -176,10 +176,11 @@ def _empty_sweep_message(parsed) -> str:
     return f"the sweep expands to no runs{where}; give each swept key at least one value, e.g. gamma=0,0.09"
 
 
-def check_run(command: Command) -> None:
+def check_run(command: Command) -> Path:
     """A single run's command composes (Hydra's own multi-line report of an unknown key or a value its grammar cannot
     read, with a hint to add the key with '+', becomes one line; a key added that way would be read by nothing), and
-    its paths.runs_dir can hold the run's folder (Hydra makes it, with a traceback when it cannot)."""
+    its paths.runs_dir can hold the run's folder (Hydra makes it, with a traceback when it cannot). Returns that
+    paths.runs_dir."""
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
@@ -192,6 +193,7 @@ def check_run(command: Command) -> None:
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the command's config cannot be composed: {_composition_message(error)}") from None
     check_runs_dir(runs_dir)
+    return runs_dir
 
 
 def _composition_message(error: Exception) -> str:

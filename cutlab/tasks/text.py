@@ -23,6 +23,7 @@ from cutlab.tasks import Task
 from cutlab.tasks.models import instantiate_model
 
 READERS = {"imdb": read_imdb, "mnli": read_mnli}
+MNLI_CLASSES = 3  # read_mnli's labels: 0 entailment, 1 neutral, 2 contradiction
 
 
 def _log(cfg: DictConfig, message: str) -> None:
@@ -41,6 +42,9 @@ def check_text_data(data: DictConfig) -> None:
 
     whole("max_length", 2, "128")
     whole("num_labels", 2, "2")
+    if data.name == "mnli" and data.num_labels != MNLI_CLASSES:  # its reader gives each row one of the three
+        raise CutlabError(f"data=mnli has {MNLI_CLASSES} classes (entailment, neutral, contradiction), not "
+                          f"data.num_labels={data.num_labels}: drop the override (or set data.num_labels={MNLI_CLASSES})")
     whole("train_subset", 1, "2000 (or null for all)", optional=True)
     whole("test_subset", 1, "500 (or null for all)", optional=True)
     whole("subset_seed", 0, "0")
