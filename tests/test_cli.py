@@ -228,7 +228,7 @@ def test_a_missing_data_root_is_refused_before_any_run_record_is_announced(tmp_p
     assert (result.stdout + result.stderr).strip().splitlines() == [
         f"cutlab: error: data.root={missing} does not exist on this machine; point data.root at where the "
         f"{data[0][5:]} data is"]
-    assert not runs.exists() or not any(runs.iterdir())
+    assert not runs.exists(), "nothing left behind, not even the runs folder Hydra made for the run"
 
 
 @pytest.fixture
