@@ -77,8 +77,8 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
         from cutlab.launch.local import run_local
 
         outcomes, stopped_by = run_local(commands, plan.launcher.get("max_parallel", 1),
-                             warm_workers=plan.launcher.get("warm_workers", True),
-                             worker_env=_shared_wandb_cache(record))
+                                         warm_workers=plan.launcher.get("warm_workers", True),
+                                         worker_env=_shared_wandb_cache(record))
     else:
         from cutlab.launch import slurm
 
