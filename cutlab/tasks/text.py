@@ -42,7 +42,7 @@ def check_text_data(data: DictConfig) -> None:
 
     whole("max_length", 2, "128")
     whole("num_labels", 2, "2")
-    if data.name == "mnli" and data.num_labels != MNLI_CLASSES:  # its reader gives each row one of the three
+    if data.get("name") == "mnli" and data.num_labels != MNLI_CLASSES:  # its reader gives each row one of the three
         raise CutlabError(f"data=mnli has {MNLI_CLASSES} classes (entailment, neutral, contradiction), not "
                           f"data.num_labels={data.num_labels}: drop the override (or set data.num_labels={MNLI_CLASSES})")
     whole("train_subset", 1, "2000 (or null for all)", optional=True)
