@@ -27,7 +27,8 @@ from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
-SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter and the ids it counts)
+SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter, the ids it has yet to
+# count and the outcomes it counted)
 NEW_FOLDERS: list[Path] = []  # a single run's paths.runs_dir and the parents Hydra is to create, the deepest first
 
 register_resolvers()
@@ -100,8 +101,8 @@ def _add_outcome(outcome) -> None:
     SWEEP_OUTCOMES.append(outcome)
     if SWEEP_TALLY and outcome.run_id in SWEEP_TALLY["ids"]:
         SWEEP_TALLY["ids"].discard(outcome.run_id)
-        counted = [o for o in SWEEP_OUTCOMES if o.run_id in SWEEP_TALLY["planned"]]
-        SWEEP_TALLY["meter"].update(ended(counted), outcome.line())
+        SWEEP_TALLY["reported"].append(outcome)
+        SWEEP_TALLY["meter"].update(ended(SWEEP_TALLY["reported"]), outcome.line())
 
 
 def _remove_if_empty(run_dir: Path) -> None:
@@ -180,7 +181,7 @@ def _start_tally(plan) -> None:
     from cutlab.core.progress import tally
 
     SWEEP_TALLY.update(meter=tally(f"sweep {plan.name}", len(plan.to_run), "run"),
-                       ids={run.run_id for run in plan.to_run}, planned={run.run_id for run in plan.to_run})
+                       ids={run.run_id for run in plan.to_run}, reported=[])
 
 
 def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = False) -> None:
