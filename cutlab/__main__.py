@@ -1,6 +1,6 @@
-"""``python -m cutlab``: the command line (cutlab/cli.py)."""
+"""``python -m cutlab``: the command line (cutlab/cli.py), through its entry point (cutlab/commands.py)."""
 
-from cutlab.cli import main
+from cutlab.commands import cutlab
 
 if __name__ == "__main__":
-    main()
+    cutlab()

@@ -1,7 +1,8 @@
 """The command line: ``python -m cutlab`` trains and evaluates one configuration (or a multirun with -m) as a Hydra app.
 
 ``main`` plans a sweep before Hydra starts (cutlab.launch), then hands the command to Hydra; an in-process
-sweep's summary is written here when Hydra has run it. Nothing imports this module but cutlab/__main__.py.
+sweep's summary is written here when Hydra has run it. Nothing imports this module but its entry point,
+cutlab/commands.py.
 """
 
 from __future__ import annotations
@@ -156,8 +157,8 @@ def main() -> None:
     sys.argv = [sys.argv[0], *argv]
     try:
         app()
-    except SystemExit:  # a signal stopped the sweep: its record still gets the outcomes so far
-        if sweep is not None:
+    except (SystemExit, KeyboardInterrupt):  # a signal stopped the sweep (in a run, or as Hydra readied the next):
+        if sweep is not None:  # its record still gets the outcomes so far
             _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
         raise
     _show_launcher_info(argv)

@@ -346,3 +346,34 @@ def test_a_ctrl_c_caught_inside_exec_of_a_string_still_exits_130_under_python_m(
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).parents[1])])}
     ended = subprocess.run([sys.executable, "-m", "stopped"], cwd=tmp_path, env=env, timeout=60).returncode
     assert ended == (-signal.SIGINT if status == "130" else 130)
+
+
+PLANNED_FOR_SECONDS = ["--plan", "-m", "gamma=0,0.01,0.02,0.03,0.04,0.05,0.06,0.07,0.08,0.09", "L=2,3,4,5,6",
+                       "model=dust,ut"]  # 100 runs to compose: seconds of planning
+
+
+@pytest.mark.parametrize("command", [
+    ["cutlab", *PLANNED_FOR_SECONDS],
+    ["cutlab-analysis", "{runs}", "--out", "{out}"],  # torch and pandas take seconds to import
+    ["cutlab-reproduce", "--scale", "cpu", "--plan", "--out", "{out}"],
+])
+def test_ctrl_c_before_a_command_has_begun_its_work_is_one_line_and_130(tmp_path, command):
+    """Ctrl-C while the command imports or plans, before its own Ctrl-C handling begins: it was a KeyboardInterrupt
+    traceback and exit -2. Each installed command goes through cutlab/commands.py."""
+    import signal
+    import sys
+    import time
+
+    name, *args = command
+    args = [a.format(runs=tmp_path / "runs", out=tmp_path / "out") for a in args]
+    (tmp_path / "runs").mkdir()
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(tmp_path / "runs"), "CUTLAB_CACHE_DIR": str(tmp_path / "cache")}
+    process = subprocess.Popen([str(Path(sys.executable).parent / name), *args], cwd=tmp_path, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(0.5)
+    assert process.poll() is None, process.communicate()  # still importing or planning
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr, stdout) == (130, f"{name}: interrupted (Ctrl-C); run the same command again "
+                                                         "to go on\n", "")

@@ -70,8 +70,8 @@ LONG_RUN = ["L=2", "train.epochs=60", "checkpoint.every_steps=100000", "eval.gam
             "wandb.mode=disabled"]
 
 
-def start_slurm_sweep(grid: list[str], profile_path: Path, tmp_path: Path) -> subprocess.Popen:
-    env = cutlab_env(tmp_path / "runs", {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
+def start_slurm_sweep(grid: list[str], profile_path: Path, tmp_path: Path, path: str | None = None) -> subprocess.Popen:
+    env = cutlab_env(tmp_path / "runs", {"CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "PATH": path or os.environ["PATH"]})
     return subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid, "launcher=slurm",
                              f"launcher.profile={profile_path}"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -235,6 +235,39 @@ def test_ctrl_c_on_the_submitting_command_stops_the_waiting_not_the_job_and_the_
         assert scontrol(task)["JobState"] == "RUNNING", "the job goes on"
     finally:
         subprocess.run(["scancel", task], check=False)
+
+
+def test_ctrl_c_while_the_sweep_submits_waits_for_sbatch_and_records_the_job_it_submitted(cluster, tmp_path):
+    """Ctrl-C while sbatch submits the job array (here an sbatch that answers after 3 s): the array is submitted
+    whole, then the sweep stops waiting as on a Ctrl-C later: one line naming the job, exit 130, the run recorded
+    busy with its job id. It was a KeyboardInterrupt traceback, with no record of the job left running."""
+    slow = tmp_path / "slow_sbatch"
+    slow.mkdir()
+    started = tmp_path / "sbatch-started"
+    (slow / "sbatch").write_text(f"#!/bin/sh\ntouch {started}\nsleep 3\nexec {single_node._binary('sbatch')} \"$@\"\n")
+    (slow / "sbatch").chmod(0o755)
+    runs = tmp_path / "runs"
+    sweep = start_slurm_sweep(["gamma=0", *LONG_RUN], profile(tmp_path), tmp_path,
+                              path=f"{slow}{os.pathsep}{os.environ['PATH']}")
+    deadline = time.time() + 120
+    while not started.exists():
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGINT)
+    stderr = sweep.communicate(timeout=60)[1]
+    try:
+        assert sweep.returncode == 130, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        [outcome] = sweep_outcome(runs)["runs"]
+        task = outcome["job_id"]
+        assert outcome["status"] == "busy" and task, outcome
+        assert "[cutlab] slurm: SIGINT: stopping once sbatch has answered" in stderr, stderr[-3000:]
+        assert (f"[cutlab] slurm: SIGINT: stopped waiting; 1 of the 1 tasks go on on the cluster (scancel {task} "
+                "stops them)") in stderr, stderr[-3000:]
+        assert scontrol(task)["JobState"] in ("PENDING", "RUNNING"), "the job submitted goes on"
+    finally:  # whatever was submitted, recorded or not
+        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
+        subprocess.run(["scancel", *queued], check=False)
 
 
 @pytest.mark.slow

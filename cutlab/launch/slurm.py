@@ -29,8 +29,10 @@ VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result fi
 RESULT_VISIBLE_S = 120.0  # ... unless SLURM says it COMPLETED: NFS may show a new file up to 60 s late (acdirmax)
 
 
-def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str):
-    """Submit the runs as one job array; returns submitit's jobs (one per run, same order).
+def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str) -> tuple[list, list[str]]:
+    """Submit the runs as one job array; returns submitit's jobs (one per run, same order) and the names of the
+    signals (Ctrl-C, SIGTERM) that came while it submitted, which ``wait`` then acts on at once: held until sbatch
+    has answered, so that a job array is never left running with no record of its job ids.
 
     The caller has checked the cluster (``check_cluster``) before anything else started."""
     import submitit
@@ -39,20 +41,21 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
     executor.update_parameters(**profile.executor_parameters(job_name))
     for command in commands:  # a signalled task must requeue before SLURM's time limit kills it
         command.stop_grace_s = profile.stop_grace_s
-    with executor.batch():
+    with _note_signals(second_stops=True) as stopped_by, executor.batch():
         jobs = [executor.submit(command) for command in commands]
     print(f"[cutlab] slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]} "
           f"(at most {profile.array_parallelism} at a time; logs in {folder})", file=sys.stderr, flush=True)
-    return jobs
+    return jobs, stopped_by
 
 
-def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None) -> tuple[list[Outcome], str | None]:
+def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None,
+         stopped_by: list[str] | None = None) -> tuple[list[Outcome], str | None]:
     """Wait for every task, reporting each as it ends; a failed task never stops the others. ``on_poll``: called at
     every poll, for what the tasks do between their ends (a search's trials).
 
     Ctrl-C or SIGTERM stops the waiting, not the tasks: they go on on the cluster (``scancel`` stops them), and each
-    one still running is ``busy`` in the outcomes, left to its job. Returns the outcomes and that signal's name (None
-    when every task ended)."""
+    one still running is ``busy`` in the outcomes, left to its job. ``stopped_by``: such signals that came while
+    ``submit`` held them. Returns the outcomes and that signal's name (None when every task ended)."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
     outcomes: list[Outcome] = []
     done = tally("slurm", len(jobs), "job")  # n/N ended and the time left, as each array task ends
@@ -82,7 +85,7 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
             outcomes.append(outcome)
             done.update(ended(outcomes), outcome.line())
 
-    with _stop_waiting_on_signals() as stopped_by:
+    with _note_signals(stopped_by) as stopped_by:
         while pending and not stopped_by:
             poll()
             if pending and not stopped_by:
@@ -101,14 +104,24 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
 
 
 @contextmanager
-def _stop_waiting_on_signals() -> Iterator[list[str]]:
-    """Within the block, Ctrl-C and SIGTERM only add their name to the yielded list (main thread only)."""
-    received: list[str] = []
+def _note_signals(received_before: list[str] | None = None, second_stops: bool = False) -> Iterator[list[str]]:
+    """Within the block, Ctrl-C and SIGTERM only add their name to the yielded list (main thread only), which starts
+    with ``received_before``. ``second_stops``: the first is held (said in one line) and a second one raises
+    KeyboardInterrupt at once, for a block that could hang (sbatch with no controller to answer it)."""
+    received: list[str] = list(received_before or [])
     if threading.current_thread() is not threading.main_thread():
         yield received  # signal handlers can only be installed from the main thread
         return
-    previous = {sig: signal.signal(sig, lambda signum, frame: received.append(signal.Signals(signum).name))
-                for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def note(signum, frame) -> None:
+        if second_stops and received:
+            raise KeyboardInterrupt
+        received.append(signal.Signals(signum).name)
+        if second_stops:
+            print(f"[cutlab] slurm: {received[-1]}: stopping once sbatch has answered, so that the jobs it submits are "
+                  "recorded (Ctrl-C again stops at once)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield received
     finally:

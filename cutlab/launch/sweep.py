@@ -82,8 +82,8 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     else:
         from cutlab.launch import slurm
 
-        jobs = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
-        outcomes, stopped_by = slurm.wait(jobs, commands)
+        jobs, stopped_by = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
+        outcomes, stopped_by = slurm.wait(jobs, commands, stopped_by=stopped_by)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
     skipped = plan.completed

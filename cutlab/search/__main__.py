@@ -247,8 +247,8 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
                            threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
     os.environ.update(storage_env(args))  # sbatch hands the submitting environment to the jobs
-    jobs = submit(commands, profile, folder, job_name=f"search-{study_dir.name}")
-    outcomes, stopped_by = wait(jobs, commands, on_poll=trial_progress(plan, studies))
+    jobs, stopped_by = submit(commands, profile, folder, job_name=f"search-{study_dir.name}")
+    outcomes, stopped_by = wait(jobs, commands, on_poll=trial_progress(plan, studies), stopped_by=stopped_by)
     if stopped_by is not None:
         raise StoppedWatching("cutlab-search: stopped watching the study; its workers go on on the cluster (above), "
                               "and the same command shows it again, and adds workers if it is not finished")
