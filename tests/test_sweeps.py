@@ -211,6 +211,35 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_
         "the resumed session continues the same W&B run"
 
 
+def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_command_completes_it(tmp_path):
+    """SIGTERM after training, during a long evaluation (20 noise levels, one clip a batch): the run is recorded
+    interrupted and exits 75, as in training. Before, it died silently (exit -15), its summary left "running" and its
+    W&B run unfinished."""
+    runs = tmp_path / "runs"
+    levels = ",".join(f"{0.05 * i:.2f}" for i in range(20))
+    args = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", f"eval.gamma_test=[{levels}]", "eval.batch_size=1",
+            "wandb.mode=offline", "progress=false", "run_name=stopped"]
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    stopped = runs / "stopped"
+    deadline = time.time() + 300
+    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < 2:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    time.sleep(2)  # past the last step's checkpoint, into the evaluation (about 10 s of it)
+    assert process.poll() is None, "the evaluation ended before it could be stopped"
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 75, stderr[-2000:]
+    summary = json.loads((stopped / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and "SIGTERM outside the training loop" in summary["error"], summary
+    assert "Traceback" not in stderr, stderr[-2000:]
+    cutlab(args, runs)  # the same command: evaluates the last checkpoint anew
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "complete"
+
+
 def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_interrupted(tmp_path):
     """SLURM's scancel and preemption signal every process of the job, W&B's service among them: the service is gone
     at once, and the run's next log to it must not fail the run before it reaches its step boundary to checkpoint."""

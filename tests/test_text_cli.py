@@ -148,9 +148,12 @@ def write_bad_mnli(folder: Path) -> Path:
          "model=ut_text cannot"),
         (["model=ut_text", *MNLI_TINY, "data.num_labels=2"],  # it trained into an IndexError of its loss
          "data=mnli has 3 classes (entailment, neutral, contradiction), not data.num_labels=2: drop the override"),
+        (["model=hf_encoder", "L=6", "data=imdb", "model.source=EMPTY"],  # it was transformers' ValueError
+         "holds no tokenizer that transformers can read (tokenizer.json, or a vocabulary and tokenizer_config.json): "
+         "point model.source, or model.tokenizer, at a folder or hub id with one"),
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
-         "local-prev-unsupported", "mnli-num-labels"],
+         "local-prev-unsupported", "mnli-num-labels", "folder-without-tokenizer"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):
@@ -161,7 +164,9 @@ def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
             pass
     wrong = tmp_path / "imdb_wrong"
     (wrong / "reviews").mkdir(parents=True)
-    args = [a.replace("WRONG", str(wrong)).replace("BAD_MNLI", str(write_bad_mnli(tmp_path / "mnli"))) for a in args]
+    (tmp_path / "empty_model").mkdir()
+    args = [a.replace("WRONG", str(wrong)).replace("BAD_MNLI", str(write_bad_mnli(tmp_path / "mnli")))
+            .replace("EMPTY", str(tmp_path / "empty_model")) for a in args]
     runs = tmp_path / "runs"
     result = cutlab([*args, "wandb.mode=disabled"], runs, check=False)
     assert result.returncode == 2, result.stderr[-2000:]

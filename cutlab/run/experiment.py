@@ -26,7 +26,7 @@ from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_tra
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import RunLock
-from cutlab.run.preemption import stop_on_signals
+from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
 from cutlab.run.progress import ProgressReporter, announce_start, print_line
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
@@ -74,7 +74,8 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
         try:
-            task, trainer, reference = _prepare(cfg, run_dir, checkpoint, resolved)
+            with stop_now_on_signals():
+                task, trainer, reference = _prepare(cfg, run_dir, checkpoint, resolved)
         except BaseException:
             wandb_service.abandon()
             raise
@@ -170,22 +171,23 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
                             started, validate, on_epoch_end, selector, cfg.eval.check_every_steps, at_target)
     try:
-        with stop_on_signals() as recorder.stop:
-            trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
-            recorder.stop_if_requested()
-        history.close()
-        slacks = trainer.primal_dual.effective_slacks()
-        if selector:  # the last iterate is a candidate too; then the best one is what gets evaluated
-            if not selector.checked(trainer.progress.step):  # not on the check cadence: check it, and checkpoint
-                recorder.check_iterate(trainer.progress.step)  # the final choice (cutlab-eval loads it)
-                recorder.checkpoint()
-            selector.restore_best()
-            slacks = selector.best_slacks
-            summary.update(iterate=selector.summary(cfg.eval.check_every_steps))
-        else:
-            summary.update(iterate={"mode": "last"})
-        summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter, constraints,
-                                          slacks))
+        with stop_now_on_signals():  # set-up and evaluation stop at once, the loop at its next step (inside)
+            with stop_on_signals() as recorder.stop:
+                trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
+                recorder.stop_if_requested()
+            history.close()
+            slacks = trainer.primal_dual.effective_slacks()
+            if selector:  # the last iterate is a candidate too; then the best one is what gets evaluated
+                if not selector.checked(trainer.progress.step):  # not on the check cadence: check it, and checkpoint
+                    recorder.check_iterate(trainer.progress.step)  # the final choice (cutlab-eval loads it)
+                    recorder.checkpoint()
+                selector.restore_best()
+                slacks = selector.best_slacks
+                summary.update(iterate=selector.summary(cfg.eval.check_every_steps))
+            else:
+                summary.update(iterate={"mode": "last"})
+            summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter,
+                                              constraints, slacks))
         # time to feasibility: the first step of the met streak that lasted to the end (None: never reached)
         summary.update(steps_to_feasibility=clock.since, steps_to_strict_feasibility=clock.strictly_since)
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,

@@ -1,5 +1,6 @@
 """Turn SIGTERM/SIGUSR2 (SLURM's time-limit and preemption signals) into "checkpoint at the next step, then stop".
-Ctrl-C (SIGINT) while a run trains does the same, once: a second Ctrl-C stops at once.
+Ctrl-C (SIGINT) while a run trains does the same, once: a second Ctrl-C stops at once. Outside the training loop
+(the run's set-up, its evaluation) SIGTERM/SIGUSR2 stop it at once, recorded interrupted (``stop_now_on_signals``).
 
 SLURM sends SIGUSR2 ``signal_delay_s`` before a time limit (submitit's ``--signal=USR2@90``) and SIGTERM on
 preemption. Stopping inside a step would checkpoint half-updated weights, so the handler only sets a flag;
@@ -57,6 +58,28 @@ def stop_on_signals() -> Iterator[StopFlag]:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
         yield flag
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
+def stop_now_on_signals() -> Iterator[None]:
+    """Within the block, SIGTERM/SIGUSR2 raise :class:`Preempted` at once (main thread only): for a run's set-up and
+    evaluation, which have no step to finish and nothing new to checkpoint; the same command resumes from the last
+    checkpoint. Without it the run died silently, its summary left ``running``. ``stop_on_signals`` within the block
+    takes over for the training loop."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame) -> None:
+        raise Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
+                        "its last checkpoint stands)")
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -74,12 +74,18 @@ def load_config(source: str, overrides: dict[str, Any] | None = None):
 
 
 def load_tokenizer(source: str):
+    """``source``'s tokenizer (``model.tokenizer``, else ``model.source``)."""
     AutoTokenizer = optional_import("transformers").AutoTokenizer
 
     resolved = resolve_source(source)
     try:
         return AutoTokenizer.from_pretrained(resolved)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: a local folder with no tokenizer files transformers reads
+        if Path(resolved).is_dir():
+            raise CutlabError(
+                f"{resolved} holds no tokenizer that transformers can read (tokenizer.json, or a vocabulary and "
+                f"tokenizer_config.json): point model.source, or model.tokenizer, at a folder or hub id with one"
+            ) from error
         raise _unreachable(source, "tokenizer", error) from error
 
 
