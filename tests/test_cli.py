@@ -189,6 +189,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
         (["-m", "L=1,2", "paths.runs_dir=FILE"], "cannot hold run folders: "),
+        (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
+                                           "folder named ~ here); write the path out: paths.runs_dir="),
+        (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
         (["train.alhpa=0.3"], "the command's config cannot be composed: Could not override 'train.alhpa'; check the key"),
         (["+train.alhpa=0.3"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by "
                                "nothing"),
@@ -200,7 +203,7 @@ def corrupt_npz(folder: Path) -> Path:
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "unknown-key", "unknown-key-added-with-plus", "unquoted-value",
+         "sweep-runs-dir-a-file", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key", "unknown-key-added-with-plus", "unquoted-value",
          "plus-on-a-key-that-is-there"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
@@ -377,3 +380,23 @@ def test_ctrl_c_before_a_command_has_begun_its_work_is_one_line_and_130(tmp_path
     stdout, stderr = process.communicate(timeout=60)
     assert (process.returncode, stderr, stdout) == (130, f"{name}: interrupted (Ctrl-C); run the same command again "
                                                          "to go on\n", "")
+
+
+@pytest.mark.parametrize("value, where", [("~/my_runs", "home/my_runs"), ("", "work/runs")], ids=["tilde", "empty"])
+def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path, value, where):
+    """As CUTLAB_DATA_DIR does. It was taken as written: './~/my_runs' made here, and an empty one (an unset variable
+    in `export CUTLAB_RUNS_DIR=$RUNS`) put a sweep's run folders into the working folder itself."""
+    import sys
+
+    (tmp_path / "home").mkdir()
+    (tmp_path / "work").mkdir()
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "CUTLAB_RUNS_DIR": value,
+           "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(Path(__file__).parents[1])}
+    result = subprocess.run([sys.executable, "-m", "cutlab", "-m", "gamma=0,0.09", "L=2", "train.epochs=1",
+                             "train.max_steps_per_epoch=1", "eval.gamma_test=[0]", "wandb.mode=disabled",
+                             "progress=false"], cwd=tmp_path / "work", env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / where).iterdir()) == [
+        "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=1",
+        "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=1", "_sweeps", "multirun.yaml"]
+    assert sorted(p.name for p in (tmp_path / "work").iterdir()) == (["runs"] if value == "" else [])

@@ -163,6 +163,9 @@ def check_runs_dir(folder: Path) -> None:
     """A runs folder that is a file (or lies under one), or that cannot be written (a read-only mount, another user's
     folder), would fail deep inside Hydra's making of the run's folder, with a traceback."""
     fix = "give a folder you can write (paths.runs_dir=DIR, CUTLAB_RUNS_DIR=DIR, or cutlab-reproduce --out DIR)"
+    if str(folder).startswith("~"):  # an override's ~ reaches Hydra as written: it would make a folder named ~ here
+        raise CutlabError(f"paths.runs_dir={folder}: a ~ on the command line is not expanded (Hydra takes it as "
+                          f"written, a folder named ~ here); write the path out: paths.runs_dir={folder.expanduser()}")
     for part in (folder, *folder.parents):
         if part.exists():
             if not part.is_dir():

@@ -27,6 +27,7 @@ SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 
 DATA_ENV = "CUTLAB_DATA_DIR"
 MODELS_ENV = "CUTLAB_MODELS_DIR"
+RUNS_ENV = "CUTLAB_RUNS_DIR"
 
 
 def user_dir(kind: str) -> Path:
@@ -52,6 +53,12 @@ def models_dir() -> Path:
     """Where pretrained weights are looked for (paths.models_dir): $CUTLAB_MODELS_DIR, else the per-user models
     folder."""
     return _folder(MODELS_ENV, "models")
+
+
+def runs_dir() -> Path:
+    """Where runs go unless the command says (paths.runs_dir): $CUTLAB_RUNS_DIR, ~ expanded and empty meaning unset
+    as for the data folder, else ``runs`` under the folder the command runs in."""
+    return Path(os.environ.get(RUNS_ENV) or "runs").expanduser()
 
 
 def absolute_path(value):

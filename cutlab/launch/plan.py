@@ -189,7 +189,7 @@ def check_run(command: Command) -> Path:
         with main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
                                        with_log_configuration=False)
-            runs_dir = Path(cfg.paths.runs_dir).expanduser()
+            runs_dir = Path(cfg.paths.runs_dir)
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the command's config cannot be composed: {_composition_message(error)}") from None
     check_runs_dir(runs_dir)

@@ -137,8 +137,8 @@ def build_plan(args: argparse.Namespace):
     kind = task_kind(base)
     higher = objective_of(kind).higher_is_better  # the objective declares its metric's direction
     direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")
+    check_runs_dir(Path(base.paths.runs_dir))  # a file, not writable, a ~ not expanded: one line, not a traceback
     runs_dir = Path(base.paths.runs_dir).resolve()
-    check_runs_dir(runs_dir)  # a file, or not writable: one line, not a traceback
     study_dir = runs_dir / "search" / preset.study
     storage = preset.storage or default_storage_url(study_dir)
     check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
