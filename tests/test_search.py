@@ -63,6 +63,39 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("arguments, message", [
+    # the preset's numbers: once a TypeError, or passed --dry-run and raised in the worker after the journal was made
+    (["search.heartbeat.interval_s=abc"], "search.heartbeat.interval_s must be a whole number, got 'abc'"),
+    (["search.sampler.seed=abc"], "search.sampler.seed must be a whole number, got 'abc'; e.g. search.sampler.seed=0"),
+    (["search.sampler.seed=-1"], "search.sampler.seed must be from 0 to 2147483647, got -1"),
+    (["search.sampler.n_startup_trials=-5"], "search.sampler.n_startup_trials must be >= 0, got -5"),
+    (["search.sampler.multivariate=maybe"], "search.sampler.multivariate must be true or false, got 'maybe'"),
+    (["search.sampler.n_startup=5"], "search.sampler.n_startup is not an option of optuna.samplers.TPESampler"),
+    (["search.heartbeat.max_retry=-1"], "search.heartbeat.max_retry must be >= 0, got -1"),
+    (["search.pruner.n_startup_trials=abc"], "search.pruner.n_startup_trials must be a whole number, got 'abc'"),
+    (["search.pruner=median"], "search.pruner must be a mapping of options of optuna.pruners.MedianPruner, or null"),
+    # the study's folder, as run_name is a run's: 'a/b' nested folders, '..' wrote into the runs folder itself
+    (["search.study=a/b"], "search.study='a/b' is not a single folder name"),
+    (["search.study=.."], "search.study='..' is not a single folder name"),
+    (["--study", "."], "search.study='.' is not a single folder name"),
+    # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
+    (["train.alhpa=1"], "Could not override 'train.alhpa'; check the key against conf/"),
+    (["+train.alhpa=1"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by nothing"),
+    (["searc.n_trials=3"], "searc.n_trials is not a key of cutlab's config; did you mean search.n_trials=3?"),
+    (["+search.study=x"], "+search.study is not a key of cutlab's config; did you mean search.study=x?"),
+])
+def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(tmp_path, capsys, monkeypatch,
+                                                                               arguments, message):
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    for dry_run in (["--dry-run"], []):
+        assert main(["search=dust_video", *arguments, *dry_run, *TINY]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("cutlab-search: error: ") and message in error[0], error
+        assert not (tmp_path / "runs").exists()
+
+
 def test_unknown_preset_and_missing_preset_name_list_the_presets(capsys):
     from cutlab.search.__main__ import main
 
@@ -139,7 +172,7 @@ def test_journal_search_interrupted_mid_trial_resumes_in_the_same_folder_and_sto
 
     resumed = search_in_process(args, tmp_path, monkeypatch, capsys)  # the same command again
     # trial 1 was re-queued when stopped: Optuna records it FAIL, the counts say requeued (nothing failed)
-    assert "{'complete': 1, 'requeued': 1, 'waiting': 1}" in resumed, resumed
+    assert "trials so far 1 complete, 1 requeued, 1 waiting" in resumed, resumed
     study = study_of(tmp_path, "dust_video")
     states = sorted(t.state.name for t in study.trials)
     assert states == ["COMPLETE", "COMPLETE", "COMPLETE", "FAIL"], states  # the stopped trial, re-queued once
@@ -166,7 +199,7 @@ def test_sqlite_storage_total_is_per_study_not_per_invocation(tmp_path, monkeypa
     search_in_process([*args, "--n-trials", "2"], tmp_path, monkeypatch, capsys)
     again = search_in_process([*args, "--n-trials", "2"], tmp_path, monkeypatch, capsys)  # already at its total
     assert [t.state.name for t in study_of(tmp_path, "lite", url).trials] == ["COMPLETE"] * 2
-    assert "trials so far {'complete': 2}" in again and "lite trial 2 " not in again
+    assert "trials so far 2 complete" in again and "lite trial 2 " not in again
     widened = search_in_process([*args, "--n-trials", "3"], tmp_path, monkeypatch, capsys)  # one more
     study = study_of(tmp_path, "lite", url)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 3 and "lite trial 2 " in widened
@@ -392,7 +425,7 @@ def test_a_stopped_trial_is_failed_and_requeued_under_the_ask_lock(tmp_path, mon
     import threading
 
     from cutlab.search.__main__ import build_plan, parse_args
-    from cutlab.search.storage import open_storage
+    from cutlab.search.storage import counts_text, open_storage, trial_counts
     from cutlab.search.worker import open_study, requeue, study_lock
 
     monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
@@ -411,6 +444,7 @@ def test_a_stopped_trial_is_failed_and_requeued_under_the_ask_lock(tmp_path, mon
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["FAIL", "WAITING"]
     assert trials[1].params == trial.params and trials[1].system_attrs["failed_trial"] == trial.number
+    assert counts_text(trial_counts(study)) == "1 requeued, 1 waiting"  # as the search prints them, not a dict
 
 
 def test_a_trial_stopped_more_often_than_max_retry_still_resumes_with_its_parameters(tmp_path, monkeypatch):

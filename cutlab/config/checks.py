@@ -33,11 +33,12 @@ def _number(key: str, value: Any, example: str, minimum: float | None = None, ex
     return value
 
 
-def _integer(key: str, value: Any, example: str, minimum: int) -> int:
+def _integer(key: str, value: Any, example: str, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CutlabError(f"{key} must be a whole number, got {value!r}; e.g. {key}={example}")
-    if value < minimum:
-        raise CutlabError(f"{key} must be >= {minimum}, got {value}; e.g. {key}={example}")
+    if value < minimum or maximum is not None and value > maximum:
+        allowed = f">= {minimum}" if maximum is None else f"from {minimum} to {maximum}"
+        raise CutlabError(f"{key} must be {allowed}, got {value}; e.g. {key}={example}")
     return value
 
 

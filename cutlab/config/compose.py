@@ -15,8 +15,8 @@ from typing import Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cutlab.config.groups import check_group_choices
-from cutlab.config.launcher import check_launcher_overrides
+from cutlab.config.groups import check_added_keys, check_group_choices
+from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import run_name
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
@@ -52,10 +52,13 @@ def main_hydra(config_dir: str | None = None) -> Iterator:
 def compose_run_config(overrides: list[str]) -> DictConfig:
     """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node)."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.errors import HydraException
     from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
 
     check_launcher_overrides(overrides)
     check_group_choices(overrides)
+    check_added_keys(overrides)  # as python -m cutlab does: a key added with '+' that nothing reads
     try:
         with main_hydra() as hydra:
             cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=False,
@@ -67,8 +70,27 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     except CutlabError:
         raise
     except Exception as error:  # Hydra's own messages name the bad override
-        raise CutlabError(f"cutlab overrides {' '.join(overrides)!r} do not compose: {error}") from None
+        reason = composition_message(error) if isinstance(error, (HydraException, OmegaConfBaseException)) else error
+        raise CutlabError(f"cutlab overrides {' '.join(overrides)!r} do not compose: {reason}") from None
     return cfg
+
+
+def composition_message(error: Exception) -> str:
+    """Hydra's report of an override it cannot apply as one line with cutlab's fix: Hydra's own second line advises
+    adding an unknown key with '+', which would be read by nothing (cutlab.config.groups.check_added_keys)."""
+    text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
+    if "Could not find" in text or "Cannot find primary config" in text:
+        fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
+    elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
+        fix = f"each launcher has its own keys: {valid_keys_text()}"
+    elif "An item is already at" in text:
+        fix = "drop the leading '+': the key is there already"
+    elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
+        fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
+    else:
+        fix = ("check the key against conf/ (python -m cutlab --cfg job shows every key); a parameter of a model's "
+               "class that its yaml does not list is added as +model.KEY=VALUE")
+    return f"{text}; {fix}"
 
 
 class JobComposer:

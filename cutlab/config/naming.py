@@ -15,12 +15,16 @@ UNSET = (None, "", "None", "null")
 def check_run_name(explicit) -> None:
     """``run_name`` must name one folder inside the runs folder: ``..``, ``.`` or a path would write elsewhere
     (the parent of the runs folder, or the runs folder itself, hiding every other run from the analysis)."""
-    if explicit in UNSET:
-        return
-    name = str(explicit)
+    if explicit not in UNSET:
+        check_folder_name("run_name", explicit, "the run's folder inside paths.runs_dir", "ped2_baseline")
+
+
+def check_folder_name(key: str, value, names: str, example: str) -> None:
+    """``value`` of ``key`` names one folder (``names``): no path, ``.`` or ``..``, which would write elsewhere."""
+    name = str(value)
     if name.strip() in (".", "..") or any(sep in name for sep in ("/", "\\", "\0")):
-        raise CutlabError(f"run_name={name!r} is not a single folder name (no '/', '\\', '.' or '..'); it names the "
-                          "run's folder inside paths.runs_dir: e.g. run_name=ped2_baseline")
+        raise CutlabError(f"{key}={name!r} is not a single folder name (no '/', '\\', '.' or '..'); it names "
+                          f"{names}: e.g. {key}={example}")
 
 
 def check_run_folder_name(run_dir: Path, cfg) -> None:

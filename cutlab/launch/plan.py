@@ -17,8 +17,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from cutlab.config.checks import check_config, check_runs_dir
-from cutlab.config.compose import JobComposer, main_hydra
-from cutlab.config.launcher import is_launcher_override, valid_keys_text
+from cutlab.config.compose import JobComposer, composition_message, main_hydra
+from cutlab.config.launcher import is_launcher_override
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
@@ -164,7 +164,7 @@ def expand(command: Command) -> Plan:
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
                                             cost_key=cost_key(job), holder=holder, problem=problem))
     except (HydraException, OmegaConfBaseException) as error:
-        raise CutlabError(f"the sweep cannot be composed before any run starts: {_composition_message(error)}") from None
+        raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)
     _check_unique_ids(plan)
     return plan
@@ -191,25 +191,9 @@ def check_run(command: Command) -> Path:
                                        with_log_configuration=False)
             runs_dir = Path(cfg.paths.runs_dir)
     except (HydraException, OmegaConfBaseException) as error:
-        raise CutlabError(f"the command's config cannot be composed: {_composition_message(error)}") from None
+        raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
     check_runs_dir(runs_dir)
     return runs_dir
-
-
-def _composition_message(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
-    if "Could not find" in text or "Cannot find primary config" in text:
-        fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
-    elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
-        fix = f"each launcher has its own keys: {valid_keys_text()}"
-    elif "An item is already at" in text:
-        fix = "drop the leading '+': the key is there already"
-    elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
-        fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
-    else:
-        fix = ("check the key against conf/ (python -m cutlab --cfg job shows every key); a parameter of a model's "
-               "class that its yaml does not list is added as +model.KEY=VALUE")
-    return f"{text}; {fix}"
 
 
 def _check_unique_ids(plan: Plan) -> None:

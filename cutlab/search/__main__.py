@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import os
 import signal
 import subprocess
@@ -88,6 +89,9 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
             preset = argument.partition("=")[2]
         elif argument.startswith("search."):
             dotlist.append(argument[len("search."):])
+        elif meant := _meant_search_key(argument):
+            raise CutlabError(f"{argument.partition('=')[0]} is not a key of cutlab's config; did you mean {meant}? "
+                              "(the preset is search=NAME, its keys search.KEY=VALUE)")
         else:
             cutlab.append(argument)
     if not preset:
@@ -96,6 +100,17 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
         known = ",".join(sorted(p.stem for p in PRESET_DIR.glob("*.yaml")))
         raise CutlabError(f"say which search to run: search=<preset>, one of search={known} (searches/)")
     return preset, dotlist, cutlab
+
+
+def _meant_search_key(argument: str) -> str | None:
+    """``searc.n_trials=3`` or ``+search.n_trials=3``: the search's own key, misspelt or given a prefix. No config key
+    is near 'search', and composing it would only advise checking it against conf/."""
+    key, equals, value = argument.lstrip("+~").partition("=")
+    node, dot, rest = key.partition(".")
+    if not equals or argument.startswith(("search.", "search=")) or not difflib.get_close_matches(node, ["search"],
+                                                                                                  cutoff=0.8):
+        return None
+    return f"search.{rest}={value}" if dot else f"search={value}"
 
 
 def build_plan(args: argparse.Namespace):
@@ -285,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.argv = redact_argv(sys.argv)  # what provenance.json and W&B record of this command
     try:
         from cutlab.search.report import format_report, write_report
-        from cutlab.search.storage import open_storage, trial_counts
+        from cutlab.search.storage import counts_text, open_storage, trial_counts
         from cutlab.search.worker import open_study, say, work
 
         old = old_flags_message(args)
@@ -307,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         storage = open_storage(plan.storage_url, plan.preset.heartbeat)  # an unreachable database stops here
         studies = {arm.name: open_study(plan, arm, storage) for arm in plan.preset.arms}
         for study in studies.values():
-            say(f"{study.study_name}: trials so far {trial_counts(study) or 'none'}")
+            say(f"{study.study_name}: trials so far {counts_text(trial_counts(study))}")
         started = time.perf_counter()
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
         if slurm:

@@ -14,6 +14,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from cutlab.config.checks import _flag, _integer, _number
+from cutlab.config.naming import check_folder_name
 from cutlab.config.paths import SEARCH_DIR
 from cutlab.errors import CutlabError
 
@@ -24,6 +26,20 @@ PRESET_KEYS = {"study", "n_trials", "direction", "storage", "sampler", "pruner",
 ARM_KEYS = {"overrides", "space", "seeds"}
 SPEC_KEYS = {"type", "low", "high", "step", "choices"}
 EXAMPLE = "train.lr: {type: log_float, low: 1.0e-4, high: 1.0e-2}"
+# the options of optuna.samplers.TPESampler, optuna.pruners.MedianPruner and the heartbeat (cutlab.search.storage) a
+# preset may set, each with (its kind, the least value, an example): a wrong one stops here, with --dry-run too, not
+# in the first worker after the study's journal is made. Seeds stay below 2**31: each worker adds its index and 1000
+# per trial done, and numpy takes seeds below 2**32.
+SAMPLER_OPTIONS = {
+    "seed": ("int", 0, "0"), "n_startup_trials": ("int", 0, "10"), "n_ei_candidates": ("int", 1, "24"),
+    "prior_weight": ("number", 0.0, "1.0"), **{flag: ("flag", None, "true") for flag in (
+        "consider_prior", "consider_magic_clip", "consider_endpoints", "multivariate", "group",
+        "warn_independent_sampling", "constant_liar")},
+}
+PRUNER_OPTIONS = {"n_startup_trials": ("int", 0, "3"), "n_warmup_steps": ("int", 0, "1"),
+                  "interval_steps": ("int", 1, "1"), "n_min_trials": ("int", 1, "1")}
+HEARTBEAT_OPTIONS = {"interval_s": ("int", 1, "10"), "grace_s": ("int", 1, "60"), "max_retry": ("int", 0, "3")}
+MAX_SEED = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -122,15 +138,42 @@ def parse_preset(data: dict, name: str) -> Preset:
             raise CutlabError(f"search preset {name}: arms must map arm names to {{overrides, space}} or {{overrides, seeds: true}}")
         common = _overrides(data.get("overrides"), "overrides")
         arms = tuple(_arm(arm_name, spec, common) for arm_name, spec in data["arms"].items())
-    heartbeat = {"interval_s": 10, "grace_s": 60, "max_retry": 3, **(data.get("heartbeat") or {})}
+    heartbeat = _options("heartbeat", {"interval_s": 10, "grace_s": 60, "max_retry": 3}, data.get("heartbeat"),
+                         HEARTBEAT_OPTIONS, "the heartbeat")
     if heartbeat["grace_s"] <= heartbeat["interval_s"]:
         raise CutlabError("search.heartbeat.grace_s must exceed search.heartbeat.interval_s "
                           f"(got {heartbeat['grace_s']} <= {heartbeat['interval_s']}); e.g. interval_s: 10, grace_s: 60")
-    return Preset(
-        name=name, study=str(data.get("study") or name), n_trials=n_trials, direction=direction,
-        storage=data.get("storage"), sampler={"seed": 0, **(data.get("sampler") or {})},
-        pruner=data.get("pruner"), heartbeat=heartbeat, arms=arms,
-    )
+    sampler = _options("sampler", {"seed": 0}, data.get("sampler"), SAMPLER_OPTIONS, "optuna.samplers.TPESampler")
+    pruner = data.get("pruner")
+    if pruner is not None:
+        pruner = _options("pruner", {}, pruner, PRUNER_OPTIONS, "optuna.pruners.MedianPruner")
+    study = str(data.get("study") or name)
+    # the study's folder under <runs_dir>/search, as run_name is a run's: a path or '..' would put it elsewhere
+    check_folder_name("search.study", study, "the study's folder inside <runs_dir>/search", "dust_video_L5")
+    return Preset(name=name, study=study, n_trials=n_trials, direction=direction, storage=data.get("storage"),
+                  sampler=sampler, pruner=pruner, heartbeat=heartbeat, arms=arms)
+
+
+def _options(section: str, defaults: dict, given, known: dict, of: str) -> dict:
+    """``defaults`` updated with the mapping ``given``, each value checked against ``known``'s kind and least value."""
+    if given is not None and not isinstance(given, dict):
+        off = ", or null for none" if section == "pruner" else ""
+        raise CutlabError(f"search.{section} must be a mapping of options of {of}{off}, got {given!r}; "
+                          f"e.g. search.{section}.{next(iter(known))}={next(iter(known.values()))[2]}")
+    options = {**defaults, **(given or {})}
+    for option, value in options.items():
+        if option not in known:
+            raise CutlabError(f"search.{section}.{option} is not an option of {of} a preset sets; "
+                              f"the options are {', '.join(known)}")
+        kind, least, example = known[option]
+        key = f"search.{section}.{option}"
+        if kind == "flag":
+            _flag(key, value, example)
+        elif kind == "number":
+            _number(key, value, example, minimum=least, exclusive=True)
+        else:
+            _integer(key, value, example, least, MAX_SEED if option == "seed" else None)
+    return options
 
 
 def _overrides(value, key: str) -> tuple[str, ...]:

@@ -209,3 +209,8 @@ def trial_counts(study: optuna.Study) -> dict[str, int]:
         state = "requeued" if state == "fail" and ERROR not in trial.user_attrs else state
         counts[state] = counts.get(state, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def counts_text(counts: dict[str, int]) -> str:
+    """``trial_counts`` as a person reads it: ``1 requeued, 1 waiting``, or ``none``."""
+    return ", ".join(f"{number} {state}" for state, number in counts.items()) or "none"
