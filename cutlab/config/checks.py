@@ -18,8 +18,8 @@ from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
 
-def _number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
-            finite: bool = True, below: float | None = None) -> float:
+def check_number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
+                 finite: bool = True, below: float | None = None) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
         raise CutlabError(f"{key} must be a number, got {value!r}; e.g. {key}={example}")
     value = float(value)
@@ -33,7 +33,7 @@ def _number(key: str, value: Any, example: str, minimum: float | None = None, ex
     return value
 
 
-def _integer(key: str, value: Any, example: str, minimum: int, maximum: int | None = None) -> int:
+def check_integer(key: str, value: Any, example: str, minimum: int, maximum: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise CutlabError(f"{key} must be a whole number, got {value!r}; e.g. {key}={example}")
     if value < minimum or maximum is not None and value > maximum:
@@ -42,7 +42,7 @@ def _integer(key: str, value: Any, example: str, minimum: int, maximum: int | No
     return value
 
 
-def _flag(key: str, value: Any, example: str) -> None:
+def check_flag(key: str, value: Any, example: str) -> None:
     if not isinstance(value, bool):  # a string such as 'maybe' would read as true
         raise CutlabError(f"{key} must be true or false, got {value!r}; e.g. {key}={example}")
 
@@ -73,65 +73,65 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     if folders:
         check_default_folders(cfg)
         check_data_root(cfg)
-    _number("gamma", cfg.gamma, "0.09", minimum=0.0)
-    _number("noise_mean", cfg.noise_mean, "0.0")
-    _integer("L", cfg.L, "5", 1)
-    _integer("seed", cfg.seed, "0", 0)
-    _flag("progress", cfg.progress, "false")
+    check_number("gamma", cfg.gamma, "0.09", minimum=0.0)
+    check_number("noise_mean", cfg.noise_mean, "0.0")
+    check_integer("L", cfg.L, "5", 1)
+    check_integer("seed", cfg.seed, "0", 0)
+    check_flag("progress", cfg.progress, "false")
     if cfg.threads is not None:
-        _integer("threads", cfg.threads, "1", 1)
+        check_integer("threads", cfg.threads, "1", 1)
     gammas = cfg.eval.gamma_test
     if not gammas or isinstance(gammas, (str, int, float)):
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     for gamma in gammas:
-        _number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)  # noise of std inf: NaN
+        check_number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)  # noise of std inf: NaN
     repeated = sorted(g for g, times in Counter(float(g) for g in gammas).items() if times > 1)
     if repeated:  # a repeated level would count twice in the mean over the grid (Table 3's number)
         raise CutlabError(f"eval.gamma_test lists {', '.join(f'{g:g}' for g in repeated)} more than once; give each "
                           "level once, e.g. 'eval.gamma_test=[0,0.1,0.2]'")
     if len(gammas) > 998:  # with gamma_train added, each batch's noise index is batch * 1000 + the gamma's index
         raise CutlabError(f"eval.gamma_test holds {len(gammas)} values; at most 998 are supported (e.g. a grid in steps of 0.01)")
-    _integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
-    _number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
+    check_integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
+    check_number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
     _choice("eval.iterate", cfg.eval.iterate, ITERATES)
-    _integer("eval.check_every_steps", cfg.eval.check_every_steps, "25", 1)
-    _integer("checkpoint.every_steps", cfg.checkpoint.every_steps, "100", 1)
+    check_integer("eval.check_every_steps", cfg.eval.check_every_steps, "25", 1)
+    check_integer("checkpoint.every_steps", cfg.checkpoint.every_steps, "100", 1)
     train = cfg.train
-    _integer("train.epochs", train.epochs, "20", 1)
-    _integer("train.batch_size", train.batch_size, "4", 1)
+    check_integer("train.epochs", train.epochs, "20", 1)
+    check_integer("train.batch_size", train.batch_size, "4", 1)
     if train.max_steps_per_epoch is not None:
-        _integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
-    _number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
+        check_integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
+    check_number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
     if train.grad_clip is not None:
-        _number("train.grad_clip", train.grad_clip, "1.0 (or null: no clipping)", minimum=0.0, exclusive=True)
-    _number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
+        check_number("train.grad_clip", train.grad_clip, "1.0 (or null: no clipping)", minimum=0.0, exclusive=True)
+    check_number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
     if train.epsilon not in (None, "auto"):
-        _number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
-    _integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
+        check_number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
+    check_integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
     if train.constrained:
-        _number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
-        _number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
+        check_number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
+        check_number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
         _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
         check_detach_prev(train.detach_prev)
         _choice("train.constraint_gradient", train.get("constraint_gradient", "full"), CONSTRAINT_GRADIENTS)
         _choice("train.dual_optimizer", train.dual_optimizer, DUAL_OPTIMIZERS)
         _choice("train.dual_update", train.dual_update, DUAL_UPDATES)
-        _flag("train.dual_restarts", train.dual_restarts, "false")
-        _flag("train.resilience_restarts", train.resilience_restarts, "true")
+        check_flag("train.dual_restarts", train.dual_restarts, "false")
+        check_flag("train.resilience_restarts", train.resilience_restarts, "true")
         if train.get("slack_lr") is not None:
-            _number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True)
-        _number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
-        _number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
-        _number("train.nu", train.nu, "0.0", minimum=0.0)
+            check_number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True)
+        check_number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
+        check_number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
+        check_number("train.nu", train.nu, "0.0", minimum=0.0)
         DualSettings.of(train)  # the rules on combinations (penalty with resilience, restarts with Adam, ...)
     if kind == "video":
         if "patch" in cfg.model and cfg.model.patch != cfg.data.patch:
             raise CutlabError(f"model.patch={cfg.model.patch} but data.patch={cfg.data.patch}: model={cfg.model.name} "
                               f"reads the data's patch tokens; set data.patch={cfg.model.patch} instead (cutlab's video models "
                               "take model.patch from it)")
-        _integer("data.frames", cfg.data.frames, "10", 1)
-        _integer("data.stride", cfg.data.stride, "10", 1)
-        _integer("data.val_clips", cfg.data.val_clips, "2", 1)
+        check_integer("data.frames", cfg.data.frames, "10", 1)
+        check_integer("data.stride", cfg.data.stride, "10", 1)
+        check_integer("data.val_clips", cfg.data.val_clips, "2", 1)
 
 
 def check_default_folders(cfg: DictConfig) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from cutlab.config.checks import _flag, _integer, _number
+from cutlab.config.checks import check_flag, check_integer, check_number
 from cutlab.config.naming import check_folder_name
 from cutlab.config.paths import SEARCH_DIR
 from cutlab.errors import CutlabError
@@ -168,11 +168,11 @@ def _options(section: str, defaults: dict, given, known: dict, of: str) -> dict:
         kind, least, example = known[option]
         key = f"search.{section}.{option}"
         if kind == "flag":
-            _flag(key, value, example)
+            check_flag(key, value, example)
         elif kind == "number":
-            _number(key, value, example, minimum=least, exclusive=True)
+            check_number(key, value, example, minimum=least, exclusive=True)
         else:
-            _integer(key, value, example, least, MAX_SEED if option == "seed" else None)
+            check_integer(key, value, example, least, MAX_SEED if option == "seed" else None)
     return options
 
 
