@@ -197,14 +197,17 @@ def corrupt_npz(folder: Path) -> Path:
                                "nothing"),
         (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
         (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
+        (["wandb.project=my-team/cutlab"], "wandb.project='my-team/cutlab': a W&B project's name is not empty and "
+                                           "holds none of / \\ # ? % :; for a team's project: wandb.entity=my-team "
+                                           "wandb.project=cutlab"),  # W&B's traceback, after the run's first records
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key", "unknown-key-added-with-plus", "unquoted-value",
-         "plus-on-a-key-that-is-there"],
+         "sweep-runs-dir-a-file", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
+         "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "wandb-project-with-a-team"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -47,6 +47,10 @@ def check_flag(key: str, value: Any, example: str) -> None:
         raise CutlabError(f"{key} must be true or false, got {value!r}; e.g. {key}={example}")
 
 
+WANDB_MODES = ("offline", "online", "disabled")
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name")
+
+
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise CutlabError(f"{key} must be one of {', '.join(choices)}, got {value!r}; e.g. {key}={choices[0]}")
@@ -78,6 +82,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     check_integer("L", cfg.L, "5", 1)
     check_integer("seed", cfg.seed, "0", 0)
     check_flag("progress", cfg.progress, "false")
+    _check_wandb(cfg.wandb)
     if cfg.threads is not None:
         check_integer("threads", cfg.threads, "1", 1)
     gammas = cfg.eval.gamma_test
@@ -174,3 +179,15 @@ def check_runs_dir(folder: Path) -> None:
             if not os.access(part, os.W_OK | os.X_OK):  # EROFS too: access(2) reports a read-only file system
                 raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} cannot be written; {fix}")
             return
+
+
+def _check_wandb(wandb: DictConfig) -> None:
+    """W&B's own refusals, before the run's folder is made: wandb.init raised them after it held the first records."""
+    _choice("wandb.mode", wandb.mode, WANDB_MODES)
+    project = str(wandb.project)
+    if project and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
+        return
+    team, _, name = project.partition("/")
+    hint = f"; for a team's project: wandb.entity={team} wandb.project={name}" if team and name and "/" not in name else ""
+    raise CutlabError(f"wandb.project={project!r}: a W&B project's name is not empty and holds none of "
+                      f"{' '.join(WANDB_PROJECT_FORBIDDEN)}{hint}")

@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
+from cutlab.config.checks import WANDB_MODES as MODES
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact_values, redacted_argv
 
-MODES = ("offline", "online", "disabled")
 # W&B's folders outside wandb.init's dir: its service logs (cache), the data folder where it stages each logged
 # table as an artifact file (left there offline, for `wandb sync`) and where artifacts download. By default they
 # are ~/.cache/wandb, ~/.local/share/wandb and ./artifacts; each run's go to its own wandb/ folder instead, so
