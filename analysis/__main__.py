@@ -7,10 +7,11 @@ figures beside it, and REPORT_DIR/report.html: the same report as one file with 
   (``<run>/wandb/offline-run-*``) of the runs under RUNS_FOLDER, no server needed;
 - ``python -m analysis --wandb ENTITY/PROJECT [--wandb-group G] --out REPORT_DIR``: from a W&B server.
 
-Both rebuild run folders under REPORT_DIR/wandb_records/ and analyse them like any other. Bad input (a missing or empty folder, no run records) stops with exit code 2 and
-one line ``cutlab-analysis: error: ...`` naming the fix (``analysis: error: ...`` from ``python -m analysis``:
-every message names the command typed, see ``command_name``); runs that cannot be counted (failed, partial, an
-unknown record format) are reported, never silently dropped.
+Both rebuild run folders under REPORT_DIR/wandb_records/ and analyse them like any other. Bad input (a missing or
+empty folder, no run records, an --out that cannot be written) stops with exit code 2 and one line
+``cutlab-analysis: error: ...`` naming the fix (``analysis: error: ...`` from ``python -m analysis``: every message
+names the command typed, see ``command_name``); runs that cannot be counted (failed, partial, an unknown record
+format) are reported, never silently dropped.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import shlex
 import shutil
 import sys
 from pathlib import Path
+
+from cutlab.atomic import os_reason, unwritable
 
 from .collect import AnalysisError, RunTable, collect_runs
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
@@ -101,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
+        problem = unwritable(out)  # before the runs are read (minutes for a sweep, or a W&B download)
+        if problem:
+            raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")
         runs = dataclasses.replace(collect(args, out, prog), selection=args.select)
         from .report import write_report  # matplotlib is imported only once the input is known good
 
@@ -109,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         report = write_report(runs, out, gamma_train=args.gamma_train, command=command)
     except AnalysisError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a part of a report already there that cannot be written (a read-only tables/)
+        if not error.filename or not Path(error.filename).absolute().is_relative_to(out.absolute()):
+            raise
+        print(f"{prog}: error: cannot write the report to {out} ({error.filename}: {os_reason(error)}): pass a "
+              "writable --out", file=sys.stderr)
         return 2
     from .sweep_outcomes import sweep_outcomes
 

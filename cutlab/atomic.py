@@ -76,3 +76,23 @@ def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` through a temporary file and a rename, so a crash never leaves a half-written file."""
     with atomic_file(path) as handle:
         handle.write(text.encode())
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be made or take files (``read-only file system``), or None when it can. Probed by making
+    and at once removing a folder in it, or in its nearest existing parent: os.access says yes to root on a read-only
+    mount, and nothing but trying tells /proc or /sys apart. Leaves nothing behind."""
+    folder = Path(folder).expanduser().absolute()
+    existing = next(part for part in (folder, *folder.parents) if part.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
+    except OSError as error:
+        return os_reason(error) if existing == folder else f"{existing}: {os_reason(error)}"
+    return None
+
+
+def os_reason(error: OSError) -> str:
+    """What the system said, as a message's parenthesis: ``read-only file system``, ``permission denied``."""
+    return os.strerror(error.errno).lower() if error.errno else str(error) or type(error).__name__

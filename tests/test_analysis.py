@@ -9,6 +9,7 @@ excluded from the tables). Regenerate the golden files with ``UPDATE_GOLDEN=1`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import pytest
 from conftest import GOLDEN, ROOT
 from helpers.analysis import NEW_DUAL, UPDATE, analysis_cli, assert_image, run_main, write_run
 from helpers.cli import cutlab
+from helpers.mounts import read_only
 
 from cutlab.run.records import EVAL, HISTORY, SUMMARY
 
@@ -293,6 +295,27 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     code, err = run_main(str(tmp_path / "junk"), "--out", str(tmp_path / "r"), capsys=capsys)
     assert code == 2 and "holds no run records" in err
     assert not (tmp_path / "r").exists()  # nothing written on bad input
+
+
+@pytest.mark.parametrize("out", ["read_only_mount", "/proc/zz", "/sys/kernel/zz", "under_a_file", "read_only_tables"])
+def test_a_report_folder_that_cannot_be_written_is_one_line_before_the_runs_are_read(golden_runs, tmp_path, capsys,
+                                                                                       out):
+    # it once ended in an OSError, FileNotFoundError or PermissionError traceback once the runs were read
+    mount = tmp_path / "mount"
+    (mount / "report" / "tables").mkdir(parents=True)  # read_only_tables: a report there before, its tables/ mounted
+    (tmp_path / "a_file").write_text("not a folder")
+    folder = {"read_only_mount": mount / "new_report", "under_a_file": tmp_path / "a_file" / "report",
+              "read_only_tables": mount / "report"}.get(out, Path(out))
+    read_only_part = {"read_only_mount": mount, "read_only_tables": mount / "report" / "tables"}.get(out)
+    with read_only(read_only_part) if read_only_part else contextlib.nullcontext():
+        code, err = run_main(str(golden_runs), "--out", str(folder), capsys=capsys)
+        assert read_only_part or not folder.exists()  # nothing written
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"cutlab-analysis: error: cannot write the report to {folder} (") and \
+        err.endswith("): pass a writable --out\n"), err
+    reason = {"read_only_mount": f"{mount}: read-only file system", "under_a_file": f"{tmp_path / 'a_file'} is a file",
+              "read_only_tables": f"{folder / 'tables'}/"}
+    assert f"({reason[out]}" in err if out in reason else True, err
 
 
 def test_messages_name_the_command_typed(tmp_path):

@@ -4,6 +4,7 @@ call skips; the run's own files stay byte-identical; bad input stops in one line
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -20,6 +21,7 @@ from PIL import Image
 
 from conftest import PED2_TINY, ROOT, require_shared
 from helpers.contract import cutlab_env
+from helpers.mounts import read_only
 
 TRAIN = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.2]", "wandb.mode=disabled",
          "threads=1"]
@@ -159,6 +161,11 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
     ("model_override", "is neither a run folder nor a setting cutlab-eval takes"),
     ("added_data_key", "data.roott is not a key of data=video_folder (its keys: "),  # Hydra's '+' advice, taken
     ("added_key_of_own_data", "data.roott is not a key of the run's data (data=synthetic)"),
+    ("config_empty", "config.yaml is not a run config: it is empty; copy the run folder again"),
+    ("config_list", "config.yaml is not a run config: it holds a list, not a mapping; copy the run folder again"),
+    ("config_word", "config.yaml is not a run config: it holds a str, not a mapping; copy the run folder again"),
+    ("config_other", "config.yaml is not a run config: it has no data, model, train, eval, paths section; copy the"),
+    ("read_only", "evaluations (read-only file system): copy the run somewhere writable and evaluate the copy"),
 ])
 def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
     from cutlab.transfer.cli import main
@@ -184,10 +191,29 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
         args.append("+data.roott=/elsewhere")
     elif case == "added_key_of_own_data":
         args = [str(copy), "+data.roott=/elsewhere"]
-    assert main(args) == 2
+    elif case.startswith("config_"):  # YAML, but not the run's config
+        (copy / "config.yaml").write_text({"config_empty": "", "config_list": "[1, 2]\n", "config_word": "hello\n",
+                                           "config_other": "a: 1\n"}[case])
+    with read_only(copy) if case == "read_only" else contextlib.nullcontext():  # a run in a read-only mount
+        assert main(args) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("cutlab-eval: error: ") and expected in lines[0], lines
     assert not (copy / "evaluations").exists()
+
+
+def test_a_run_on_a_read_only_file_system_is_refused_and_the_other_runs_evaluated(trained, tmp_path):
+    runs = tmp_path / "runs"  # a read-only run once ended the whole command in an OSError traceback
+    for name in ("a_read_only", "b_writable"):
+        shutil.copytree(trained[0], runs / name, ignore=shutil.ignore_patterns("evaluations"))
+    with read_only(runs / "a_read_only"):
+        result = run_command("cutlab.transfer.cli", [str(runs)], runs)
+    folder = (runs / "a_read_only" / "evaluations").resolve()
+    assert result.returncode == 2 and [line for line in result.stderr.splitlines() if "error" in line] == [
+        f"cutlab-eval: error: a_read_only: cannot write the evaluation into {folder} (read-only file system): copy the "
+        "run somewhere writable and evaluate the copy"], result.stderr
+    assert "1 of 2 runs evaluated or already done, 1 refused" in result.stderr
+    assert result.stdout.startswith("b_writable: synthetic: mean rmse") and not folder.exists()
+    assert (runs / "b_writable" / "evaluations").is_dir() and "Traceback" not in result.stderr
 
 
 def test_data_that_changed_at_the_same_path_is_not_taken_for_the_one_evaluated(evaluated):

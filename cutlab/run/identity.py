@@ -92,10 +92,12 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def stored_config(run_dir: Path) -> dict | None:
-    """The folder's ``config.yaml`` (None when there is none); a file that is not a config stops in one line."""
+def stored_config(run_dir: Path, fix: str | None = None) -> dict | None:
+    """The folder's ``config.yaml`` (None when there is none); a file that is not a config (not YAML, or YAML that is
+    not a mapping: an empty file, a list) stops in one line. ``fix``: what to do instead (cutlab-eval reads it too)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return read_mapping(run_dir / CONFIG, lambda text: yaml.load(text, Loader=loader), (yaml.YAMLError,), "run config")
+    return read_mapping(run_dir / CONFIG, lambda text: yaml.load(text, Loader=loader), (yaml.YAMLError,), "run config",
+                        fix)
 
 
 def check_same_run(run_dir: Path, resolved: dict) -> None:

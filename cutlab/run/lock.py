@@ -63,6 +63,13 @@ class RunLock:
 
     def acquire(self) -> RunLock:
         self._created = [folder for folder in (self.run_dir, *self.run_dir.parents) if not folder.exists()]
+        try:
+            return self._lock()
+        except OSError:  # a folder that cannot be written (a read-only mount; the caller names it): nothing left
+            self._remove_created_folders()
+            raise
+
+    def _lock(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
             descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -64,7 +64,8 @@ def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exc
         reason = str(error).strip().splitlines()[0] if str(error).strip() else ""
         raise CutlabError(f"{path} is not a readable {what} ({type(error).__name__}: {reason}); {fix}") from None
     if not isinstance(data, dict):
-        raise CutlabError(f"{path} is not a {what}: it holds a {type(data).__name__}, not a mapping; {fix}")
+        held = "it is empty" if data is None else f"it holds a {type(data).__name__}, not a mapping"
+        raise CutlabError(f"{path} is not a {what}: {held}; {fix}")
     return data
 
 

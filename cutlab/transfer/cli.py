@@ -18,7 +18,9 @@ import logging
 import shlex
 import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupted_exit
@@ -97,7 +99,6 @@ def _evaluate_all(argv: list[str]) -> int:
 def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigma: str, command: str) -> str:
     """Evaluate one run (or find it done); the line that says what happened."""
     from cutlab.run.provenance import provenance
-    from cutlab.run.lock import RunLock
     from cutlab.run.build import pick_device
     from cutlab.transfer.config import check_fits, default_data, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
@@ -115,7 +116,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     if existing:
         return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
     try:
-        with RunLock(folder):
+        with _locked(folder, run_dir):
             numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name)
             record = {"request": request, "label": label, "run": run_dir.name,
                       "trained_on": run_cfg.data.name, "model": run_cfg.model.name, "L": run_cfg.L,
@@ -126,6 +127,26 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     finally:
         _remove_if_empty(run_dir / EVALUATIONS)
     return f"{run_dir.name}: {label}: {_headline(record)}; {_shown(folder)}"
+
+
+@contextmanager
+def _locked(folder: Path, run_dir: Path) -> Iterator[None]:
+    """The evaluation folder's lock held; a run folder that cannot be written (a read-only mount) refused in one line
+    before the evaluation begins, as the other refusals are (the command goes on with the next run)."""
+    from cutlab.atomic import os_reason
+    from cutlab.run.lock import RunLock
+    from cutlab.transfer.record import EVALUATIONS
+
+    lock = RunLock(folder)
+    try:
+        lock.acquire()
+    except OSError as error:
+        raise CutlabError(f"cannot write the evaluation into {run_dir / EVALUATIONS} ({os_reason(error)}): copy the "
+                          "run somewhere writable and evaluate the copy") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _request(request: dict):

@@ -8,12 +8,15 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.run.checkpoints import load_checkpoint
+from cutlab.run.identity import stored_config
 from cutlab.errors import CutlabError
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_summary
 
 #: subfolders that never hold runs: evaluation records, W&B's files, sweep records, caches
 NOT_RUNS = {"evaluations", "wandb", "_sweeps", "__pycache__"}
 GLOB_CHARACTERS = "*?["
+#: the sections of a run's config.yaml that its evaluation is rebuilt from (cutlab.transfer.config, .evaluate)
+SECTIONS = ("data", "model", "train", "eval", "paths")
 
 
 def find_runs(patterns: list[str]) -> list[Path]:
@@ -81,9 +84,15 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
                           "python -m cutlab command again to finish it, then evaluate it")
     if not (run_dir / CONFIG).is_file():
         raise CutlabError(f"{run_dir.name} has no {CONFIG}, so its model cannot be rebuilt; copy the whole run folder")
+    # python -m cutlab's own check (not YAML, not UTF-8, or not a mapping: an empty file, a list), in one line
+    stored = stored_config(run_dir, fix="copy the run folder again from where it was trained")
+    missing = [key for key in SECTIONS if not isinstance(stored.get(key), dict)]
+    if missing:  # a mapping, but not the resolved config python -m cutlab writes
+        raise CutlabError(f"{run_dir / CONFIG} is not a run config: it has no {', '.join(missing)} section; copy the "
+                          "run folder again from where it was trained")
     try:
-        config = OmegaConf.load(run_dir / CONFIG)
-    except Exception as error:  # yaml's and omegaconf's own errors
+        config = OmegaConf.create(stored)
+    except Exception as error:  # omegaconf's own errors (a key it cannot hold)
         raise CutlabError(f"{run_dir / CONFIG} is not a readable config ({type(error).__name__}); copy the run "
                           "folder again from where it was trained") from None
     checkpoint = load_checkpoint(run_dir)
