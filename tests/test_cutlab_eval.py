@@ -266,6 +266,21 @@ def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(
     assert data_label(footage, {"name": "video_folder", "task": "video", "root": None}) == "video_folder:my clips (all)"
 
 
+def test_the_label_names_a_setting_whose_default_is_null():
+    """IMDb on 10, 15 and 20 test reviews was labelled alike: the default ``test_subset: null`` (every review) was
+    taken for a key the config lacks. A key a run's older config lacks is still no difference."""
+    from cutlab.transfer.config import default_data
+    from cutlab.transfer.record import data_label
+
+    imdb, text = default_data("imdb"), {"max_length": 32, "val_size": 10}  # test_subset, train_subset: null
+    labels = [data_label({**ped2_request(), "data": {**imdb, **text, "test_subset": n}}, imdb) for n in (10, 15, 20)]
+    assert labels == [f"imdb (max_length=32, test_subset={n}, val_size=10)" for n in (10, 15, 20)]
+    assert data_label({**ped2_request("val"), "data": {**imdb, "train_subset": 100}}, imdb) == \
+        "imdb (train_subset=100, val)"
+    assert data_label({**ped2_request(), "data": {k: v for k, v in imdb.items() if k != "test_subset"}}, imdb) == "imdb"
+    assert data_label(ped2_request(val_clips=None), PED2) == "ucsd_ped2 (val_clips=null)"  # a default that is not null
+
+
 def test_cutlab_eval_labels_ped2_from_another_root_by_that_root(tmp_path):
     """Through cutlab-eval's own composition: data=ucsd_ped2 is plain ``ucsd_ped2``; with data.root elsewhere the
     label names that root; both folders are named ``ucsd_ped2-<key>`` as before."""

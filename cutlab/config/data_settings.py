@@ -14,17 +14,23 @@ from typing import Any
 FIXED = ("name", "task")  # one data set has one name and one family: never what tells its configs apart
 
 
-def settings_apart(configs: list[dict], short: bool = True) -> list[list[str]]:
+def settings_apart(configs: list[dict], short: bool = True, null_is_set: bool = False) -> list[list[str]]:
     """Per config (the ``data.*`` keys of one data set), ``key=value`` for each key whose values differ among
     ``configs``, in the order the keys first appear. A key a config lacks (None or NaN: written before the key
     existed) is no difference and is not shown for it. ``short``: a path is shown by its last part where no two of
-    the values share it (a table's column stays narrow); else every value as written."""
+    the values share it (a table's column stays narrow); else every value as written. ``null_is_set``: configs
+    composed whole (cutlab-eval's request and its data's default), where only a missing key is lacking and null is
+    a setting (``test_subset: null``: every review), shown ``key=null``."""
     configs = _roots_matched(configs)
     keys = list(dict.fromkeys(key for config in configs for key in config if key not in FIXED))
-    present = {key: [config[key] for config in configs if not _absent(config.get(key))] for key in keys}
+
+    def lacks(config: dict, key: str) -> bool:
+        return key not in config if null_is_set and config.get(key) is None else _absent(config.get(key))
+
+    present = {key: [config[key] for config in configs if not lacks(config, key)] for key in keys}
     differing = [key for key in keys if len({_comparable(value) for value in present[key]}) > 1]
     shown = {key: _shown(present[key], short) for key in differing}
-    return [[f"{key}={shown[key][_comparable(config[key])]}" for key in differing if not _absent(config.get(key))]
+    return [[f"{key}={shown[key][_comparable(config[key])]}" for key in differing if not lacks(config, key)]
             for config in configs]
 
 
@@ -61,7 +67,7 @@ def _shown(values: list, short: bool) -> dict[Any, str]:
     first: dict[Any, Any] = {}
     for value in values:
         first.setdefault(_comparable(value), value)  # the first of equal values is the one shown
-    full = {key: str(value) for key, value in first.items()}
+    full = {key: "null" if value is None else str(value) for key, value in first.items()}  # as the YAML says it
     if not short:
         return full
     names = {key: Path(value).name if isinstance(value, str) and "/" in value else full[key]

@@ -44,10 +44,11 @@ def data_label(request: dict, reference: dict | None = None, apart: list[str] | 
     from ``reference`` (the data set's default config: ``ucsd_ped2 (root=/elsewhere/ped2.npz)``), or with ``apart``
     where those are already known, and the split unless test. Only shown: the folder keeps its name (folder_label)."""
     data = request["data"]
-    if apart is None:
-        apart = settings_apart([data, reference], short=False)[0] if reference else []
     name = data_name(data)
     said = f"root={name.partition(':')[2]}" if name != str(data.get("name")) else None  # video_folder:<root's name>
+    if apart is None:  # against the defaults, where a null is a setting too: video_folder's null root is not shown
+        apart = settings_apart([data, reference], short=False, null_is_set=True)[0] if reference else []
+        apart = [part for part in apart if not (said and part.startswith("root="))]
     parts = [part for part in apart if part != said]
     return named_with(name, parts + ([] if request["split"] == "test" else [request["split"]]))
 
