@@ -104,6 +104,10 @@ def run(scale: str, planned, out: Path) -> int:
                   "resume: finished runs are kept and skipped, the stopped ones resume from their checkpoints",
                   file=sys.stderr)
             return 130
+        if returncode == 2:  # refused before any run (the line above): the scale's overrides reach every grid alike
+            print(f"cutlab-reproduce: error: {where} refused its command (the line above); fix it and run the same "
+                  "command again: finished runs are kept and skipped", file=sys.stderr)
+            return 2
         if returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {returncode}")
         ended = "finished" if returncode == 0 else f"ended with exit {returncode}"

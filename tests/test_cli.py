@@ -197,6 +197,8 @@ def corrupt_npz(folder: Path) -> Path:
                                "nothing"),
         (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
         (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
+        (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
+                    "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
         (["wandb.project=my-team/cutlab"], "wandb.project='my-team/cutlab': a W&B project's name is not empty and "
                                            "holds none of / \\ # ? % :; for a team's project: wandb.entity=my-team "
                                            "wandb.project=cutlab"),  # W&B's traceback, after the run's first records
@@ -207,7 +209,8 @@ def corrupt_npz(folder: Path) -> Path:
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
          "sweep-runs-dir-a-file", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
-         "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "wandb-project-with-a-team"],
+         "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "sweep-without-m",
+         "wandb-project-with-a-team"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

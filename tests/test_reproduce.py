@@ -247,6 +247,22 @@ def test_no_report_is_announced_when_none_was_written(tmp_path, capsys):
     assert not (out / "report" / "report.md").exists()
 
 
+def test_an_override_that_every_run_refuses_stops_the_reproduction_at_its_first_grid(tmp_path):
+    """train.epochs=abc reaches every grid alike: it ran all five, about 100 lines of the same refusal, then "no
+    report was written" followed by "the report is partial". Now the first grid refuses it before any run (the sweep's
+    one line), the reproduction stops there with exit 2, and nothing is written."""
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "cutlab.reproduce", "--scale", "smoke", "--out", str(out),
+                             "train.epochs=abc"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "train.epochs must be a whole number, got 'abc'" in lines[-2] and lines[-2].startswith("cutlab: error: ")
+    assert lines[-1] == ("cutlab-reproduce: error: Table 3 (smoke), data=synthetic model=dust refused its command (the "
+                         "line above); fix it and run the same command again: finished runs are kept and skipped")
+    assert len(lines) == 3 and not out.exists(), result.stderr
+
+
 def test_the_time_left_names_the_runs_of_a_kind_not_run_yet():
     """After each grid the time left is at the rate so far, which says nothing of a kind not run yet (the cpu
     scale's MiniLM runs take far longer than its Ped2 ones): the line names those runs and their kinds."""

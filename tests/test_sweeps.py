@@ -310,8 +310,13 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
         (["-m", "model=dust,transformerx"], "unknown model 'transformerx'"),
         (["-m", "gamma=0,0.09", "launcher=slurm", "launcher.profile=nope"], "no SLURM profile 'nope'"),
         (["-m", "--config-name", "no_such_sweep"], "Cannot find primary config 'no_such_sweep'"),
+        # each run said so in turn, the sweep's record and runs folder made for nothing
+        (["-m", "gamma=0,0.09", "train.epochs=abc"], "every run the sweep would run is refused; the first, "
+         "gamma=0,train.epochs=abc: train.epochs must be a whole number, got 'abc'; e.g. train.epochs=20 (and 1 more; "
+         "--plan lists each)"),
     ],
-    ids=["unknown-key", "unknown-nested-key", "empty-sweep", "unknown-model", "unknown-profile", "unknown-sweep"],
+    ids=["unknown-key", "unknown-nested-key", "empty-sweep", "unknown-model", "unknown-profile", "unknown-sweep",
+         "every-run-refused"],
 )
 def test_bad_sweeps_get_one_clear_message_before_any_run_starts(tmp_path, args, expected):
     runs = tmp_path / "runs"
@@ -328,4 +333,6 @@ def test_the_plan_says_which_runs_will_stop_and_why(tmp_path):
     lines = result.stdout.splitlines()
     assert any(line.split()[1:] == ["new", "gamma=0.09"] for line in lines if line[:1].isdigit()), result.stdout
     assert "1 refused     gamma=-1 (it will stop: gamma must be >= 0, got -1; e.g. gamma=0.09)" in lines, result.stdout
+    # the totals counted it to run
+    assert "# 0 complete (skipped), 1 to run, 1 refused (each stops in one line: see above)" in lines, result.stdout
     assert not (tmp_path / "runs").exists()

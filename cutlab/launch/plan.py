@@ -11,6 +11,7 @@ command always names the same folders, which is what lets a re-run skip complete
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +116,11 @@ class Plan:
         return [run for run in self.runs if run.status not in ("complete", "busy")]
 
     @property
+    def refused(self) -> list[PlannedRun]:
+        """Runs to run whose own checks refuse them (each stops in one line when its turn comes)."""
+        return [run for run in self.runs if run.status == "refused"]
+
+    @property
     def completed(self) -> int:
         """Runs skipped as complete."""
         return sum(run.status == "complete" for run in self.runs)
@@ -191,6 +197,10 @@ def check_run(command: Command) -> Path:
                                        with_log_configuration=False)
             runs_dir = Path(cfg.paths.runs_dir)
     except (HydraException, OmegaConfBaseException) as error:
+        several = re.search(r"Ambiguous value for argument '([^']*)'", str(error))
+        if several:  # KEY=A,B without -m: Hydra runs a list of values only as a sweep
+            raise CutlabError(f"{several.group(1)} gives several values, which is a sweep: add -m to run one run per "
+                              f"value (python -m cutlab -m {several.group(1)} ...)") from None
         raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
     check_runs_dir(runs_dir)
     return runs_dir
@@ -233,12 +243,15 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
         note = f" (it will stop: {redact(run.problem)})" if run.status == "refused" and run.problem else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
-    cost = estimate(plan.runs_dir, plan.to_run)
+    refused = {run.run_id for run in plan.refused}
+    runnable = [run for run in plan.to_run if run.run_id not in refused]
+    cost = estimate(plan.runs_dir, runnable)
     if launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True)):
         cost.seconds += PROCESS_STARTUP_S * cost.measured
     busy = f", {len(plan.busy)} busy (another process writes them)" if plan.busy else ""
-    lines.append(f"# {plan.completed} complete (skipped), {len(plan.to_run)} to run{busy}")
-    if plan.to_run:
+    refused_text = f", {len(refused)} refused (each stops in one line: see above)" if refused else ""
+    lines.append(f"# {plan.completed} complete (skipped), {len(runnable)} to run{refused_text}{busy}")
+    if runnable:
         wall = cost.seconds / max(1, min(parallel, cost.measured))  # the measured runs alone, spread over the slots
         measured = (f"estimated {_duration(cost.seconds)} of run time for the {cost.measured} measured runs "
                     f"(about {_duration(wall)} of wall time with {parallel} in parallel)")

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from cutlab.atomic import write_atomic
 from cutlab.config.launcher import check_launcher_node
+from cutlab.errors import CutlabError
 from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
@@ -41,6 +42,11 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         if profile is not None:
             print(sbatch_preview(plan, profile), flush=True)
         return 0, None
+    if plan.to_run and len(plan.refused) == len(plan.to_run):  # e.g. train.epochs=abc: each run would say so
+        first, more = plan.refused[0], len(plan.refused) - 1
+        others = f" (and {more} more; --plan lists each)" if more else ""
+        raise CutlabError(f"every run the sweep would run is refused; the first, {first.run_id}: {first.problem}"
+                          f"{others}")
     if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
         from cutlab.launch.slurm_profile import check_cluster
 
