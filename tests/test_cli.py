@@ -199,9 +199,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
-        (["wandb.project=my-team/cutlab"], "wandb.project='my-team/cutlab': a W&B project's name is not empty and "
-                                           "holds none of / \\ # ? % :; for a team's project: wandb.entity=my-team "
-                                           "wandb.project=cutlab"),  # W&B's traceback, after the run's first records
+        (["wandb.project=my-team/cutlab"], "wandb.project='my-team/cutlab': a W&B project's name has at most 128 "
+                                           "characters, none of / \\ # ? % :; for a team's project: "
+                                           "wandb.entity=my-team wandb.project=cutlab"),  # W&B's traceback, after the run's first records
     ],
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",

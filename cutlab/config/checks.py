@@ -17,6 +17,10 @@ from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
+WANDB_MODES = ("offline", "online", "disabled")
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name"), and
+WANDB_PROJECT_MAX = 128               # a name longer than this
+
 
 def check_number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
                  finite: bool = True, below: float | None = None) -> float:
@@ -45,10 +49,6 @@ def check_integer(key: str, value: Any, example: str, minimum: int, maximum: int
 def check_flag(key: str, value: Any, example: str) -> None:
     if not isinstance(value, bool):  # a string such as 'maybe' would read as true
         raise CutlabError(f"{key} must be true or false, got {value!r}; e.g. {key}={example}")
-
-
-WANDB_MODES = ("offline", "online", "disabled")
-WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name")
 
 
 def _choice(key: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -185,9 +185,10 @@ def _check_wandb(wandb: DictConfig) -> None:
     """W&B's own refusals, before the run's folder is made: wandb.init raised them after it held the first records."""
     _choice("wandb.mode", wandb.mode, WANDB_MODES)
     project = str(wandb.project)
-    if project and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
+    if len(project) <= WANDB_PROJECT_MAX and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
         return
     team, _, name = project.partition("/")
-    hint = f"; for a team's project: wandb.entity={team} wandb.project={name}" if team and name and "/" not in name else ""
-    raise CutlabError(f"wandb.project={project!r}: a W&B project's name is not empty and holds none of "
-                      f"{' '.join(WANDB_PROJECT_FORBIDDEN)}{hint}")
+    one_slash = team and name and "/" not in name
+    hint = f"; for a team's project: wandb.entity={team} wandb.project={name}" if one_slash else ""
+    raise CutlabError(f"wandb.project={project!r}: a W&B project's name has at most {WANDB_PROJECT_MAX} characters, "
+                      f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}{hint}")
