@@ -311,12 +311,13 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
         (["-m", "gamma=0,0.09", "launcher=slurm", "launcher.profile=nope"], "no SLURM profile 'nope'"),
         (["-m", "--config-name", "no_such_sweep"], "Cannot find primary config 'no_such_sweep'"),
         # each run said so in turn, the sweep's record and runs folder made for nothing
+        (["-m", "seed=0,0"], "the sweep lists the run seed=0 twice: give each swept value once"),
         (["-m", "gamma=0,0.09", "train.epochs=abc"], "every run the sweep would run is refused; the first, "
          "gamma=0,train.epochs=abc: train.epochs must be a whole number, got 'abc'; e.g. train.epochs=20 (and 1 more; "
          "--plan lists each)"),
     ],
     ids=["unknown-key", "unknown-nested-key", "empty-sweep", "unknown-model", "unknown-profile", "unknown-sweep",
-         "every-run-refused"],
+         "repeated-value", "every-run-refused"],
 )
 def test_bad_sweeps_get_one_clear_message_before_any_run_starts(tmp_path, args, expected):
     runs = tmp_path / "runs"

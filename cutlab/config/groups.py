@@ -71,6 +71,20 @@ def check_added_keys(arguments: list[str]) -> None:
                               "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
 
 
+def check_repeated_keys(arguments: list[str]) -> None:
+    """``gamma=0.09 gamma=0.1``: Hydra keeps the last value (in a sweep, the last list) and names the run's folder
+    after both; one line instead, naming the key."""
+    given: dict[str, str] = {}
+    for argument in arguments:
+        if argument.startswith("-") or "=" not in argument:  # -m, --config-name NAME, ...
+            continue
+        key = argument.partition("=")[0].lstrip("+~")
+        if key in given:
+            raise CutlabError(f"{key} is given twice ({given[key]} {argument}); give it once (a sweep lists its values "
+                              f"in one, with -m: {key}=A,B)")
+        given[key] = argument
+
+
 def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
     """The keys of ``node`` in config.yaml and in every config of its group in ``folders`` (a user's own train preset
     may bring keys of its own); None: config.yaml's top level."""
@@ -102,7 +116,7 @@ def check_group_choices(arguments: list[str]) -> None:
         if group not in (*GROUPS, "run_name") or not value or "(" in value:
             continue
         if group == "run_name":  # before Hydra makes the folder it names
-            for name in (value, *value.split(",")):
+            for name in _values(argument):
                 check_run_name(name)
             continue
         known = choices(group, folders)
@@ -110,6 +124,21 @@ def check_group_choices(arguments: list[str]) -> None:
             if choice not in known:
                 raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}")
             _check_not_shadowed(group, choice, folders)
+
+
+def _values(argument: str) -> list[str]:
+    """The values of ``KEY=VALUE`` as Hydra reads them: quotes removed, a sweep's each (none where Hydra's grammar
+    cannot read it: composing it then says so)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import QuotedString
+    from hydra.errors import HydraException
+
+    try:
+        override = OverridesParser.create().parse_override(argument.lstrip("+~"))
+    except HydraException:
+        return []
+    values = override.sweep_iterator() if override.is_sweep_override() else [override.value()]
+    return [value.text if isinstance(value, QuotedString) else str(value) for value in values]
 
 
 def _check_not_shadowed(group: str, choice: str, folders: list[Path]) -> None:

@@ -10,6 +10,7 @@ from cutlab.errors import CutlabError
 
 MAX_NAME = 200  # well under the 255-byte limit of common filesystems
 UNSET = (None, "", "None", "null")
+UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # what a folder name made from the overrides replaces with '_'
 
 
 def check_run_name(explicit) -> None:
@@ -17,6 +18,12 @@ def check_run_name(explicit) -> None:
     (the parent of the runs folder, or the runs folder itself, hiding every other run from the analysis)."""
     if explicit not in UNSET:
         check_folder_name("run_name", explicit, "the run's folder inside paths.runs_dir", "ped2_baseline")
+        name = str(explicit)
+        unsafe = "".join(sorted(set(UNSAFE.findall(name))))
+        if unsafe:  # replaced, 'é日本' and 'ü日本' would both be '___': one folder, the second run skipped as the first
+            example = UNSAFE.sub("_", name).strip("_") or "ped2_baseline"
+            raise CutlabError(f"run_name={name!r} holds {unsafe!r}, which a run's folder name leaves out; use letters, "
+                              f"digits and . _ = , + -, e.g. run_name={example}")
 
 
 def check_folder_name(key: str, value, names: str, example: str) -> None:
@@ -49,7 +56,7 @@ def run_name(explicit: str | None, override_dirname: str) -> str:
         name = "default"
     else:
         name = override_dirname
-    safe = re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
+    safe = UNSAFE.sub("_", name)
     if len(safe) > MAX_NAME:
         digest = hashlib.sha1(name.encode()).hexdigest()[:10]
         safe = f"{safe[: MAX_NAME - 11]}-{digest}"

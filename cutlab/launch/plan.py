@@ -210,8 +210,11 @@ def _check_unique_ids(plan: Plan) -> None:
     seen: dict[str, PlannedRun] = {}
     for run in plan.runs:
         if run.run_id in seen:
+            first = seen[run.run_id].overrides
+            if first == run.overrides:
+                raise CutlabError(f"the sweep lists the run {run.run_id} twice: give each swept value once")
             raise CutlabError(
-                f"runs {seen[run.run_id].overrides} and {run.overrides} would share the folder {run.run_id}: "
+                f"runs {' '.join(first)} and {' '.join(run.overrides)} would share the folder {run.run_id}: "
                 "a swept key is excluded from folder names (hydra.job.config.override_dirname.exclude_keys); "
                 "sweep a key that changes the result, or give each run its own run_name")
         seen[run.run_id] = run
