@@ -15,7 +15,7 @@ from typing import Iterator
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cutlab.config.groups import check_added_keys, check_group_choices, check_repeated_keys
+from cutlab.config.groups import check_added_keys, check_group_choices
 from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import run_name
 from cutlab.config.paths import CONFIG_MODULE
@@ -59,7 +59,6 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     check_launcher_overrides(overrides)
     check_group_choices(overrides)
     check_added_keys(overrides)  # as python -m cutlab does: a key added with '+' that nothing reads
-    check_repeated_keys(overrides)
     try:
         with main_hydra() as hydra:
             cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=False,

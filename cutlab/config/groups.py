@@ -80,8 +80,7 @@ def check_repeated_keys(arguments: list[str]) -> None:
             continue
         key = argument.partition("=")[0].lstrip("+~")
         if key in given:
-            raise CutlabError(f"{key} is given twice ({given[key]} {argument}); give it once (a sweep lists its values "
-                              f"in one, with -m: {key}=A,B)")
+            raise CutlabError(f"{key} is given twice ({given[key]} {argument}); give it once")
         given[key] = argument
 
 
