@@ -148,12 +148,15 @@ def write_bad_mnli(folder: Path) -> Path:
          "model=ut_text cannot"),
         (["model=ut_text", *MNLI_TINY, "data.num_labels=2"],  # it trained into an IndexError of its loss
          "data=mnli has 3 classes (entailment, neutral, contradiction), not data.num_labels=2: drop the override"),
+        (["model=ut_text", "data=imdb", f"data.root={SHARED / 'data' / 'imdb' / 'imdb_train_tiny100.jsonl'}"],
+         f"data.root={SHARED / 'data' / 'imdb' / 'imdb_train_tiny100.jsonl'} is a file; data.root names the folder of "
+         f"the data's files: data.root={SHARED / 'data' / 'imdb'} data.train_file=imdb_train_tiny100.jsonl"),
         (["model=hf_encoder", "L=6", "data=imdb", "model.source=EMPTY"],  # it was transformers' ValueError
          "holds no tokenizer that transformers can read (tokenizer.json, or a vocabulary and tokenizer_config.json): "
          "point model.source, or model.tokenizer, at a folder or hub id with one"),
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
-         "local-prev-unsupported", "mnli-num-labels", "folder-without-tokenizer"],
+         "local-prev-unsupported", "mnli-num-labels", "root-a-file", "folder-without-tokenizer"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):

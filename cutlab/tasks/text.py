@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from functools import partial
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -40,6 +41,11 @@ def check_text_data(data: DictConfig) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise CutlabError(f"data.{key} must be a whole number >= {minimum}, got {value!r}; e.g. data.{key}={example}")
 
+    root = data.get("root")
+    if isinstance(root, str) and not root.startswith("hf:") and Path(root).expanduser().is_file():  # the readers
+        path = Path(root).expanduser()  # would list the folder it is not, and find nothing
+        raise CutlabError(f"data.root={root} is a file; data.root names the folder of the data's files: "
+                          f"data.root={path.parent} data.train_file={path.name} (and data.test_file=...)")
     whole("max_length", 2, "128")
     whole("num_labels", 2, "2")
     if data.get("name") == "mnli" and data.num_labels != MNLI_CLASSES:  # its reader gives each row one of the three
