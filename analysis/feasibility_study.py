@@ -77,7 +77,8 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="analysis.feasibility_study", description=__doc__.split("\n")[0])
+    prog = f"{__package__}.feasibility_study"  # as typed: analysis.* in a checkout, cutlab_analysis.* installed
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", help="run folders (searched recursively)")
     parser.add_argument("--out", help="also write the table as CSV here")
     parser.add_argument("--top", type=int, default=20, help="rows printed (default 20)")
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         table = rank_settings(collect_runs(*args.folders).runs)
     except AnalysisError as error:
-        print(f"analysis.feasibility_study: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     if args.out:
         table.to_csv(args.out, index=False)

@@ -9,6 +9,9 @@ drift between the two fails here. ``UPDATE_GOLDEN=1`` rewrites tests/golden/tabl
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import optuna
 import pandas as pd
 import pytest
@@ -435,3 +438,12 @@ def test_constraint_satisfaction_draws_a_row_per_task(tmp_path):
 
     height = imread(result.paths[0]).shape[0]
     assert height > 2 * 3.0 * 170, height  # two rows of panels (3 inches each at 170 dpi), not one
+
+
+@pytest.mark.parametrize("package", ["analysis", "cutlab_analysis"])
+def test_the_ranking_names_itself_as_typed(tmp_path, package):
+    """Installed, python -m cutlab_analysis.feasibility_study called itself analysis.feasibility_study, a module that
+    is not there outside a checkout."""
+    result = subprocess.run([sys.executable, "-m", f"{package}.feasibility_study", str(tmp_path / "missing")],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and result.stderr.startswith(f"{package}.feasibility_study: error: "), result.stderr
