@@ -378,3 +378,16 @@ def test_cli_alpaca_without_a_file_names_how_to_get_it(tmp_path, tiny_tokenizer)
     result = cutlab(args, tmp_path / "runs", check=False)
     assert result.returncode == 2 and "data.root is not set" in result.stderr
     assert "alpaca_data.json" in result.stderr and "data.root=/path/to/alpaca_data.json" in result.stderr
+
+
+@pytest.mark.parametrize("extra, message", [([], "data.root is not set"),
+                                            (["data.root=ALPACA", "model.dtype=float16"], "float16 is not supported")],
+                         ids=["no-data-root", "float16"])
+def test_the_data_and_dtype_are_refused_before_the_hub_is_asked_for_the_model(tmp_path, alpaca_file, extra, message):
+    """With the default model (a hub id) and no network, a missing data.root or model.dtype=float16 was reported
+    only as the hub's error: both were checked after the tokenizer and model loaded."""
+    args = ["model=causal_lm", "data=alpaca", "L=32", "wandb.mode=disabled",
+            *(a.replace("ALPACA", str(alpaca_file)) for a in extra)]
+    result = cutlab(args, tmp_path / "runs", check=False,
+                    env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and message in result.stderr.strip().splitlines()[-1], result.stderr[-2000:]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
-from cutlab.core.data.alpaca import instruction_batch, load_instruction_splits
+from cutlab.core.data.alpaca import check_data_config, instruction_batch, load_examples, load_instruction_splits
 from cutlab.core.data.text import token_embedding_std
-from cutlab.core.models.causal_lm import load_tokenizer
+from cutlab.core.models.causal_lm import load_tokenizer, torch_dtype
 from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
@@ -22,9 +22,14 @@ def tokenizer_name(model_cfg) -> str:
 
 
 def build_instruction_task(cfg: DictConfig) -> Task:
+    # the data and model.dtype first: the tokenizer and the model may come from the hub (minutes, or a network error
+    # that would hide these)
+    check_data_config(cfg.data)
+    examples = load_examples(cfg.data.root)
+    torch_dtype(cfg.model.dtype)
     name = tokenizer_name(cfg.model)
     tokenizer = load_tokenizer(name, "model.tokenizer" if cfg.model.tokenizer is not None else "model.pretrained")
-    splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress)
+    splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress, examples=examples)
     model = instantiate_model(cfg.model, depth=cfg.L, vocab_size=len(tokenizer))
     return Task(
         model=model,

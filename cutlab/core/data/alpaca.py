@@ -169,9 +169,11 @@ def check_data_config(data_cfg) -> None:
             raise CutlabError(f"data.{key} must be a number between 0 and 1, got {value!r}; e.g. data.{key}=0.05")
 
 
-def load_instruction_splits(data_cfg, tokenizer, progress: bool = True) -> InstructionSplits:
+def load_instruction_splits(data_cfg, tokenizer, progress: bool = True,
+                            examples: list[Example] | None = None) -> InstructionSplits:
+    """``examples``: data.root's, when the caller has read them already."""
     check_data_config(data_cfg)
-    examples = load_examples(data_cfg.root)
+    examples = load_examples(data_cfg.root) if examples is None else examples
     if data_cfg.subset is not None:
         examples = examples[: data_cfg.subset]  # the first rows of the file: quick runs on part of Alpaca
     train, val, test = split_examples(len(examples), data_cfg.val_fraction, data_cfg.test_fraction,
