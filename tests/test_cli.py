@@ -189,6 +189,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
         (["-m", "L=1,2", "paths.runs_dir=FILE"], "cannot hold run folders: "),
+        # os.access says yes to root there: it was Hydra's traceback as it made the folder
+        (["paths.runs_dir=/proc/cutlab_runs"], "cannot hold run folders: /proc: no such file or directory; give a "
+                                               "folder you can write"),
         (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
                                            "folder named ~ here); write the path out: paths.runs_dir="),
         (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
@@ -214,7 +217,7 @@ def corrupt_npz(folder: Path) -> Path:
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
+         "sweep-runs-dir-a-file", "runs-dir-in-proc", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "sweep-without-m",
          "key-given-twice", "swept-key-given-twice", "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team"],
@@ -271,7 +274,8 @@ def test_a_runs_folder_that_cannot_be_written_is_one_line(earlier_run, unwritabl
     result = cutlab(args, earlier_run, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1].startswith("cutlab: error: paths.runs_dir=")
-    assert "cannot be written; give a folder you can write" in result.stderr
+    reason = "read-only file system" if os.geteuid() == 0 else "permission denied"  # what mkdir(2) says
+    assert f"cannot hold run folders: {unwritable_folder}: {reason}; give a folder you can write" in result.stderr
 
 
 def test_a_nan_loss_stops_with_the_fix_and_a_failed_record(earlier_run):

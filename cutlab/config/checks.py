@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -14,6 +13,7 @@ from omegaconf import DictConfig
 from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
+from cutlab.atomic import unwritable
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
@@ -172,13 +172,9 @@ def check_runs_dir(folder: Path) -> None:
     if str(folder).startswith("~"):  # an override's ~ reaches Hydra as written: it would make a folder named ~ here
         raise CutlabError(f"paths.runs_dir={folder}: a ~ on the command line is not expanded (Hydra takes it as "
                           f"written, a folder named ~ here); write the path out: paths.runs_dir={folder.expanduser()}")
-    for part in (folder, *folder.parents):
-        if part.exists():
-            if not part.is_dir():
-                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} is a file; {fix}")
-            if not os.access(part, os.W_OK | os.X_OK):  # EROFS too: access(2) reports a read-only file system
-                raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {part} cannot be written; {fix}")
-            return
+    problem = unwritable(folder)  # tried, not asked: os.access says yes to root on /proc or a root-squashed NFS
+    if problem:
+        raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {problem}; {fix}")
 
 
 def _check_wandb(wandb: DictConfig) -> None:
