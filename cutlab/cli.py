@@ -15,7 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.groups import check_added_keys, check_group_choices, check_repeated_keys
+from cutlab.config.groups import check_added_keys, check_group_choices
 from cutlab.config.launcher import check_launcher_overrides
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
@@ -139,7 +139,6 @@ def main() -> None:
         check_launcher_overrides(argv)
         check_group_choices(argv)
         check_added_keys(argv)
-        check_repeated_keys(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
             from cutlab.launch.sweep import run_sweep, with_sweep_group

@@ -134,7 +134,7 @@ def test_help_lists_cutlabs_flags_and_groups_and_offers_no_search_group(installe
 def test_cfg_job_composes_from_the_package(installed):
     result = installed.run("cutlab", "model=dust", "--cfg", "job")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "name: dust" in result.stdout and "runs_dir: ${oc.env:CUTLAB_RUNS_DIR,runs}" in result.stdout
+    assert "name: dust" in result.stdout and "runs_dir: ${cutlab_runs_dir:}" in result.stdout
 
 
 def test_a_tiny_run_then_its_analysis_under_the_users_folder(installed):

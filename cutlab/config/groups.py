@@ -71,19 +71,6 @@ def check_added_keys(arguments: list[str]) -> None:
                               "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
 
 
-def check_repeated_keys(arguments: list[str]) -> None:
-    """``gamma=0.09 gamma=0.1``: Hydra keeps the last value (in a sweep, the last list) and names the run's folder
-    after both; one line instead, naming the key."""
-    given: dict[str, str] = {}
-    for argument in arguments:
-        if argument.startswith("-") or "=" not in argument:  # -m, --config-name NAME, ...
-            continue
-        key = argument.partition("=")[0].lstrip("+~")
-        if key in given:
-            raise CutlabError(f"{key} is given twice ({given[key]} {argument}); give it once")
-        given[key] = argument
-
-
 def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
     """The keys of ``node`` in config.yaml and in every config of its group in ``folders`` (a user's own train preset
     may bring keys of its own); None: config.yaml's top level."""

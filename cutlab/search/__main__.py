@@ -124,11 +124,10 @@ def build_plan(args: argparse.Namespace):
     from cutlab.search.preset import load_preset
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
-    from cutlab.config.groups import check_repeated_keys, task_kind
+    from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
 
     name, dotlist, overrides = split_overrides(args.overrides)
-    check_repeated_keys(overrides)  # the command's own; an arm's overrides are given first, for these to win
     flags = {"n_trials": args.n_trials, "study": args.study}
     dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
     preset = load_preset(name, dotlist)
