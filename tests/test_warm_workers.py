@@ -98,10 +98,13 @@ def start_sweep(args: list[str], runs: Path, extra_env: dict | None = None) -> s
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
-# a run's process (python -m cutlab OVERRIDES, not the sweep's python -m cutlab -m) that starts 3 s more slowly, before
-# anything of cutlab runs: a test that must signal it while it starts sees it in time on a loaded machine (a tiny run
-# once ended before the test's next look at /proc, with two test workers on two cores)
-SLOW_START = "import sys, time\nif '-m' not in sys.argv[1:]:\n    time.sleep(3)\n"
+# a run's process (python -m cutlab OVERRIDES, not the sweep's python -m cutlab -m) that waits, before anything of
+# cutlab runs, until the file $CUTLAB_TEST_GATE exists (60 s at most): a test that must signal it while it starts opens
+# the gate only after signalling. A fixed 3 s wait was not always enough on a loaded machine: twice a tiny run ended
+# before the test's next look at /proc, with two test workers on two cores
+SLOW_START = ("import os, sys, time\nif '-m' not in sys.argv[1:]:\n    deadline = time.time() + 60\n"
+              "    while not os.path.exists(os.environ['CUTLAB_TEST_GATE']) and time.time() < deadline:\n"
+              "        time.sleep(0.02)\n")
 
 
 def rows_of(run_dir: Path) -> int:
@@ -215,7 +218,9 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
     args = ["gamma=0.09", *TINY, "wandb.mode=disabled", "launcher=local", "launcher.warm_workers=false"]
     (tmp_path / "slow_start").mkdir()
     (tmp_path / "slow_start" / "sitecustomize.py").write_text(SLOW_START)
-    sweep = start_sweep(args, runs, {"PYTHONPATH": os.pathsep.join([str(tmp_path / "slow_start"), str(ROOT)])})
+    gate = tmp_path / "gate"
+    sweep = start_sweep(args, runs, {"PYTHONPATH": os.pathsep.join([str(tmp_path / "slow_start"), str(ROOT)]),
+                                     "CUTLAB_TEST_GATE": str(gate)})
     deadline = time.time() + 120
     # python -m cutlab <overrides>, the run's process (not the sweep's own fork before its exec, which names -m)
     while not worker_pids(sweep.pid, b"\0cutlab\0", unless=b"\0cutlab\0-m\0"):
@@ -223,6 +228,7 @@ def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tm
         time.sleep(0.01)
     sweep.send_signal(signal.SIGTERM)
     _, stderr = sweep.communicate(timeout=120)
+    gate.touch()  # after the sweep ended: its run never got past its start
     assert sweep.returncode == 75, stderr[-2000:]
     (outcome,) = sweep_outcome(runs)["runs"]
     assert outcome["status"] == "interrupted", outcome
