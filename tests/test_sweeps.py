@@ -181,20 +181,26 @@ def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inp
 
 
 @pytest.mark.slow
+def start_run_until_rows(args: list[str], runs: Path, rows: int) -> tuple[subprocess.Popen, Path]:
+    """``python -m cutlab ARGS`` (a run named ``stopped``) started and left running once its history has ``rows``."""
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(runs.parent / "cache"),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    stopped = runs / "stopped"
+    deadline = time.time() + 300
+    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < rows:
+        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.05)
+    return process, stopped
+
+
 def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_the_same_result(tmp_path):
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=6", "checkpoint.every_steps=1000", "eval.gamma_test=[0]", "wandb.mode=offline",
             "progress=false"]
     cutlab([*args, "run_name=reference"], runs)
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args, "run_name=stopped"], cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    stopped = runs / "stopped"
-    deadline = time.time() + 300
-    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < 3:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
-        time.sleep(0.05)
+    process, stopped = start_run_until_rows([*args, "run_name=stopped"], runs, rows=3)
     process.send_signal(signal.SIGTERM)  # what SLURM sends on preemption (SIGUSR2 before a time limit)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 75, stderr[-2000:]
@@ -219,15 +225,7 @@ def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_comma
     levels = ",".join(f"{0.05 * i:.2f}" for i in range(20))
     args = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", f"eval.gamma_test=[{levels}]", "eval.batch_size=1",
             "wandb.mode=offline", "progress=false", "run_name=stopped"]
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    stopped = runs / "stopped"
-    deadline = time.time() + 300
-    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < 2:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
-        time.sleep(0.05)
+    process, stopped = start_run_until_rows(args, runs, rows=2)
     time.sleep(2)  # past the last step's checkpoint, into the evaluation (about 10 s of it)
     assert process.poll() is None, "the evaluation ended before it could be stopped"
     process.send_signal(signal.SIGTERM)
@@ -246,15 +244,7 @@ def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_i
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=30", "checkpoint.every_steps=1000", "eval.gamma_test=[0]",
             "wandb.mode=offline", "progress=false", "run_name=stopped"]
-    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    stopped = runs / "stopped"
-    deadline = time.time() + 300
-    while not (stopped / "history.csv").exists() or len(pd.read_csv(stopped / "history.csv")) < 3:
-        assert process.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
-        time.sleep(0.05)
+    process, stopped = start_run_until_rows(args, runs, rows=3)
     service = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
     assert service, "W&B's service runs as a child of the run"
     for pid in [*service, str(process.pid)]:  # the service first: it is gone before the run's next step
