@@ -21,7 +21,7 @@ from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
-from cutlab.interrupted import interrupted_exit
+from cutlab.interrupted import ctrl_c_held, ctrl_c_released, interrupted_exit
 from cutlab.launch.outcome import BUSY_ADVICE
 from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
@@ -47,7 +47,8 @@ def app(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        summary = run_experiment(cfg, run_dir)
+        with ctrl_c_released():  # the run handles Ctrl-C itself; Hydra's composition, before and after, holds it
+            summary = run_experiment(cfg, run_dir)
     except Preempted as stop:
         print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
         if in_sweep:
@@ -135,10 +136,11 @@ def main() -> None:
         raise SystemExit(0)
     started, sweep = time.perf_counter(), None
     try:
-        command = parse_command(argv)
-        check_launcher_overrides(argv)
-        check_group_choices(argv)
-        check_added_keys(argv)
+        with ctrl_c_held():  # they read the config tree with OmegaConf (see cutlab.interrupted)
+            command = parse_command(argv)
+            check_launcher_overrides(argv)
+            check_group_choices(argv)
+            check_added_keys(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
             from cutlab.launch.sweep import run_sweep, with_sweep_group
@@ -156,7 +158,8 @@ def main() -> None:
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *argv]
     try:
-        app()
+        with ctrl_c_held():
+            app()
     except (SystemExit, KeyboardInterrupt):  # a signal stopped the sweep (in a run, or as Hydra readied the next):
         if sweep is not None:  # its record still gets the outcomes so far
             _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)

@@ -16,6 +16,11 @@ import sys
 
 def _command(name: str, module: str) -> None:
     try:
+        # numpy first: torch imports it from C and, when that import fails, goes on without it, so a Ctrl-C that
+        # landed while torch imported numpy was swallowed and the command ran on to the end as if never stopped.
+        # Imported here, that Ctrl-C is a KeyboardInterrupt like any other.
+        import numpy  # noqa: F401
+
         status = importlib.import_module(module).main()
     except KeyboardInterrupt:
         from cutlab.interrupted import interrupted_exit

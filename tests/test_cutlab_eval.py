@@ -358,6 +358,24 @@ def test_a_folder_of_runs_shows_runs_done_and_ctrl_c_ends_in_one_line(trained, t
     assert all(" elapsed, " in line and " left" in line for line in tallies)
 
 
+def test_ctrl_c_as_a_runs_config_is_read_stops_the_evaluation_not_that_run(trained, tmp_path):
+    """A Ctrl-C inside OmegaConf as cutlab-eval read a run's config (tests/helpers/signals.py) was reported as that
+    run's unreadable config, and the command went on to the next run."""
+    from helpers.signals import signal_inside_omegaconf
+
+    run, footage = trained
+    folder = tmp_path / "sweep"
+    for name in ("a", "b"):
+        shutil.copytree(run, folder / name, ignore=shutil.ignore_patterns("evaluations"))
+    ended = signal_inside_omegaconf(("cutlab.transfer.runs", "finished_run"), "SIGINT", 2, "cutlab-eval",
+                                    [str(folder), *PED2_FOLDER, f"data.root={footage}"], cwd=ROOT,
+                                    env=cutlab_env(tmp_path / "runs"))
+    assert (ended.returncode, ended.stderr.strip().splitlines()[-1]) == (
+        130, "cutlab-eval: interrupted; the evaluations written so far are kept, and the same command does the rest"), \
+        ended.stderr[-3000:]
+    assert not (folder / "a" / "evaluations").exists() and not (folder / "b" / "evaluations").exists()
+
+
 def test_a_relative_data_root_names_the_folder_it_was_typed_in(trained, tmp_path):
     """data.root=footage from two folders names two data sets: the second used to be 'complete; skipped' on the
     first's record (which held 'footage'), and cutlab-eval then read whichever footage/ was under its working folder."""

@@ -22,6 +22,7 @@ from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
+from cutlab.interrupted import ctrl_c_held
 
 
 @contextmanager
@@ -44,7 +45,8 @@ def main_hydra(config_dir: str | None = None) -> Iterator:
         search_path.prepend(provider="command-line", path=f"file://{Path(config_dir).resolve()}",
                             anchor=SearchPathQuery(provider="schema"))
     try:
-        yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
+        with ctrl_c_held():  # a Ctrl-C inside OmegaConf's node building would come out as a config error
+            yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
     finally:
         GlobalHydra.instance().clear()
 
@@ -56,9 +58,10 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    check_launcher_overrides(overrides)
-    check_group_choices(overrides)
-    check_added_keys(overrides)  # as python -m cutlab does: a key added with '+' that nothing reads
+    with ctrl_c_held():  # they read the config tree with OmegaConf
+        check_launcher_overrides(overrides)
+        check_group_choices(overrides)
+        check_added_keys(overrides)  # as python -m cutlab does: a key added with '+' that nothing reads
     try:
         with main_hydra() as hydra:
             cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=False,

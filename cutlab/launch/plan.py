@@ -21,6 +21,7 @@ from cutlab.config.checks import check_config, check_runs_dir
 from cutlab.config.compose import JobComposer, composition_message, main_hydra
 from cutlab.config.launcher import is_launcher_override
 from cutlab.errors import CutlabError
+from cutlab.interrupted import ctrl_c_held
 from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.run.records import read_summary
@@ -151,7 +152,7 @@ def expand(command: Command) -> Plan:
 
     overrides = list(command.overrides)
     try:
-        with main_hydra(command.config_dir) as hydra:
+        with ctrl_c_held() as held, main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
                                        with_log_configuration=False)
             params = [f"{key}={value}" for key, value in (cfg.hydra.sweeper.get("params") or {}).items()]
@@ -169,6 +170,7 @@ def expand(command: Command) -> Plan:
                 status, steps, holder, problem = _state(run_dir, job)
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
                                             cost_key=cost_key(job), holder=holder, problem=problem))
+                held.stop_if_pressed()  # a plan of thousands of runs takes seconds to compose
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)

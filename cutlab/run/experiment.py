@@ -20,6 +20,7 @@ from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
+from cutlab.interrupted import interrupt_behind
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
                               make_reproducible, pick_device, precision_of, recorded_reference,
                               reference_of)
@@ -56,6 +57,16 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
     """Train and evaluate ``cfg`` in ``run_dir``; a complete record is returned as is, a partial one resumed.
 
     The folder is locked for this process from the first read to the last write (cutlab.run.lock)."""
+    try:
+        return _run_experiment(cfg, run_dir, on_epoch_end)
+    except Exception as error:
+        stop = interrupt_behind(error)  # a Ctrl-C or stop signal OmegaConf turned into its own error
+        if stop is None:
+            raise
+        raise stop from None
+
+
+def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | None) -> dict:
     check_config(cfg)
     # an unknown or absent device, or a precision the device cannot run, stops here, before anything is written
     check_precision(precision_of(cfg), pick_device(cfg.device))

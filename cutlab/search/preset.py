@@ -18,6 +18,7 @@ from cutlab.config.checks import check_flag, check_integer, check_number
 from cutlab.config.naming import check_folder_name
 from cutlab.config.paths import SEARCH_DIR
 from cutlab.errors import CutlabError
+from cutlab.interrupted import ctrl_c_held
 
 PRESET_DIR = SEARCH_DIR
 TYPES = ("float", "log_float", "int", "categorical")
@@ -104,10 +105,11 @@ def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
     """Read a preset and apply ``search.KEY=VALUE`` overrides (given here without the ``search.`` prefix)."""
     path = preset_path(name)
     try:
-        raw = OmegaConf.load(path)
-        if dotlist:
-            raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(dotlist)))
-        data = OmegaConf.to_container(raw, resolve=True)
+        with ctrl_c_held():  # else a Ctrl-C landing inside OmegaConf is reported as an unreadable preset
+            raw = OmegaConf.load(path)
+            if dotlist:
+                raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(dotlist)))
+            data = OmegaConf.to_container(raw, resolve=True)
     except CutlabError:
         raise
     except Exception as error:  # YAML syntax, bad override syntax

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import stored_config
 from cutlab.errors import CutlabError
+from cutlab.interrupted import ctrl_c_held
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_summary
 
 #: subfolders that never hold runs: evaluation records, W&B's files, sweep records, caches
@@ -91,7 +92,8 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
         raise CutlabError(f"{run_dir / CONFIG} is not a run config: it has no {', '.join(missing)} section; copy the "
                           "run folder again from where it was trained")
     try:
-        config = OmegaConf.create(stored)
+        with ctrl_c_held():  # else a Ctrl-C landing inside OmegaConf is reported as this run's unreadable config
+            config = OmegaConf.create(stored)
     except Exception as error:  # omegaconf's own errors (a key it cannot hold)
         raise CutlabError(f"{run_dir / CONFIG} is not a readable config ({type(error).__name__}); copy the run "
                           "folder again from where it was trained") from None

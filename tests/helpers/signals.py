@@ -1,0 +1,56 @@
+"""A signal sent to a cutlab command at one exact point: while OmegaConf builds a node.
+
+OmegaConf's clean-up of a node half made when a KeyboardInterrupt landed raises an AttributeError over it, which
+cutlab reported as a config error, or which was lost. A person's Ctrl-C cannot be aimed that finely, so the child
+reaches into OmegaConf's and cutlab's private names: the signal is sent as a list item is set (``nth`` such set) once
+the named cutlab function has begun, or, for ``NAME-returned``, once it has returned.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+SENT = "[test] the signal is sent"
+CHILD = f"SENT = {SENT!r}\n" + """
+import importlib, os, signal, sys
+from omegaconf.listconfig import ListConfig
+module_name, function, sent, nth, command, *argv = sys.argv[1:]
+after = function.endswith("-returned")
+state = {"armed": False, "sets": 0}
+set_item = ListConfig._set_item_impl
+def set_item_and_signal(self, key, value):
+    if state["armed"]:
+        state["sets"] += 1
+        if state["sets"] == int(nth):
+            print(SENT, file=sys.stderr, flush=True)
+            os.kill(os.getpid(), getattr(signal, sent))
+    return set_item(self, key, value)
+ListConfig._set_item_impl = set_item_and_signal
+module = importlib.import_module(module_name)
+real = getattr(module, function.removesuffix("-returned"))
+def armed(*args, **kwargs):
+    state["armed"] = state["armed"] or not after
+    try:
+        return real(*args, **kwargs)
+    finally:
+        state["armed"] = after
+setattr(module, function.removesuffix("-returned"), armed)
+import cutlab.commands
+sys.argv = [command, *argv]
+getattr(cutlab.commands, command.replace("-", "_"))()
+"""
+
+
+def signal_inside_omegaconf(where: tuple[str, str], sent: str, nth: int, command: str, args: list[str], cwd: Path,
+                            env: dict) -> subprocess.CompletedProcess:
+    """Run ``command ARGS`` (an installed command's name) and send it ``sent`` (``"SIGINT"``, ``"SIGTERM"``) at the
+    ``nth`` list item OmegaConf sets once ``where`` = (module, function) has begun; SIGINT at its default, as from a
+    terminal (a pytest-xdist worker ignores it, and its children would inherit that)."""
+    ended = subprocess.run([sys.executable, "-c", CHILD, *where, sent, str(nth), command, *args], cwd=cwd, env=env,
+                           timeout=300, capture_output=True, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert SENT in ended.stderr, f"{where} set fewer than {nth} list items: no signal was sent\n{ended.stderr[-2000:]}"
+    return ended
