@@ -4,7 +4,8 @@ Each command handles Ctrl-C where it does work (a run checkpoints, a sweep recor
 evaluations whole). These entry points catch the Ctrl-C that comes before any of that has begun: while torch, pandas
 and Hydra import (up to seconds), while a sweep is planned or Hydra starts. That Ctrl-C ended in a traceback and exit
 -2; it now ends in one line and 130, like every other. The command's module is imported inside the handler, which is
-why this module imports nothing of cutlab at its top.
+why this module imports nothing of cutlab at its top. A Ctrl-C that Python itself would ignore (one that lands in a
+weakref callback) is sent again (cutlab.interrupted).
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ import importlib
 import signal
 import sys
 
+HELP_OR_VERSION = {"-h", "--help", "--version"}  # which need no torch: they stay quick
+
 
 def _command(name: str, module: str) -> None:
     try:
-        # numpy first: torch imports it from C and, when that import fails, goes on without it, so a Ctrl-C that
-        # landed while torch imported numpy was swallowed and the command ran on to the end as if never stopped.
-        # Imported here, that Ctrl-C is a KeyboardInterrupt like any other.
-        import numpy  # noqa: F401
+        from cutlab.interrupted import ctrl_c_held, repost_swallowed_interrupts
+
+        repost_swallowed_interrupts()  # a Ctrl-C landing in a weakref callback is not lost
+        if not HELP_OR_VERSION & set(sys.argv[1:]):  # every other use of every command imports torch
+            # A Ctrl-C while torch imports is held until it has: torch imports numpy from C and goes on without it
+            # when that import fails (a Ctrl-C landing there was lost: the command ran to its end, exit 0), and a
+            # KeyboardInterrupt reaching torch's C++ start-up aborts the process ("terminate called after throwing
+            # an instance of 'pybind11::error_already_set'", exit -6).
+            with ctrl_c_held():
+                import torch  # noqa: F401
 
         status = importlib.import_module(module).main()
     except KeyboardInterrupt:

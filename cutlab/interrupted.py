@@ -10,7 +10,9 @@ the command then caught it. Measured on ``python -m cutlab.transfer.cli`` stoppe
 
 from __future__ import annotations
 
+import _thread
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -105,3 +107,24 @@ def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
             seen.add(id(cause))
             causes += [cause.__cause__, cause.__context__]
     return None
+
+
+def repost_swallowed_interrupts() -> None:
+    """Python ignores an exception raised in a weakref callback or ``__del__`` (it prints "Exception ignored in ..."
+    and goes on), so a Ctrl-C that landed in one during garbage collection was lost and the command ran to its end
+    (``cutlab-analysis`` stopped at fixed delays: 19 of 81 stops between 2.3 and 4.7 s). This hook (``sys.unraisablehook``)
+    sends such a KeyboardInterrupt's signal to the main thread again, to land in the command's own code; other
+    exceptions are Python's to report. ``Preempted`` carries the stop signal's number as ``signum``."""
+    report = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            # from another thread, a moment later: sent from here, it would be handled within this hook, and ignored
+            again = threading.Timer(0.05, _thread.interrupt_main,
+                                    args=(getattr(unraisable.exc_value, "signum", signal.SIGINT),))
+            again.daemon = True
+            again.start()
+        else:
+            report(unraisable)
+
+    sys.unraisablehook = hook

@@ -457,6 +457,25 @@ def test_a_signal_inside_omegaconf_stops_the_command_as_a_signal(tmp_path, where
     assert (ended.returncode, ended.stderr.strip().splitlines()[-1]) == (status, last_line), ended.stderr[-3000:]
 
 
+@pytest.mark.parametrize("where, sent, args, status, last_line", [
+    # old: "Exception ignored in: <function ...callback>", KeyboardInterrupt, and the plan printed, exit 0
+    (("cutlab.launch.sweep", "run_sweep"), "SIGINT", ["--plan", "-m", "gamma=0,0.09"], 130,
+     "cutlab: interrupted (Ctrl-C); run the same command again to go on"),
+    # old: the same, and the run trained to the end, exit 0
+    (("cutlab.run.experiment", "_prepare"), "SIGTERM", TINY_RUN, 75, "cutlab: stopped by SIGTERM outside the "
+     "training loop (set-up or evaluation; its last checkpoint stands); run the same command again to resume"),
+], ids=["ctrl-c-as-a-sweep-is-planned", "sigterm-as-a-run-is-set-up"])
+def test_a_signal_landing_in_a_weakref_callback_is_not_lost(tmp_path, where, sent, args, status, last_line):
+    """Python ignores what a weakref callback raises; garbage collection runs such callbacks at any moment
+    (cutlab-analysis stopped at fixed delays ran to its end in 19 of 81 stops)."""
+    from helpers.contract import cutlab_env
+    from helpers.signals import signal_in_a_weakref_callback
+
+    ended = signal_in_a_weakref_callback(where, sent, "cutlab", args, cwd=tmp_path, env=cutlab_env(tmp_path / "runs"))
+    assert (ended.returncode, ended.stderr.strip().splitlines()[-1]) == (status, last_line), ended.stderr[-3000:]
+    assert "Exception ignored" not in ended.stderr
+
+
 @pytest.mark.parametrize("value, where", [("~/my_runs", "home/my_runs"), ("", "work/runs")], ids=["tilde", "empty"])
 def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path, value, where):
     """As CUTLAB_DATA_DIR does. It was taken as written: './~/my_runs' made here, and an empty one (an unset variable

@@ -74,8 +74,10 @@ def stop_now_on_signals() -> Iterator[None]:
         return
 
     def handler(signum, frame) -> None:
-        raise Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
-                        "its last checkpoint stands)")
+        stop = Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
+                         "its last checkpoint stands)")
+        stop.signum = signum  # sent again if it lands where Python ignores it (cutlab.interrupted)
+        raise stop
 
     previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:

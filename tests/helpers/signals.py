@@ -1,4 +1,4 @@
-"""A signal sent to a cutlab command at one exact point: while OmegaConf builds a node.
+"""A signal sent to a cutlab command at one exact point: while OmegaConf builds a node, or in a weakref callback.
 
 OmegaConf's clean-up of a node half made when a KeyboardInterrupt landed raises an AttributeError over it, which
 cutlab reported as a config error, or which was lost. A person's Ctrl-C cannot be aimed that finely, so the child
@@ -53,4 +53,41 @@ def signal_inside_omegaconf(where: tuple[str, str], sent: str, nth: int, command
                            timeout=300, capture_output=True, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert SENT in ended.stderr, f"{where} set fewer than {nth} list items: no signal was sent\n{ended.stderr[-2000:]}"
+    return ended
+
+
+WEAKREF_CHILD = f"SENT = {SENT!r}\n" + """
+import importlib, os, signal, sys, weakref
+module_name, function, sent, command, *argv = sys.argv[1:]
+module = importlib.import_module(module_name)
+real = getattr(module, function)
+def signal_in_a_weakref_callback():
+    class Collected:
+        pass
+    def callback(ref):
+        print(SENT, file=sys.stderr, flush=True)
+        os.kill(os.getpid(), getattr(signal, sent))
+        for _ in range(100000):  # Python runs the handler here, inside the callback, and ignores what it raises
+            pass
+    thing = Collected()
+    ref = weakref.ref(thing, callback)
+    del thing
+def signalled_first(*args, **kwargs):
+    signal_in_a_weakref_callback()
+    return real(*args, **kwargs)
+setattr(module, function, signalled_first)
+import cutlab.commands
+sys.argv = [command, *argv]
+getattr(cutlab.commands, command.replace("-", "_"))()
+"""
+
+
+def signal_in_a_weakref_callback(where: tuple[str, str], sent: str, command: str, args: list[str], cwd: Path,
+                                 env: dict) -> subprocess.CompletedProcess:
+    """Run ``command ARGS`` and send it ``sent`` from inside a weakref callback as ``where`` = (module, function)
+    begins: what garbage collection does at any moment. Python ignores an exception raised in such a callback."""
+    ended = subprocess.run([sys.executable, "-c", WEAKREF_CHILD, *where, sent, command, *args], cwd=cwd, env=env,
+                           timeout=300, capture_output=True, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert SENT in ended.stderr, f"{where} was not called: no signal was sent\n{ended.stderr[-2000:]}"
     return ended
