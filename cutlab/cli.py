@@ -15,8 +15,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.groups import check_added_keys, check_group_choices
-from cutlab.config.launcher import check_launcher_overrides
+from cutlab.config.compose import check_overrides
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
@@ -136,11 +135,8 @@ def main() -> None:
         raise SystemExit(0)
     started, sweep = time.perf_counter(), None
     try:
-        with ctrl_c_held():  # they read the config tree with OmegaConf (see cutlab.interrupted)
-            command = parse_command(argv)
-            check_launcher_overrides(argv)
-            check_group_choices(argv)
-            check_added_keys(argv)
+        command = parse_command(argv)
+        check_overrides(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
             from cutlab.launch.sweep import run_sweep, with_sweep_group

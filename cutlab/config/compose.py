@@ -51,6 +51,15 @@ def main_hydra(config_dir: str | None = None) -> Iterator:
         GlobalHydra.instance().clear()
 
 
+def check_overrides(overrides: list[str]) -> None:
+    """The command line's own checks, before Hydra composes it: launcher keys, group choices, and a key added with
+    '+' that nothing reads. They read the config tree with OmegaConf, so Ctrl-C is held (cutlab.interrupted)."""
+    with ctrl_c_held():
+        check_launcher_overrides(overrides)
+        check_group_choices(overrides)
+        check_added_keys(overrides)
+
+
 def compose_run_config(overrides: list[str]) -> DictConfig:
     """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node)."""
     from hydra.core.hydra_config import HydraConfig
@@ -58,10 +67,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
-    with ctrl_c_held():  # they read the config tree with OmegaConf
-        check_launcher_overrides(overrides)
-        check_group_choices(overrides)
-        check_added_keys(overrides)  # as python -m cutlab does: a key added with '+' that nothing reads
+    check_overrides(overrides)
     try:
         with main_hydra() as hydra:
             cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=False,
