@@ -9,6 +9,7 @@ UCSD Ped1 is covered by tests/test_video_data.py::test_ped1_shaped_frames_load_a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import av
@@ -180,6 +181,31 @@ def test_a_wrong_layout_names_the_expected_one(tmp_path, name, expected):
         load_video_clips(name, None, cache_dir=None, progress=False)
     with pytest.raises(CutlabError, match="is not an existing folder"):
         load_video_clips(name, str(tmp_path / "absent"), cache_dir=None, progress=False)
+
+
+@pytest.mark.parametrize(
+    "samples, mode",
+    [(lambda gray: gray.astype(np.uint16) * 257, "I;16"), (lambda gray: gray.astype(np.float32) / 255, "F"),
+     (lambda gray: gray.astype(np.int32) * 257, "I")],
+    ids=["16-bit", "float", "32-bit-integer"],
+)
+@pytest.mark.parametrize("dataset", ["video_folder", "ucsd_ped2"])
+def test_frames_wider_than_8_bit_are_refused_not_read_as_a_blank_video(tmp_path, samples, mode, dataset):
+    """PIL's convert("L") clips 16-bit and float samples to 255 or 0: footage read that way trained to a verdict."""
+    gray = [frame.mean(axis=2).astype(np.uint8) for frame in make_frames(3, 64, 48, seed=1)]
+    if dataset == "video_folder":
+        root = tmp_path / "mine"
+        folders = [root / "train" / "lobby", root / "test" / "night"]
+    else:
+        root = tmp_path / "UCSDped2"
+        folders = [root / "Train" / "Train001", root / "Test" / "Test001"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        for index, frame in enumerate(gray):
+            Image.fromarray(samples(frame)).save(folder / f"{index:03d}.tif")
+    assert Image.open(folders[0] / "000.tif").mode == mode
+    with pytest.raises(CutlabError, match=rf"000\.tif has .* samples \(PIL mode {re.escape(mode)}\).*save the frames as 8-bit"):
+        load_video_clips(dataset, str(root), cache_dir=None, image_size=32, progress=False)
 
 
 def test_a_corrupt_or_empty_video_names_the_file(avenue_root):

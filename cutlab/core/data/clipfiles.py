@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import VideoClips, natural_order
+from cutlab.core.data.video import VideoClips, grayscale_frame, natural_order
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 from cutlab.core.extras import optional_import
@@ -97,15 +97,10 @@ def decode_clip(source: ClipSource, image_size: int, hint: str) -> np.ndarray:
     return decode_video(source, image_size, hint)
 
 
-def _preprocess(image: Image.Image, image_size: int) -> np.ndarray:
-    """The UCSD preprocessing: PIL grayscale, bilinear resize, uint8."""
-    return np.asarray(image.convert("L").resize((image_size, image_size), Image.BILINEAR), dtype=np.uint8)
-
-
 def _decode_image(path: Path, image_size: int, hint: str) -> np.ndarray:
     try:
         with Image.open(path) as image:
-            return _preprocess(image, image_size)
+            return grayscale_frame(image, image_size, path)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise CutlabError(f"data.root: cannot read frame {path} ({exc}); restore the file or {hint}") from exc
 
@@ -120,7 +115,7 @@ def decode_video(path: Path, image_size: int, hint: str) -> np.ndarray:
                 raise CutlabError(f"data.root: {path} has no video stream; {hint}")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
-            frames = [_preprocess(frame.to_image(), image_size) for frame in container.decode(stream)]
+            frames = [grayscale_frame(frame.to_image(), image_size, path) for frame in container.decode(stream)]
     except av.FFmpegError as exc:
         raise CutlabError(f"data.root: cannot decode video {path} ({exc}); restore the file or {hint}") from exc
     if not frames:

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import VideoClips
+from cutlab.core.data.video import VideoClips, grayscale_frame
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
@@ -184,12 +184,11 @@ def decode_frame(path: Path, image_size: int, hint: str = "") -> np.ndarray:
     """PIL open -> grayscale -> bilinear resize to image_size x image_size -> uint8 array."""
     try:
         with Image.open(path) as image:
-            resized = image.convert("L").resize((image_size, image_size), Image.BILINEAR)
+            return grayscale_frame(image, image_size, path)
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise CutlabError(
             f"data.root: cannot read frame {path} ({exc}); re-extract it from the UCSD archive or {hint}"
         ) from exc
-    return np.asarray(resized, dtype=np.uint8)
 
 
 # --------------------------------------------------------------------------- preprocessed .npz

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from PIL import Image
 from torch.utils.data import Dataset
 
 from cutlab.core.data.groups import SampleGroups
@@ -54,6 +55,22 @@ def load_video_clips(
         raise CutlabError(f"data.image_size={image_size!r} is not a positive integer; set it to e.g. 160")
     module, function = LOADERS[name].split(":")
     return getattr(importlib.import_module(module), function)(root, cache_dir, image_size, progress, **options)
+
+
+# PIL modes whose samples are not 8-bit: convert("L") clips them to 0 or 255, so 16-bit or float footage would be
+# read as a blank video and trained on without a word.
+_WIDE_SAMPLES = {"I": "32-bit integer", "F": "32-bit float", "I;16": "16-bit", "I;16L": "16-bit", "I;16B": "16-bit",
+                 "I;16N": "16-bit"}
+
+
+def grayscale_frame(image: Image.Image, image_size: int, path) -> np.ndarray:
+    """The UCSD preprocessing of one frame: PIL grayscale, bilinear resize, uint8 [image_size, image_size]."""
+    if image.mode in _WIDE_SAMPLES:
+        raise CutlabError(
+            f"data.root: frame {path} has {_WIDE_SAMPLES[image.mode]} samples (PIL mode {image.mode}), which cutlab "
+            "does not scale to 0-255 itself (their range is the camera's); save the frames as 8-bit images"
+        )
+    return np.asarray(image.convert("L").resize((image_size, image_size), Image.BILINEAR), dtype=np.uint8)
 
 
 def natural_order(name: str) -> list:
