@@ -253,3 +253,19 @@ def test_a_config_of_ones_own_named_as_one_of_cutlabs_is_refused_not_ignored(tmp
     for folder in (ROOT / "conf", shutil.copytree(ROOT / "conf", tmp_path / "copy")):
         same = cutlab(["--config-dir", str(folder), "model=ut", "--plan"], tmp_path / "runs")
         assert same.returncode == 0, same.stderr[-2000:]
+
+
+@pytest.mark.parametrize("how", [[], ["--plan", "-m"]], ids=["run", "sweep-plan"])
+def test_a_config_of_ones_own_that_is_not_valid_yaml_is_one_line_naming_its_line(tmp_path, how):
+    """A missing brace in one's own model yaml came out as PyYAML's traceback of some 90 lines, exit 1."""
+    outside = tmp_path / "conf"
+    (outside / "model").mkdir(parents=True)
+    (outside / "model" / "smoother.yaml").write_text(CONFIG.replace("paper:\n  alpha: 0.25\n  epsilon: 1.0\n",
+                                                                    "paper: {alpha: 0.25, epsilon: 1.0\n"))
+    result = cutlab([*how, "--config-dir", str(outside), "model=smoother", "wandb.mode=disabled"], tmp_path / "runs",
+                    check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"cutlab: error: {outside / 'model' / 'smoother.yaml'} is not valid YAML at line 7, column 1 (while parsing a "
+        "flow mapping begun at line 6, column 8: expected ',' or '}', but got '<stream end>'); fix the file there")
+    assert not (tmp_path / "runs").exists()

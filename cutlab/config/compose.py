@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cutlab.config.groups import check_added_keys, check_group_choices
@@ -47,8 +48,21 @@ def main_hydra(config_dir: str | None = None) -> Iterator:
     try:
         with ctrl_c_held():  # a Ctrl-C inside OmegaConf's node building would come out as a config error
             yield Hydra.create_main_hydra2(task_name="cutlab", config_search_path=search_path)
+    except yaml.YAMLError as error:  # Hydra lets a config file's YAML error through as a traceback
+        raise CutlabError(yaml_message(error)) from None
     finally:
         GlobalHydra.instance().clear()
+
+
+def yaml_message(error: yaml.YAMLError) -> str:
+    """A config file's YAML error as one line naming the file, line and column (PyYAML's marks count from 0)."""
+    mark, context = getattr(error, "problem_mark", None), getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or str(error).strip().splitlines()[-1]
+    if context is not None and getattr(error, "context", None):  # where the unfinished construct began
+        problem = f"{error.context} begun at line {context.line + 1}, column {context.column + 1}: {problem}"
+    where = f"{mark.name} is not valid YAML at line {mark.line + 1}, column {mark.column + 1}" if mark else \
+        "a config file is not valid YAML"
+    return f"{where} ({problem}); fix the file there"
 
 
 def check_overrides(overrides: list[str]) -> None:
