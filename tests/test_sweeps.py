@@ -195,6 +195,51 @@ def start_run_until_rows(args: list[str], runs: Path, rows: int) -> tuple[subpro
     return process, stopped
 
 
+def write_frame_clips(root: Path, names: list[str], seed: int = 0) -> None:
+    """Folders of 8-bit PNG frames (video_folder's flat layout), noise over a gradient: one clip per name."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for name in names:
+        (root / name).mkdir(parents=True)
+        for index in range(6):
+            frame = np.linspace(0, 200, 32 * 32).reshape(32, 32) + rng.integers(0, 50, (32, 32))
+            Image.fromarray(frame.astype(np.uint8)).save(root / name / f"{index:03d}.png")
+
+
+def test_a_run_whose_data_changed_since_it_began_is_not_resumed_until_they_are_restored(tmp_path):
+    """A clip added to data.root moves the held-out clips: the resumed run trained on on other data, without a word."""
+    root, runs = tmp_path / "footage", tmp_path / "runs"
+    write_frame_clips(root, ["clip1", "clip2", "clip3", "clip4"])
+    args = ["model=ut", "data=video_folder", f"data.root={root}", "data.image_size=32", "data.frames=3", "L=1",
+            "train.epochs=30", "eval.gamma_test=[0]", "wandb.mode=disabled", "progress=false", "threads=1",
+            "run_name=stopped"]
+    process, stopped = start_run_until_rows(args, runs, rows=2)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 75, stderr[-2000:]
+    recorded = json.loads((stopped / "provenance.json").read_text())["data_files"]
+    assert recorded["files"] == 24
+
+    write_frame_clips(root, ["clip5"], seed=1)
+    refused = cutlab(args, runs, check=False)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-2000:]
+    assert refused.stderr.strip().splitlines()[-1] == (
+        f"cutlab: error: data.root={root} changed since {stopped} began (24 files then, 30 now, or other sizes or "
+        "modification times), so resuming would finish it on other data: restore the files as they were (a copy "
+        "keeps their times with cp -p or rsync -a), or pass run_name=<new name> to start a separate run (the "
+        "existing one is kept)")
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "interrupted"
+
+    for frame in (root / "clip5").iterdir():  # restored: the same command resumes it
+        frame.unlink()
+    (root / "clip5").rmdir()
+    resumed = cutlab(args, runs, timeout=600)
+    assert "resuming" in resumed.stdout + resumed.stderr
+    assert json.loads((stopped / "summary.json").read_text())["status"] == "complete"
+
+
 def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_the_same_result(tmp_path):
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=6", "checkpoint.every_steps=1000", "eval.gamma_test=[0]", "wandb.mode=offline",

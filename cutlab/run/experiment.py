@@ -25,7 +25,7 @@ from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_tra
                               make_reproducible, pick_device, precision_of, recorded_reference,
                               reference_of)
 from cutlab.run.checkpoints import load_checkpoint
-from cutlab.run.identity import check_same_run
+from cutlab.run.identity import check_same_data, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
 from cutlab.run.progress import ProgressReporter, announce_start, print_line
@@ -82,6 +82,8 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
         if cfg.train.constrained:  # about to train: what the config checks leave to training time (old records pass)
             DualSettings.of(cfg.train).check_trainable()
         checkpoint = load_checkpoint(run_dir)
+        if checkpoint is not None:
+            check_same_data(run_dir, resolved)
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
         try:
@@ -136,7 +138,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         _record_resumption(run_dir, trainer.progress.step, cfg.seed, device)
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
-        write_json(run_dir / PROVENANCE, provenance(cfg.seed, device))
+        write_json(run_dir / PROVENANCE, {**provenance(cfg.seed, device), "data_files": data_fingerprint(resolved)})
     return task, trainer, reference
 
 

@@ -8,6 +8,7 @@ configuration is refused, naming what differs, rather than handing back someone 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,10 @@ import yaml
 
 from cutlab.config.neutral import without_result_neutral_keys
 from cutlab.config.paths import with_absolute_root
+from cutlab.core.data.cache import data_files
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.errors import CutlabError
-from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_mapping
+from cutlab.run.records import CHECKPOINT, CONFIG, PROVENANCE, SUMMARY, read_mapping
 
 MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one is kept)"
 
@@ -118,3 +120,22 @@ def check_same_run(run_dir: Path, resolved: dict) -> None:
     if found:
         raise CutlabError(f"{run_dir} already holds a run with another configuration ({'; '.join(found[:5])}"
                           f"{'; ...' if len(found) > 5 else ''}); {MOVE_ASIDE}")
+
+
+def data_fingerprint(resolved: dict) -> dict | None:
+    """The run's data as it is now (cutlab.core.data.cache.data_files of its data.root), recorded when it starts."""
+    return data_files((resolved.get("data") or {}).get("root"))
+
+
+def check_same_data(run_dir: Path, resolved: dict) -> None:
+    """Refuse to resume ``run_dir`` on data whose files changed since it started (a clip replaced, added or removed
+    moves the train/validation/test split): the resumed run would finish on other data than it began on, and say
+    nothing. Runs recorded before the fingerprint was (no ``data_files`` in provenance.json) are not checked."""
+    record = read_mapping(run_dir / PROVENANCE, json.loads, (json.JSONDecodeError,), "run provenance") or {}
+    then, now = record.get("data_files"), data_fingerprint(resolved)
+    if not isinstance(then, dict) or now is None or then == now:
+        return
+    root = resolved["data"]["root"]
+    raise CutlabError(f"data.root={root} changed since {run_dir} began ({then.get('files')} files then, {now['files']} "
+                      "now, or other sizes or modification times), so resuming would finish it on other data: restore "
+                      f"the files as they were (a copy keeps their times with cp -p or rsync -a), or {MOVE_ASIDE}")

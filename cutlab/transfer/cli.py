@@ -102,7 +102,8 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     from cutlab.run.build import pick_device
     from cutlab.transfer.config import check_fits, default_data, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
-    from cutlab.transfer.record import EVALUATIONS, data_files, data_label, done, evaluation_dir, write_record
+    from cutlab.core.data.cache import data_files
+    from cutlab.transfer.record import EVALUATIONS, data_label, done, evaluation_dir, write_record
     from cutlab.transfer.runs import finished_run
 
     run_cfg, summary, checkpoint = finished_run(run_dir)

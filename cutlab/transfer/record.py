@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 
 from cutlab.config.data_settings import settings_apart, named_with
-from cutlab.core.data.cache import file_fingerprint
 from cutlab.errors import CutlabError
 from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
 
@@ -62,17 +61,6 @@ def folder_label(request: dict) -> str:
 def evaluation_dir(run_dir: Path, request: dict) -> Path:
     name = re.sub(r"[^\w.=+-]+", "_", folder_label(request)).strip("_")
     return run_dir / EVALUATIONS / f"{name}-{request_key(request)}"
-
-
-def data_files(root) -> dict | None:
-    """How many files the evaluated data's ``data.root`` holds and a digest of their paths, sizes and modification
-    times (the fingerprint the data caches use); None for data that is not a local file or folder."""
-    path = Path(str(root)).expanduser() if root else None
-    if path is None or not path.exists():
-        return None
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    rows = file_fingerprint(path if path.is_dir() else path.parent, files)
-    return {"files": len(rows), "digest": hashlib.sha1(json.dumps(rows).encode()).hexdigest()}
 
 
 def read_record(folder: Path) -> dict | None:

@@ -47,6 +47,18 @@ def file_fingerprint(base: Path, files: list[Path]) -> list[tuple[str, int, int]
     return sorted(rows)
 
 
+def data_files(root) -> dict | None:
+    """How many files a ``data.root`` holds and a digest of their paths, sizes and modification times (the
+    fingerprint above); None for data that is not a local file or folder. A run records it when it starts and
+    compares it when resumed; cutlab-eval, with each evaluation."""
+    path = Path(str(root)).expanduser() if root else None
+    if path is None or not path.exists():
+        return None
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    rows = file_fingerprint(path if path.is_dir() else path.parent, files)
+    return {"files": len(rows), "digest": hashlib.sha1(json.dumps(rows).encode()).hexdigest()}
+
+
 def cache_key(parts: dict) -> str:
     """Hex SHA-256 of a JSON-able description of the input (always includes CACHE_VERSION)."""
     payload = json.dumps({**parts, "cache_version": CACHE_VERSION}, sort_keys=True, default=str)
