@@ -269,3 +269,19 @@ def test_a_config_of_ones_own_that_is_not_valid_yaml_is_one_line_naming_its_line
         f"cutlab: error: {outside / 'model' / 'smoother.yaml'} is not valid YAML at line 7, column 1 (while parsing a "
         "flow mapping begun at line 6, column 8: expected ',' or '}', but got '<stream end>'); fix the file there")
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_of_ones_own_not_found_says_where_it_was_looked_for(tmp_path):
+    """Forgetting --config-dir, or giving the project's folder instead of its conf/, said only 'unknown model'."""
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "conf" / "model" / "smoother.yaml").write_text(CONFIG)
+    for where, expected in [
+        ([], "or give the folder holding your model/smoother.yaml with --config-dir"),
+        (["--config-dir", str(outside)],
+         f"; {outside / 'conf' / 'model' / 'smoother.yaml'} is there: give --config-dir {outside / 'conf'}"),
+    ]:
+        result = cutlab(["--plan", *where, "model=smoother"], tmp_path / "runs", check=False)
+        assert result.returncode == 2, result.stderr[-2000:]
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("cutlab: error: unknown model 'smoother'; choose one of model=") and last.endswith(expected)

@@ -108,8 +108,20 @@ def check_group_choices(arguments: list[str]) -> None:
         known = choices(group, folders)
         for choice in value.split(","):
             if choice not in known:
-                raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}")
+                raise CutlabError(f"unknown {group} {choice!r}; choose one of {group}={','.join(known)}"
+                                  f"{_own_config_hint(group, choice, folders[2:])}")
             _check_not_shadowed(group, choice, folders)
+
+
+def _own_config_hint(group: str, choice: str, own: list[Path]) -> str:
+    """Where a config of one's own is looked for: the missing --config-dir, or a folder one level off."""
+    if not own:
+        return f", or give the folder holding your {group}/{choice}.yaml with --config-dir"
+    below = [folder / sub for folder in own for sub in ("conf", "configs")
+             if (folder / sub / group / f"{choice}.yaml").is_file()]
+    if below:
+        return f"; {below[0] / group / (choice + '.yaml')} is there: give --config-dir {below[0]}"
+    return f"; looked for {' and '.join(str(folder / group / (choice + '.yaml')) for folder in own)} too"
 
 
 def _values(argument: str) -> list[str]:
