@@ -50,6 +50,19 @@ def test_the_text_sweeps_train_with_the_text_presets(tmp_path):
         assert all("train=constrained_text" in i or "train=erm_text" in i for i in ids), (sweep, ids[:2])
 
 
+def test_a_sweeps_line_per_run_names_its_headline_a_text_runs_is_the_accuracy_auc():
+    """A text run's line said 'accuracy 1.56': the number was the AUC of its accuracy over gamma_test (Table 4)."""
+    from cutlab.launch.outcome import outcome_of
+
+    recorded = ROOT / "benchmarks" / "feasibility_study" / "reproduce_cpu" / "runs"
+    text = json.loads(next(recorded.glob("*data=imdb*/summary.json")).read_text())
+    video = json.loads(next(recorded.glob("*model=ut*train=constrained/summary.json")).read_text())
+    assert text["test_auc"] != text["test_mean_metric"]
+    line = outcome_of("imdb-run", lambda: text, None).line()
+    assert line == f"complete    imdb-run accuracy AUC {text['test_auc']:.4g}"
+    assert outcome_of("video-run", lambda: video, None).line() == f"complete    video-run rmse {video['test_mean_metric']:.4g}"
+
+
 def test_the_users_form_plans_one_run_per_combination_with_stable_ids(tmp_path):
     runs = tmp_path / "runs"
     first = cutlab(["--plan", "-m", "model=dust,ut", "gamma=0,0.09"], runs)

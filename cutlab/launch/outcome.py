@@ -53,8 +53,11 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
     from cutlab.core.objectives import headline_of, objective_of_metric  # here: importing them imports torch (~1 s)
 
-    value = headline_of(summary, objective_of_metric(summary["metric"])) if summary.get("metric") else None
-    return Outcome(run_id, summary.get("status") or "complete", summary.get("metric"), value, job_id=job_id)
+    # the headline's own name: a text run's is the AUC of its accuracy over gamma_test, not an accuracy
+    objective = objective_of_metric(summary["metric"]) if summary.get("metric") else None
+    value = headline_of(summary, objective) if objective else None
+    name = objective.headline_name() if objective else None
+    return Outcome(run_id, summary.get("status") or "complete", name, value, job_id=job_id)
 
 
 def ended(outcomes: list[Outcome]) -> int:

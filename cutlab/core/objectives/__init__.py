@@ -28,6 +28,8 @@ class Objective(Protocol):
 
     def headline_key(self) -> str: ...       # the summary key of the run's one number (Headline)
 
+    def headline_name(self) -> str: ...      # what that number is called: rmse, or accuracy AUC (Table 4)
+
     def selection_mode(self) -> str: ...     # "min" or "max", from higher_is_better
 
     def headline(self, last_layer: torch.Tensor, grid: list[float]) -> dict: ...

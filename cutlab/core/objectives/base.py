@@ -23,6 +23,11 @@ class Headline:
         return "test_auc" if cls.area_under_gamma else "test_mean_metric"
 
     @classmethod
+    def headline_name(cls) -> str:
+        """What the headline number is called where it stands alone (a sweep's line per run)."""
+        return f"{cls.metric_name} AUC" if cls.area_under_gamma else cls.metric_name
+
+    @classmethod
     def selection_mode(cls) -> str:
         return "max" if cls.higher_is_better else "min"
 
