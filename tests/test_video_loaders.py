@@ -145,6 +145,10 @@ def test_video_folder_flat_layout_holds_out_the_last_clips(tmp_path):
     assert sorted(clips.train) == ["training_cam1", "training_cam2"] and list(clips.test) == ["testing_cam10"]
     with pytest.raises(CutlabError, match=r"data.test_clips=3 must be an integer in \[1, 2\]"):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=3)
+    for video in ("cam2.avi", "cam10.avi"):  # one clip left: nothing to hold out ("an integer in [1, 0]" before)
+        (root / video).unlink()
+    with pytest.raises(CutlabError, match=r"holds one clip \(cam1\), and a flat folder needs at least two"):
+        load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=1)
 
 
 def test_validation_is_held_out_in_the_same_natural_order_as_the_test_clips():

@@ -42,6 +42,10 @@ def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bo
             break
     else:
         clips = find_clips(folder)
+        if len(clips) < 2:
+            raise CutlabError(f"data.root: {folder} holds one clip ({next(iter(clips))}), and a flat folder needs at "
+                              "least two: one to train on and data.test_clips held out for testing; add clips, or "
+                              "split them into train/ and test/")
         if isinstance(test_clips, bool) or not isinstance(test_clips, int) or not 1 <= test_clips < len(clips):
             raise CutlabError(
                 f"data.test_clips={test_clips!r} must be an integer in [1, {len(clips) - 1}] for the {len(clips)} clips "
@@ -69,7 +73,7 @@ def find_clips(folder: Path) -> dict[str, ClipSource]:
                 raise CutlabError(f"data.root: {sub} and a video file both name clip {sub.name!r} in {folder}; rename one")
             clips[sub.name] = frames
     if not clips:
-        raise CutlabError(f"data.root: {folder} {describe(folder)} but no video files or frame folders; {HINT}")
+        raise CutlabError(f"data.root: {folder} has no video files or frame folders (it {describe(folder)}); {HINT}")
     return clips
 
 
