@@ -253,6 +253,31 @@ def test_a_run_whose_data_changed_since_it_began_is_not_resumed_until_they_are_r
     assert json.loads((stopped / "summary.json").read_text())["status"] == "complete"
 
 
+def test_ctrl_c_in_an_in_process_sweep_records_the_runs_it_never_began_too(tmp_path):
+    """Stopped in its first of two runs, the sweep's summary and outcome.json listed that run alone."""
+    runs = tmp_path / "runs"
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(runs), "CUTLAB_CACHE_DIR": str(tmp_path / "cache"),
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", "gamma=0,0.09", "train.epochs=50", "threads=1",
+                                "wandb.mode=disabled", "progress=false"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's
+    first = runs / "gamma=0,train.epochs=50" / "history.csv"
+    deadline = time.time() + 300
+    while not first.exists() or len(pd.read_csv(first)) < 2:
+        assert process.poll() is None and time.time() < deadline, "the sweep ended before it could be stopped"
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-2000:]
+    assert "0 complete, 0 failed, 2 interrupted" in stderr, stderr[-2000:]
+    outcome = {run["run_id"]: run for run in sweep_outcome(runs)["runs"]}
+    assert outcome["gamma=0,train.epochs=50"]["error"] == "interrupted (Ctrl-C)"
+    assert outcome["gamma=0.09,train.epochs=50"] == {
+        "run_id": "gamma=0.09,train.epochs=50", "status": "interrupted", "metric": None, "value": None,
+        "error": "not started, the sweep was stopped; run it again to resume", "job_id": None}
+
+
 def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_the_same_result(tmp_path):
     runs = tmp_path / "runs"
     args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=6", "checkpoint.every_steps=1000", "eval.gamma_test=[0]", "wandb.mode=offline",

@@ -26,7 +26,7 @@ from typing import Iterator
 
 from cutlab.core.progress import tally
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, RunFailed, RunInterrupted, ended, outcome_of
+from cutlab.launch.outcome import NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
 
 
@@ -90,7 +90,7 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
         slot = idle.get()  # a free one: at most ``count`` runs are in flight
         try:
             if stopping.is_set():
-                raise RunInterrupted(f"{command.run_id}: not started, the sweep was stopped; run it again to resume")
+                raise RunInterrupted(f"{command.run_id}: {NOT_STARTED}")
             return slot.run(command)
         except WorkerDied:
             if stopping.is_set():  # stopped while it ended its run: the same command resumes it

@@ -10,6 +10,8 @@ OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what 
 # busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one
 STATUSES = ("complete", "failed", "interrupted", "busy")
 BUSY_ADVICE = "left to the process writing it; run the same command again when that one ends"
+# a run a stopped sweep never began: counted interrupted, since the same command runs it
+NOT_STARTED = "not started, the sweep was stopped; run it again to resume"
 
 
 class RunFailed(Exception):
