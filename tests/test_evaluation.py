@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -92,6 +93,10 @@ def test_ratio_statistics():
     assert stats["ratio_pairs_left_out"] == 2 and stats["ratio_median"] == 0.5
     assert stats["ratio_mean"] == pytest.approx((0.5 + 1.5 + 0.5 + 0.5 + 0.0 + 0.0) / 6)
     assert stats["fraction_decreasing"] == pytest.approx(5 / 6)
+    # an even count's median is the mean of its two middle values, as numpy's (Fig. 12's annotation)
+    losses = torch.tensor([[[4.0, 2.0, 3.0], [1.0, 0.9, 0.45]]])  # ratios 0.5, 1.5, 0.9, 0.5
+    stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
+    assert stats["ratio_median"] == pytest.approx(float(np.median([0.5, 1.5, 0.9, 0.5]))) == pytest.approx(0.7)
 
 
 def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
