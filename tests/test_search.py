@@ -155,6 +155,12 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
     assert not (tmp_path / "runs").exists()
 
 
+def test_dry_run_shows_an_arms_key_the_command_sets_with_the_commands_value(tmp_path, monkeypatch, capsys):
+    """The command's overrides come after an arm's: model=ut runs, yet the plan showed the preset's model=dust."""
+    stderr = search_in_process(["search=dust_video", "--dry-run", "model=ut", *TINY], tmp_path, monkeypatch, capsys)
+    assert "arm search [model=ut (the command's; the preset's model=dust) train=constrained]: train.alpha" in stderr
+
+
 # ---------------------------------------------------------------- the search itself
 
 

@@ -171,8 +171,20 @@ def describe(plan, workers: int) -> str:
         label = arm.name or "search"
         what = (f"seeds {plan.base_seed}..{plan.base_seed + preset.n_trials - 1}" if arm.seeds
                 else "; ".join(_describe_param(p) for p in arm.space))
-        lines.append(f"  arm {label} [{' '.join(arm.overrides) or 'no fixed overrides'}]: {what}")
+        fixed = " ".join(_arm_overrides(arm.overrides, plan.base_overrides)) or "no fixed overrides"
+        lines.append(f"  arm {label} [{fixed}]: {what}")
     return "\n".join(lines)
+
+
+def _arm_overrides(arm: tuple[str, ...], command: tuple[str, ...]) -> list[str]:
+    """An arm's fixed overrides as its trials get them: a key the command sets too takes the command's value (it
+    comes after the arm's), so the line shows that one and names the preset's."""
+    given = {override.lstrip("+~").partition("=")[0]: override for override in command}
+    shown = []
+    for override in arm:
+        key = override.lstrip("+~").partition("=")[0]
+        shown.append(f"{given[key]} (the command's; the preset's {override})" if key in given else override)
+    return shown
 
 
 def slurm_description(plan, workers: int) -> str:
