@@ -172,7 +172,28 @@ def _best_per(results: pd.DataFrame, keys: list[str], rule: str) -> pd.DataFrame
     ranked = best.sort_values(["_fp32", "_arms", "_points", "steps", "n_runs"], ascending=False, kind="stable")
     chosen = ranked.drop_duplicates(keys)[keys + ["_setting"]]
     best = ranked.merge(chosen, on=keys + ["_setting"], how="inner")
-    return sort_cells(best.drop_duplicates(keys + ["arm"]).drop(columns=["_points", "_fp32", "_setting", "_arms"]))
+    shown = sort_cells(best.drop_duplicates(keys + ["arm"]).drop(columns=["_points", "_fp32", "_setting", "_arms"]))
+    # an arm with no run in the setting chosen is not drawn: the caption says which (settings_left_out)
+    arms = ranked.drop_duplicates(keys + ["arm"])
+    missing = arms.merge(shown[keys + ["arm"]], on=keys + ["arm"], how="left", indicator=True)
+    shown.attrs["left_out"] = [_arm_in_setting(row, keys) for _, row in missing.iterrows()
+                               if row["_merge"] == "left_only"]
+    return shown
+
+
+def _arm_in_setting(row: pd.Series, keys: list[str]) -> str:
+    named = {"L": "L", "gamma_train": "γ_train"}
+    cell = " · ".join(f"{named[key]}={row[key]:g}" if key in named else str(row[key]) for key in keys if key != "task")
+    points = len(row["gamma_test_grid"]) if isinstance(row["gamma_test_grid"], tuple) else 0
+    return f"{ARM_LABELS[row['arm']]} of {cell} ({int(row['steps'])} steps, {row['precision']}, {points} γ_test)"
+
+
+def settings_left_out(*chosen: pd.DataFrame) -> str:
+    """The caption's note of the arms that ran only at another setting than the one a figure shows (``chosen``:
+    what _best_per returned)."""
+    left = [arm for best in chosen for arm in best.attrs.get("left_out", [])]
+    return (" Not drawn, having no run at the setting shown (steps, precision, γ_test grid) beside the other arms: "
+            + "; ".join(left) + ".") if left else ""
 
 
 def _count_range(counts: list[int]) -> str:

@@ -18,7 +18,7 @@ from .figure_marks import integer_ticks, line_style
 from .selection import ARM_LABELS, ARMS, CHOSEN_BY, cell_label
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, LOSS_LABEL, MARKS_CAPTION, MAX_PANELS, MAX_ROWS, TITLES, _at_reference,
-    _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
+    _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel, settings_left_out,
 )
 
 
@@ -44,7 +44,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     result.caption = ("Mean test loss ℓ_l at every layer l (l = 0: before the first block) for the run "
                       f"{CHOSEN_BY[runs.selection]} per arm, at the lowest γ_test (filled markers) and the highest "
                       "(hollow, lighter); a constrained model should descend monotonically. " + MARKS_CAPTION
-                      + _not_shown(hidden, "cells"))
+                      + _not_shown(hidden, "cells") + settings_left_out(*cells))
 
     # each panel's legend below it: one column where labels are long (three arms, the paper's dual's among them), so
     # that no legend runs into its neighbour's, and the panel as much taller as its legend has lines
@@ -106,7 +106,7 @@ def gamma_train_effect(runs: RunTable, out_dir: Path) -> FigureResult:
     result.caption = ("Test metric of the last layer against γ_test, one curve per training perturbation γ_train "
                       "(lighter = larger), one panel per arm (" + ", ".join(ARM_LABELS[arm] for arm in arms)
                       + f"); per γ_train the run {CHOSEN_BY[runs.selection]}. " + MARKS_CAPTION
-                      + _not_shown(hidden, "cells"))
+                      + _not_shown(hidden, "cells") + settings_left_out(best))
     colours = matplotlib.colormaps["viridis"]
 
     def draw() -> Figure:
@@ -144,13 +144,14 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
     """Fig 12: histogram of per-sample descent ratios l_l / l_{l-1}, with mean, median and fraction < 1."""
     result = FigureResult("fig12_descent_ratios", TITLES["fig12_descent_ratios"])
     panels = []  # (constrained run, its ratios, gamma_test, ERM counterpart's ratios or None)
-    hidden = 0
+    hidden, chosen = 0, []
     for task in ("video", "text"):
         results, _ = _at_reference(runs, task, gamma_train)
         results = results[results["has_sample_losses"].astype(bool)]
         if results.empty:
             continue
         best = _best_per(results, ["task", "model", "dataset", "L"], runs.selection)
+        chosen.append(best)
         for _, run in best[best["arm"] != "erm"].iterrows():
             if len(panels) >= MAX_PANELS:
                 hidden += 1
@@ -169,7 +170,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
                       "γ_test nearest γ_train (in distribution), for the constrained run "
                       f"{CHOSEN_BY[runs.selection]} (filled) and its ERM counterpart (outline). A ratio below 1 is "
                       "a layer that lowers the loss; the constraint asks for 1 − α. " + MARKS_CAPTION
-                      + _not_shown(hidden, "cells"))
+                      + _not_shown(hidden, "cells") + settings_left_out(*chosen))
 
     def stats(values: np.ndarray) -> str:
         return f"mean {values.mean():.2f} · median {np.median(values):.2f} · {100 * (values < 1).mean():.1f} % < 1"

@@ -17,6 +17,7 @@ from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, three_g
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
+    settings_left_out,
     distinguishing,
 )
 
@@ -47,7 +48,7 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
     result.caption = (f"Test {METRIC_NAME.get(metric, metric)} of the last layer against the test perturbation "
                       f"γ_test, at γ_train = {gamma:g}. "
                       f"Per model, dataset and arm: the run {CHOSEN_BY[runs.selection]} over depths L and seeds (its L "
-                      "in the legend). " + MARKS_CAPTION)
+                      "in the legend). " + MARKS_CAPTION + settings_left_out(best))
 
     def draw() -> Figure:
         figure, axes = _panels(len(models), len(datasets))
@@ -98,7 +99,8 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                (f"γ_test = {high:g} (most out of distribution)", high)]
     result.caption = (f"Test RMSE of the last layer against depth L at γ_train = {gamma:g}: at the lowest γ_test, "
                       "averaged over the grid, and at the highest γ_test. Per depth and arm: the run "
-                      f"{CHOSEN_BY[runs.selection]}. " + MARKS_CAPTION + _not_shown(hidden, "model/dataset pairs"))
+                      f"{CHOSEN_BY[runs.selection]}. " + MARKS_CAPTION + _not_shown(hidden, "model/dataset pairs")
+                      + settings_left_out(best))
 
     def draw() -> Figure:
         figure, axes = _panels(len(pairs), len(columns))

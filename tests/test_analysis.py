@@ -434,7 +434,7 @@ def test_an_ablation_point_never_averages_runs_of_another_budget_as_seeds():
 
 def test_a_figure_sets_every_arm_of_a_cell_in_one_setting():
     # constrained ran at 60 and 400 steps, ERM at 60 only: the figure compares both at 60, never 400 against 60
-    from analysis.figure_kit import _best_per
+    from analysis.figure_kit import _best_per, settings_left_out
 
     base = {"task": "video", "model": "dust", "dataset": "ucsd_ped2", "L": 3, "gamma_train": 0.09,
             "gamma_test_grid": (0.0, 1.0), "usable": True, "selection_mode": "min", "verdict": "feasible", "seed": 0,
@@ -444,6 +444,14 @@ def test_a_figure_sets_every_arm_of_a_cell_in_one_setting():
                          {**base, "run": "erm", "arm": "erm", "steps": 60, "selection_metric": 3.0}])
     best = _best_per(runs, ["model", "dataset", "L", "gamma_train"], "validation")
     assert sorted(best["run"]) == ["erm", "short"]
+    assert settings_left_out(best) == ""  # every arm is drawn
+    # ERM at 2 steps only: no setting has both arms, so the longer training is drawn and the caption names ERM's
+    runs = runs[runs["run"] != "short"].assign(steps=[400, 2])
+    best = _best_per(runs, ["task", "model", "dataset", "L", "gamma_train"], "validation")
+    assert list(best["run"]) == ["long"]
+    assert settings_left_out(best) == (" Not drawn, having no run at the setting shown (steps, precision, γ_test grid) "
+                                       "beside the other arms: ERM of dust · ucsd_ped2 · L=3 · γ_train=0.09 (2 steps, "
+                                       "fp32, 2 γ_test).")
 
 
 def test_what_tells_panels_apart_leaves_out_a_models_class():
