@@ -36,6 +36,7 @@ from .record_values import SUMMARY as SUMMARY_RULES
 from .history import lost_steps, read_history
 from .run_numbers import headline, summary_columns
 from cutlab.config.data_settings import settings_apart, named_with
+from cutlab.config.groups import shipped_root_apart
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
@@ -154,11 +155,19 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
 def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:
     """Runs of one data set trained on other data settings (another ``data.root``, image size, subset, ...) are
     other cells, not seeds or trials of one: each gets ``dataset = "name (key=value, ...)"`` with the ``data.*``
-    keys whose values tell them apart (cutlab.config.data_settings), so no table, figure or selection merges them."""
+    keys whose values tell them apart (cutlab.config.data_settings), so no table, figure or selection merges them,
+    and with a root other than its data set's shipped one (one's own npz as data=ucsd_ped2 is not the paper's Ped2).
+    ``dataset_any_root``: the same without the root, for the paper's numbers (an official UCSDped2 folder is Ped2)."""
     columns = [column for column in frame.columns if column.startswith(DATA_PREFIX)]
+    frame["dataset_any_root"] = frame["dataset"]
     for name, group in frame.groupby("dataset", dropna=True):
-        for index, parts in zip(group.index, settings_apart(data_configs(group, columns))):
+        data_dirs = group.get("cfg.paths.data_dir", pd.Series(None, index=group.index))
+        configs = data_configs(group, columns)
+        for index, config, parts in zip(group.index, configs, settings_apart(configs)):
+            if not any(part.startswith("root=") for part in parts):  # else the runs' roots tell them apart already
+                parts = shipped_root_apart(name, config, data_dirs[index]) + parts
             frame.at[index, "dataset"] = named_with(name, parts)
+            frame.at[index, "dataset_any_root"] = named_with(name, [p for p in parts if not p.startswith("root=")])
     return frame
 
 

@@ -171,12 +171,14 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
         row: dict = {"model": model, "dataset": dataset, "L": int(layers), "gamma_train": float(gamma_train),
                      "precision": precision, "steps": steps}
         paper_L = None
+        # Ped2 read from another root is still Ped2 (collect.label_data_settings); a frame made by hand has no roots
+        published_as = cell["dataset_any_root"].iloc[0] if "dataset_any_root" in cell else dataset
         for arm in ARMS:
             chosen = cell[cell["arm"] == arm]
             best = chosen.iloc[0] if len(chosen) else None
             value = float(best[spec.value]) if best is not None else math.nan
             # both constrained arms stand beside the paper's constrained number
-            paper = published_value(spec.published, model, dataset, int(layers), float(gamma_train), arm != "erm")
+            paper = published_value(spec.published, model, published_as, int(layers), float(gamma_train), arm != "erm")
             paper_L = paper.paper_L if paper else paper_L
             if arm != "constrained_paper":
                 row[f"paper_{arm}"] = paper.value if paper else math.nan

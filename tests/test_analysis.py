@@ -420,6 +420,34 @@ def test_a_run_of_another_budget_is_its_own_row_and_trials_are_named_not_counted
     assert "dust (60 steps) · ucsd_ped2 · L=3 · γ_train=0.09, constrained: train.alpha ×2" in markdown
 
 
+def test_runs_on_a_root_other_than_the_shipped_one_are_labelled_with_it_and_keep_the_papers_numbers(tmp_path):
+    """data=ucsd_ped2 data.root=mine.npz (one's own video) was labelled plain ``ucsd_ped2`` when all of a report's Ped2
+    runs shared that root, and compared with the paper's Ped2 as if it were Ped2. Now the root is named where it is not
+    the data set's shipped one under the run's own paths.data_dir (another machine's default is no other root), as
+    cutlab-eval names it; the paper's numbers stay beside it (an official UCSDped2 folder is the real Ped2)."""
+    import yaml
+
+    from analysis.collect import collect_runs
+    from analysis.tables import TABLE3, build_table
+
+    def write(name: str, dataset: str, root: str, data_dir: str, **cell) -> None:
+        run = write_run(tmp_path / name, name, model="dust", dataset=dataset, L=3, gamma=0.09, test=15.0,
+                        selection=15.0, data={"root": root}, **cell)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "paths": {**config["paths"], "data_dir": data_dir}}))
+
+    for arm in (True, False):
+        write(f"mine_{arm}", "ucsd_ped2", "/tmp/myproj/mine.npz", "/data", constrained=arm)
+    write("shipped", "ucsd_ped2", "/elsewhere/ucsd_ped2/ped2_gray160_uint8.npz", "/elsewhere", constrained=True)
+    write("footage", "video_folder", "/footage/clips", "/data", constrained=True)
+    mine = collect_runs(*(tmp_path / f"mine_{arm}" for arm in (True, False)))
+    assert set(mine.runs["dataset"]) == {"ucsd_ped2 (root=mine.npz)"}
+    assert collect_runs(tmp_path / "shipped").runs["dataset"].tolist() == ["ucsd_ped2"]
+    assert collect_runs(tmp_path / "footage").runs["dataset"].tolist() == ["video_folder (root=clips)"]
+    row = build_table(mine, TABLE3).frame.iloc[0]
+    assert row["dataset"] == "ucsd_ped2 (root=mine.npz)" and row["paper_constrained"] == 14.856
+
+
 def test_an_ablation_point_never_averages_runs_of_another_budget_as_seeds():
     from analysis.collect import RunTable
     from analysis.figures_metric import ablation_groups

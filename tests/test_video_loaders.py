@@ -151,6 +151,20 @@ def test_video_folder_flat_layout_holds_out_the_last_clips(tmp_path):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=1)
 
 
+def test_video_folder_reads_your_own_npz_in_ucsds_layout(tmp_path):
+    """data=video_folder data.root=mine.npz: "is not an existing folder" though the file was there, so the only route
+    was data=ucsd_ped2, and the report compared one's own footage with the paper's Ped2 numbers."""
+    clips = {f"{split}_{n:02d}": np.random.default_rng(n).integers(0, 256, (5, 48, 48), dtype=np.uint8)
+             for split, count in (("training", 2), ("testing", 1)) for n in range(1, count + 1)}
+    np.savez(tmp_path / "mine.npz", **clips)
+    loaded = load_video_clips("video_folder", str(tmp_path / "mine.npz"), cache_dir=None, image_size=48, progress=False)
+    assert sorted(loaded.train) == ["training_01", "training_02"] and list(loaded.test) == ["testing_01"]
+    np.testing.assert_array_equal(loaded.test["testing_01"], clips["testing_01"])
+    np.savez(tmp_path / "other.npz", clip=clips["testing_01"])  # the keys name the split: other keys say so
+    with pytest.raises(CutlabError, match=r"other.npz has no training_NN arrays \(it holds clip\).*or at an .npz"):
+        load_video_clips("video_folder", str(tmp_path / "other.npz"), cache_dir=None, progress=False)
+
+
 def test_validation_is_held_out_in_the_same_natural_order_as_the_test_clips():
     from cutlab.core.data.video import split_validation
 

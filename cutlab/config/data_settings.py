@@ -34,6 +34,14 @@ def settings_apart(configs: list[dict], short: bool = True, null_is_set: bool = 
             for config in configs]
 
 
+def apart_from_default(data: dict, default: dict, short: bool = False) -> list[str]:
+    """``key=value`` for each setting of ``data`` (one data config) that differs from ``default``, its data set's config
+    as shipped: there a null is a setting (video_folder's ``root: null``), and a key ``data`` lacks (a record from
+    before the key existed) is no difference. The one rule by which cutlab-eval names the data it evaluated and the
+    analysis the data a run trained on (another ``data.root`` than the shipped one is other data)."""
+    return settings_apart([data, default], short=short, null_is_set=True)[0]
+
+
 def _roots_matched(configs: list[dict]) -> list[dict]:
     """A relative ``root`` (recorded before cutlab made roots absolute, from the folder the run was started in) read as
     the one absolute root among ``configs`` that ends with it, so that old and new records of one sweep stay one cell;

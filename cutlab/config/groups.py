@@ -6,10 +6,13 @@ A group's choices are the yaml files in conf/<group>/ and in every folder the co
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
+from cutlab.config.data_settings import apart_from_default
 from cutlab.config.naming import check_run_name
 from cutlab.config.paths import CONFIG_DIR, SWEEPS_DIR
 from cutlab.errors import CutlabError
@@ -191,3 +194,28 @@ def _task_of(folder: Path, name: str, depth: int = 0):
         return node.get("task")
     parents = [entry for entry in node.get("defaults", []) if isinstance(entry, str) and entry != "_self_"]
     return _task_of(folder, parents[0], depth + 1) if parents and (folder / f"{parents[0]}.yaml").exists() else None
+
+
+@functools.cache  # one read per data set and machine, however many runs a report holds
+def shipped_data(name: str, data_dir) -> dict | None:
+    """conf/data/<name>.yaml as a run whose ``paths.data_dir`` was ``data_dir`` composed it (its default root lies
+    under that folder); None where that cannot be known: a data config of the user's own, a root that needs a
+    ``data_dir`` the record lacks."""
+    if name not in choices("data"):  # a record's name is not a path to follow
+        return None
+    node = OmegaConf.create({"data": OmegaConf.load(CONFIG_DIR / "data" / f"{name}.yaml")})
+    if isinstance(data_dir, str):
+        node.paths = {"data_dir": data_dir}
+    try:
+        data = OmegaConf.to_container(node.data, resolve=True)
+    except OmegaConfBaseException:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def shipped_root_apart(name: str, data: dict, data_dir) -> list[str]:
+    """``[root=...]`` where ``data``, a data config of data set ``name`` (a run's), was read from another root than
+    the shipped one, composed with the run's own ``paths.data_dir`` (the machine it ran on); else, or where that
+    cannot be known, []. Told apart by cutlab-eval's rule (data_settings.apart_from_default)."""
+    shipped = shipped_data(name, data_dir)
+    return apart_from_default(data, {"root": shipped.get("root")}, short=True) if shipped is not None else []

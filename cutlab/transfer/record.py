@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 
-from cutlab.config.data_settings import settings_apart, named_with
+from cutlab.config.data_settings import apart_from_default, named_with
 from cutlab.errors import CutlabError
 from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
 
@@ -46,7 +46,7 @@ def data_label(request: dict, reference: dict | None = None, apart: list[str] | 
     name = data_name(data)
     said = f"root={name.partition(':')[2]}" if name != str(data.get("name")) else None  # video_folder:<root's name>
     if apart is None:  # against the defaults, where a null is a setting too: video_folder's null root is not shown
-        apart = settings_apart([data, reference], short=False, null_is_set=True)[0] if reference else []
+        apart = apart_from_default(data, reference) if reference else []
         apart = [part for part in apart if not (said and part.startswith("root="))]
     parts = [part for part in apart if part != said]
     return named_with(name, parts + ([] if request["split"] == "test" else [request["split"]]))

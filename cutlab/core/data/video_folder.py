@@ -1,12 +1,15 @@
-"""Your own footage: a folder of video files and/or frame folders (data=video_folder, data.root=...).
+"""Your own footage: a folder of video files and/or frame folders, or an .npz (data=video_folder, data.root=...).
 
-Two layouts are read:
+Two folder layouts are read:
 
 - split:  ``<root>/train/`` and ``<root>/test/`` (or ``training/`` and ``testing/``), each holding clips;
 - flat:   clips directly in ``<root>``; the last ``data.test_clips`` of them (sorted by name) are the test split.
 
 A clip is a video file (.avi, .mp4, .mov, .mkv, ...) or a folder of frame images (.jpg, .png, .tif, ...,
 read in natural order: 2.jpg before 10.jpg). Clips are named ``training_<name>`` / ``testing_<name>``.
+
+An .npz in UCSD's npz layout (arrays ``training_NN`` / ``testing_NN``, uint8 [frames, H, W]) is read by the Ped2
+reader (cutlab/core/data/ucsd.py load_npz): footage already preprocessed is trained on without posing as Ped2.
 """
 
 from __future__ import annotations
@@ -24,16 +27,20 @@ from cutlab.core.data.clipfiles import (
     natural_key,
     video_files,
 )
+from cutlab.core.data.ucsd import load_npz
 from cutlab.core.data.video import VideoClips
 from cutlab.core.errors import CutlabError
 
 _SPLIT_NAMES = (("train", "test"), ("training", "testing"))
 HINT = (f"point data.root at a folder of clips (video files {', '.join(VIDEO_SUFFIXES[:4])}, ... or folders of "
         f"{', '.join(FRAME_SUFFIXES[:3])}, ... frames), either split as <root>/train/ and <root>/test/ or flat in "
-        "<root> with the last data.test_clips clips held out for testing")
+        "<root> with the last data.test_clips clips held out for testing; or at an .npz of uint8 [frames, H, W] "
+        "arrays named training_01 ... and testing_01 ...")
 
 
 def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bool, test_clips: int = 1) -> VideoClips:
+    if root is not None and Path(str(root)).expanduser().is_file():  # an .npz: its keys are its split
+        return load_npz(Path(str(root)).expanduser(), cache_dir, image_size, progress, HINT)
     folder = existing_folder(root, "video_folder", HINT)
     for train_name, test_name in _SPLIT_NAMES:
         if (folder / train_name).is_dir() and (folder / test_name).is_dir():
