@@ -266,6 +266,38 @@ def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(
     assert data_label(footage, {"name": "video_folder", "task": "video", "root": None}) == "video_folder:my clips (all)"
 
 
+def test_the_label_says_sigma_run_and_the_folder_keeps_its_name(tmp_path):
+    """``--sigma run`` and the default ``--sigma data`` were both labelled ``video_folder:vids``: the report's two
+    columns differed only by a hash. The label says ``sigma=run`` (as it says ``all`` for ``--split all``); the
+    folders keep the names they always had, so evaluations already done are still found."""
+    from analysis.collect import collect_runs
+    from analysis.transfer import read_evaluations
+    from cutlab.transfer.record import METRICS, RECORD, data_label, evaluation_dir
+    from helpers.analysis import write_run
+
+    footage = {"name": "video_folder", "task": "video", "root": "/x/vids"}
+    by_data, by_run = ({**ped2_request(), "data": footage, "sigma": sigma} for sigma in ("data", "run"))
+    default = {**footage, "root": None}
+    assert data_label(by_data, default) == "video_folder:vids"
+    assert data_label(by_run, default) == "video_folder:vids (sigma=run)"
+    assert data_label({**by_run, "split": "all"}, default) == "video_folder:vids (all, sigma=run)"
+    assert evaluation_dir(tmp_path, by_run).name == "video_folder_vids-3ba152a04f"
+    assert evaluation_dir(tmp_path, {**by_run, "split": "all"}).name == "video_folder_vids_all-aa06d54180"
+    run = write_run(tmp_path / "runs", "a", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
+                    test=20.0, selection=20.0)
+    for request in (by_data, by_run):
+        folder = evaluation_dir(run, request)
+        folder.mkdir(parents=True)
+        rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
+                for g in request["gamma_test"] for layer in range(3)]
+        pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
+        (folder / RECORD).write_text(json.dumps({
+            "record_version": 1, "status": "complete", "request": request, "label": "video_folder:vids", "run": "a",
+            "metric": "rmse", "mean_metric": 21.0, "verdict": "feasible"}))
+    evaluations, _, problems = read_evaluations(collect_runs(tmp_path / "runs"))
+    assert not problems and sorted(evaluations["label"]) == ["video_folder:vids", "video_folder:vids (sigma=run)"]
+
+
 def test_the_label_names_a_setting_whose_default_is_null():
     """IMDb on 10, 15 and 20 test reviews was labelled alike: the default ``test_subset: null`` (every review) was
     taken for a key the config lacks. A key a run's older config lacks is still no difference."""

@@ -41,7 +41,8 @@ def data_name(data: dict) -> str:
 def data_label(request: dict, reference: dict | None = None, apart: list[str] | None = None) -> str:
     """The evaluated data as shown (the command's lines, the report): its name with the settings that tell it apart
     from ``reference`` (the data set's default config: ``ucsd_ped2 (root=/elsewhere/ped2.npz)``), or with ``apart``
-    where those are already known, and the split unless test. Only shown: the folder keeps its name (folder_label)."""
+    where those are already known, then the split unless test and ``sigma=run`` unless sigma_x is the evaluated
+    data's own (``--sigma data``, the default). Only shown: the folder keeps its name (folder_label)."""
     data = request["data"]
     name = data_name(data)
     said = f"root={name.partition(':')[2]}" if name != str(data.get("name")) else None  # video_folder:<root's name>
@@ -49,7 +50,9 @@ def data_label(request: dict, reference: dict | None = None, apart: list[str] | 
         apart = apart_from_default(data, reference) if reference else []
         apart = [part for part in apart if not (said and part.startswith("root="))]
     parts = [part for part in apart if part != said]
-    return named_with(name, parts + ([] if request["split"] == "test" else [request["split"]]))
+    split = [] if request["split"] == "test" else [request["split"]]
+    sigma = [] if request.get("sigma", "data") == "data" else [f"sigma={request['sigma']}"]
+    return named_with(name, parts + split + sigma)
 
 
 def folder_label(request: dict) -> str:
