@@ -46,3 +46,10 @@ def load_checkpoint(run_dir: Path) -> dict | None:
                                              for key, kind in REQUIRED.items()):
         raise CutlabError(f"the checkpoint {path} is not one cutlab wrote (it lacks {', '.join(REQUIRED)}); {fix}")
     return state
+
+
+def mismatch_reason(error: Exception, limit: int = 300) -> str:
+    """Why saved weights do not fit a model, in one line: torch's load_state_dict names the missing and unexpected
+    keys on the lines after its first ("Error(s) in loading state_dict for ..."), which alone says nothing."""
+    text = " ".join(line.strip() for line in str(error).strip().splitlines()) or type(error).__name__
+    return f"{type(error).__name__}: {text[:limit]}{' ...' if len(text) > limit else ''}"

@@ -24,7 +24,7 @@ from cutlab.interrupted import interrupt_behind
 from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
                               make_reproducible, pick_device, precision_of, recorded_reference,
                               reference_of)
-from cutlab.run.checkpoints import load_checkpoint
+from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
 from cutlab.run.identity import check_same_data, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
@@ -130,10 +130,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         try:
             trainer.load_state_dict(checkpoint["trainer"])
         except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a checkpoint of another model or config
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise CutlabError(f"the checkpoint {run_dir / CHECKPOINT} does not fit this run's configuration "
-                              f"({type(error).__name__}: {reason[:200]}); move it aside to restart this run from "
-                              "scratch") from None
+                              f"({mismatch_reason(error)}); move it aside to restart this run from scratch") from None
         log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
         _record_resumption(run_dir, trainer.progress.step, cfg.seed, device)
     else:

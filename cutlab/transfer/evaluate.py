@@ -19,6 +19,7 @@ from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
 from cutlab.errors import CutlabError
 from cutlab.core.perturbation import Perturbation
 from cutlab.run.build import build_primal_dual, constraints_of, pick_device, recorded_reference
+from cutlab.run.checkpoints import mismatch_reason
 from cutlab.run.progress import ProgressReporter
 from cutlab.run.results import descent_in_distribution
 from cutlab.tasks import Task, build_task
@@ -76,9 +77,8 @@ def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
             task.model.load_state_dict(selected["best_state"])
             slacks = selected["best_slacks"]
     except (KeyError, TypeError, ValueError, RuntimeError) as error:  # e.g. an embedding table of another vocabulary
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise CutlabError(f"{run_name}: its weights do not fit the model its config builds with this data "
-                          f"({type(error).__name__}: {reason[:200]}); the model's source, tokenizer or vocabulary "
+                          f"({mismatch_reason(error)}); the model's class, or its source, tokenizer or vocabulary, "
                           "differs from the one it was trained with") from None
     return primal_dual, slacks
 
