@@ -281,7 +281,10 @@ def test_a_sweep_stopped_by_a_signal_keeps_its_outcome_record(tmp_path):
     assert process.wait(timeout=120) == 75  # the exit status of the stop, as for a single run
     (record,) = (runs / "_sweeps").iterdir()
     outcome = json.loads((record / "outcome.json").read_text())
-    assert [(run["run_id"].split(",")[0], run["status"]) for run in outcome["runs"]] == [("L=1", "interrupted")]
+    # the run it never began is listed too, as the local launcher lists it
+    assert [(run["run_id"].split(",")[0], run["status"]) for run in outcome["runs"]] == [("L=1", "interrupted"),
+                                                                                         ("L=2", "interrupted")]
+    assert outcome["runs"][1]["error"] == "not started, the sweep was stopped; run it again to resume"
 
 
 def test_two_identical_commands_at_once_leave_one_clean_record(tmp_path):
