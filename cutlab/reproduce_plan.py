@@ -7,6 +7,7 @@ missing are planned too and listed as ``skipped``, with the flag that supplies t
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
 from cutlab.launch.plan import Plan, _duration, expand, format_plan, parse_command
 from cutlab.launch.sweep import sbatch_preview
 from cutlab.reproduce_grids import SCALES, Grid, grids, sweep_params
-from cutlab.reproduce_inputs import Inputs
+from cutlab.reproduce_inputs import WEIGHTS, Inputs
 
 
 @dataclass
@@ -32,6 +33,7 @@ def resolve(scale: str, inputs: Inputs, runs_dir: Path, extra: list[str]) -> lis
     result, data_cache, model_cache = [], {}, {}
     scale_grids = [grid for entry in SCALES[scale] for grid in grids(entry)]
     _check_not_an_axis(scale, scale_grids, extra)
+    _check_inputs_read(scale, scale_grids, inputs)
     for entry in SCALES[scale]:
         for grid in (grid for grid in scale_grids if grid.entry == entry):
             data = data_cache.setdefault(grid.data, inputs.for_data(grid.data))
@@ -56,6 +58,21 @@ def _check_not_an_axis(scale: str, scale_grids: list, extra: list[str]) -> None:
                               f"python -m cutlab -m ... {override}, or leave it out")
 
 
+def _check_inputs_read(scale: str, scale_grids: list, inputs: Inputs) -> None:
+    """A --data or --weights that no grid of the scale reads (--data ucsd_ped1=... at the paper scale, whose Table 3
+    reads Avenue, ShanghaiTech and Ped2) was accepted and ignored without a word."""
+    datasets = sorted({grid.data for grid in scale_grids})
+    models = {grid.model for grid in scale_grids}
+    for name, value in inputs.data.items():
+        if name not in datasets:
+            raise CutlabError(f"--data {name}={value}: no grid of the {scale} scale reads {name} (they read "
+                              f"{', '.join(datasets)}); drop it, or train on it with python -m cutlab data={name} ...")
+    for name, value in inputs.weights.items():
+        if WEIGHTS[name].model not in models:
+            raise CutlabError(f"--weights {name}={value}: no grid of the {scale} scale runs model="
+                              f"{WEIGHTS[name].model}; drop it")
+
+
 def expand_all(planned: list[ScaleGrid]) -> None:
     for item in planned:
         item.plan = expand(parse_command(item.argv))
@@ -66,13 +83,20 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
     # the launcher check a sweep's launch makes, so the plan refuses what the launch would
     launcher = next((check_launcher_node(item.plan.launcher) for item in planned), "inprocess")
     lines = [f"# cutlab-reproduce --scale {scale} --plan (launcher: {launcher}); nothing is started"]
+    if launcher == "slurm" and scale == "paper":
+        _, profile = _parallel(planned[0].plan, launcher)
+        if not profile.gpus_per_node:  # the default profile: a CPU job of 1 core and 4 GB, which these runs outgrow
+            cores = f"{profile.cpus_per_task} core{'s' if profile.cpus_per_task != 1 else ''}"
+            lines.append(f"# note: the SLURM profile {profile.name} asks no GPU ({cores}, "
+                         f"{profile.mem_gb} GB, {profile.timeout_min} min a job); the paper's runs want "
+                         "launcher.profile=gpu (slurm/gpu.yaml) or a profile of your own")
     totals, counted = _Tally(), set()  # the total counts each run folder once
     for entry in SCALES[scale]:
         items = [item for item in planned if item.grid.entry == entry]
         tally = _Tally()
         lines.append(f"## {entry.label} (sweeps/{entry.sweep}.yaml)")
         for item in items:
-            lines.append("# command: python -m cutlab " + " ".join(item.argv))
+            lines.append("# command: python -m cutlab " + shlex.join(item.argv))  # pasted into a shell as printed
             # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder, run once
             first_seen = [run for run in item.plan.runs if run.run_dir not in counted]
             counted |= {run.run_dir for run in item.plan.runs}
@@ -119,9 +143,11 @@ class _Tally:
         self.kinds |= {run.cost_key for run in cost.unmeasured}
 
     def text(self) -> str:
-        text = (f"{self.runs + self.skipped} runs: {self.runs - self.complete} to run, {self.complete} complete, "
-                f"{self.skipped} skipped; estimated {_duration(self.seconds)} of run time for the {self.measured} "
-                "measured runs")
+        text = f"{self.runs + self.skipped} runs: {self.runs - self.complete} to run, {self.complete} complete, " \
+               f"{self.skipped} skipped; "
+        # no run of a kind measured yet: no estimate, rather than "0 s of run time", which reads as no cost
+        text += (f"estimated {_duration(self.seconds)} of run time for the {self.measured} measured runs"
+                 if self.measured else "no estimate yet")
         if self.unmeasured:
             text += f", {self.unmeasured} runs of {len(self.kinds)} kinds not measured yet (run one of each to calibrate)"
         return text

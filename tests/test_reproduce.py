@@ -233,6 +233,42 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=2"]) == 0  # a budget
 
 
+def test_an_input_no_grid_reads_is_refused_and_the_plans_commands_paste_into_a_shell(tmp_path, capsys):
+    """--data ucsd_ped1=... was accepted and ignored; a location with a space printed a command that split it; a
+    fresh plan said 'estimated 0 s of run time', which reads as no cost."""
+    import shlex
+
+    from cutlab.reproduce import main
+
+    assert main(["--scale", "smoke", "--plan", "--data", "ucsd_ped1=/nonexistent"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith("cutlab-reproduce: error: --data ucsd_ped1=/nonexistent: no "
+                                                       "grid of the smoke scale reads ucsd_ped1 (they read "), error
+    assert main(["--scale", "smoke", "--plan", "--weights", "vit=google/vit-base-patch16-224-in21k"]) == 2
+    assert "no grid of the smoke scale runs model=vit; drop it" in capsys.readouterr().err
+    out = tmp_path / "my runs"
+    assert main(["--scale", "smoke", "--plan", "--out", str(out), "wandb.mode=disabled"]) == 0
+    text = capsys.readouterr().out
+    commands = [line.removeprefix("# command: ") for line in text.splitlines() if line.startswith("# command: ")]
+    assert commands and all(shlex.split(c)[-2] == f"paths.runs_dir={out / 'runs'}" for c in commands), commands
+    assert "# total: 20 runs: 20 to run, 0 complete, 0 skipped; no estimate yet, 20 runs of 10 kinds not measured" \
+        in text and "estimated 0 s" not in text
+
+
+@pytest.mark.slow
+def test_a_paper_plan_on_slurm_without_a_gpu_profile_says_so(tmp_path, capsys):
+    """The README's example planned every paper run, Llama 8B's among them, as a 1-core, 4 GB CPU job, unsaid."""
+    from cutlab.reproduce import main
+
+    assert main(["--scale", "paper", "--plan", "--out", str(tmp_path / "out"), "launcher=slurm"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "# note: the SLURM profile default asks no GPU (1 core, 4 GB, 60 min a job); the paper's runs want "
+        "launcher.profile=gpu (slurm/gpu.yaml) or a profile of your own")
+    assert main(["--scale", "paper", "--plan", "--out", str(tmp_path / "out"), "launcher=slurm",
+                 "launcher.profile=gpu"]) == 0
+    assert "# note: the SLURM profile" not in capsys.readouterr().out
+
+
 def test_no_report_is_announced_when_none_was_written(tmp_path, capsys):
     """Every grid skipped (nothing ran): the analysis finds no run records, so no report is written, none is
     announced, and the exit status says so."""
