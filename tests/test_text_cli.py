@@ -154,9 +154,11 @@ def write_bad_mnli(folder: Path) -> Path:
         (["model=hf_encoder", "L=6", "data=imdb", "model.source=EMPTY"],  # it was transformers' ValueError
          "holds no tokenizer that transformers can read (tokenizer.json, or a vocabulary and tokenizer_config.json): "
          "point model.source, or model.tokenizer, at a folder or hub id with one"),
+        (["model=ut_text", "data=imdb", "data.root=WRONG", "data.train_file=garbage.bin", "data.test_file=garbage.bin"],
+         "garbage.bin is not UTF-8 text ("),  # a traceback (UnicodeDecodeError), its run folder left behind
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
-         "local-prev-unsupported", "mnli-num-labels", "root-a-file", "folder-without-tokenizer"],
+         "local-prev-unsupported", "mnli-num-labels", "root-a-file", "folder-without-tokenizer", "file-not-utf8"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):
@@ -167,6 +169,7 @@ def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
             pass
     wrong = tmp_path / "imdb_wrong"
     (wrong / "reviews").mkdir(parents=True)
+    (wrong / "garbage.bin").write_bytes(bytes(range(128, 256)) * 20)
     (tmp_path / "empty_model").mkdir()
     args = [a.replace("WRONG", str(wrong)).replace("BAD_MNLI", str(write_bad_mnli(tmp_path / "mnli")))
             .replace("EMPTY", str(tmp_path / "empty_model")) for a in args]

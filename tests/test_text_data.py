@@ -63,6 +63,33 @@ def test_imdb_wrong_layout_and_bad_rows_name_the_fix(tmp_path):
         read_imdb(str(tmp_path), "train", "broken.jsonl")
 
 
+def test_text_files_that_are_not_utf8_or_not_whole_gzip_or_rows_without_a_string_are_one_line(tmp_path):
+    """Each was a traceback (UnicodeDecodeError, gzip.BadGzipFile, EOFError, the tokenizer's TypeError)."""
+    rows = "".join(json.dumps({"text": f"review {i} " * 50, "label": i % 2}) + "\n" for i in range(200))
+    (tmp_path / "latin.jsonl").write_bytes(rows.encode() + "{\"text\": \"caf\u00e9\", \"label\": 1}\n".encode("latin-1"))
+    with pytest.raises(CutlabError, match=r"latin.jsonl is not UTF-8 text \(invalid continuation byte, from line "
+                                          r"\d+ on\); save it as UTF-8"):
+        read_imdb(str(tmp_path), "train", "latin.jsonl")
+    (tmp_path / "fake.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(CutlabError, match=r"fake.jsonl.gz is not a whole gzip file \(Not a gzipped file"):
+        read_imdb(str(tmp_path), "train", "fake.jsonl.gz")
+    whole = gzip.compress(rows.encode())
+    (tmp_path / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(CutlabError, match=r"cut.jsonl.gz is not a whole gzip file \(Compressed file ended"):
+        read_imdb(str(tmp_path), "train", "cut.jsonl.gz")
+    (tmp_path / "null.jsonl").write_text(json.dumps({"text": "fine", "label": 1}) + "\n"
+                                         + json.dumps({"text": None, "label": 0}) + "\n")
+    with pytest.raises(CutlabError, match=r"null.jsonl:2: 'text' must be a string, got None"):
+        read_imdb(str(tmp_path), "train", "null.jsonl")
+    (tmp_path / "pairs.jsonl").write_text(json.dumps({"premise": "a", "hypothesis": 7, "label": 0}) + "\n")
+    with pytest.raises(CutlabError, match=r"pairs.jsonl:1: 'hypothesis' must be a string, got 7"):
+        read_mnli(str(tmp_path), "train", "pairs.jsonl")
+    write_acl_imdb(tmp_path / "acl")
+    next((tmp_path / "acl" / "aclImdb" / "test" / "pos").glob("*.txt")).write_bytes(b"caf\xe9")
+    with pytest.raises(CutlabError, match=r"\.txt is not UTF-8 text"):
+        read_imdb(str(tmp_path / "acl"), "test", "unused.jsonl")
+
+
 def test_imdb_labels_beyond_two_are_refused_naming_data_num_labels_which_reads_them(tmp_path):
     # the refusal said only that IMDb labels are 0 or 1, with no way to train on text of more classes
     (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": f"review {i}", "label": i}) + "\n" for i in range(3)))

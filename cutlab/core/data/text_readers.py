@@ -15,6 +15,7 @@ import csv
 import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -31,14 +32,35 @@ def _open_text(path: Path):
     return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text file, gzip'd where it ends in .gz; a file that is not UTF-8 text or not a whole
+    gzip stream stops in one line (they were tracebacks, and left the run's folder behind)."""
+    number = 0
+    try:
+        with _open_text(path) as handle:
+            for number, line in enumerate(handle, start=1):
+                yield number, line
+    except UnicodeDecodeError as error:  # decoded a block at a time: the line is where the block began, or after
+        raise CutlabError(f"{path} is not UTF-8 text ({error.reason}, from line {number + 1} on); save it as UTF-8, "
+                          "or point data.root at the data set's own files") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise CutlabError(f"{path} is not a whole gzip file ({error}); copy it again, or unpack it and name the "
+                          "unpacked file") from None
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
-    with _open_text(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    yield number, json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise CutlabError(f"{path}:{number} is not valid JSON ({error}); the file must hold one JSON object a line") from error
+    for number, line in _lines(path):
+        if line.strip():
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise CutlabError(f"{path}:{number} is not valid JSON ({error}); the file must hold one JSON object a line") from error
+
+
+def _text(value, where: str, key: str) -> str:
+    if not isinstance(value, str):  # the tokenizer's TypeError said nothing of the file
+        raise CutlabError(f"{where}: {key!r} must be a string, got {value!r}")
+    return value
 
 
 def hf_split(dataset_id: str, split: str):
@@ -93,7 +115,8 @@ def read_imdb(root: str, split: str, file: str, num_labels: int = 2) -> list[Exa
         examples = []
         for label, polarity in ((0, "neg"), (1, "pos")):
             for path in sorted((acl / split / polarity).glob("*.txt")):
-                examples.append((path.read_text(encoding="utf-8").replace("<br />", " "), None, label))
+                text = "".join(line for _, line in _lines(path))
+                examples.append((text.replace("<br />", " "), None, label))
         if not examples:
             raise CutlabError(f"{acl}/{split}/{{pos,neg}}/ holds no .txt reviews; is the aclImdb download complete?")
         return examples
@@ -108,7 +131,8 @@ def read_imdb(root: str, split: str, file: str, num_labels: int = 2) -> list[Exa
     for number, row in _json_lines(path):
         if "text" not in row or "label" not in row:
             raise CutlabError(f"{path}:{number} lacks 'text' or 'label' (has {sorted(row)}); IMDb rows are {{\"text\", \"label\"}}")
-        examples.append((row["text"], None, _imdb_label(row["label"], f"{path}:{number}", num_labels)))
+        where = f"{path}:{number}"
+        examples.append((_text(row["text"], where, "text"), None, _imdb_label(row["label"], where, num_labels)))
     if not examples:
         raise CutlabError(f"{path} holds no reviews")
     return examples
@@ -129,21 +153,24 @@ def mnli_label(value, where: str) -> int | None:
 
 def _mnli_rows(path: Path) -> Iterator[tuple[str, str, object, str]]:
     if path.suffix == ".tsv" or path.name.endswith(".tsv.gz"):
-        with _open_text(path) as handle:
-            reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-            columns = set(reader.fieldnames or [])
-            if not {"sentence1", "sentence2"} <= columns:
-                raise CutlabError(f"{path} is not a GLUE MNLI TSV: its header lacks sentence1/sentence2 (has {sorted(columns)[:8]})")
-            label_key = "gold_label" if "gold_label" in columns else "label" if "label" in columns else None
-            for number, row in enumerate(reader, start=2):
-                yield row["sentence1"], row["sentence2"], row.get(label_key) if label_key else None, f"{path}:{number}"
+        reader = csv.DictReader((line for _, line in _lines(path)), delimiter="\t", quoting=csv.QUOTE_NONE)
+        columns = set(reader.fieldnames or [])
+        if not {"sentence1", "sentence2"} <= columns:
+            raise CutlabError(f"{path} is not a GLUE MNLI TSV: its header lacks sentence1/sentence2 (has {sorted(columns)[:8]})")
+        label_key = "gold_label" if "gold_label" in columns else "label" if "label" in columns else None
+        for number, row in enumerate(reader, start=2):  # a short row's missing cells are None
+            where = f"{path}:{number}"
+            yield _text(row["sentence1"], where, "sentence1"), _text(row["sentence2"], where, "sentence2"), \
+                row.get(label_key) if label_key else None, where
         return
     for number, row in _json_lines(path):
         premise = row.get("premise", row.get("sentence1"))
         hypothesis = row.get("hypothesis", row.get("sentence2"))
         if premise is None or hypothesis is None:
             raise CutlabError(f"{path}:{number} lacks premise/hypothesis (or sentence1/sentence2); has {sorted(row)}")
-        yield premise, hypothesis, row.get("label", row.get("gold_label")), f"{path}:{number}"
+        where = f"{path}:{number}"
+        yield _text(premise, where, "premise"), _text(hypothesis, where, "hypothesis"), \
+            row.get("label", row.get("gold_label")), where
 
 
 def read_mnli(root: str, split: str, file: str) -> list[Example]:
