@@ -148,7 +148,11 @@ def test_mnli_label_outside_three_classes_names_the_row(tmp_path):
 def test_validation_split_and_subsets():
     assert split_sizes(100, 0.1, None) == (10, 90)
     assert split_sizes(100, 8, 20) == (8, 20)
-    assert split_sizes(10, 50, None) == (9, 1)  # always one of each
+    assert split_sizes(10, 0.99, None) == (9, 1)  # always one of each
+    assert split_sizes(100, 20, 500) == (20, 80)  # train_subset: at most that many
+    with pytest.raises(CutlabError, match=r"data.val_size=100 holds out the whole training pool of 100 rows, leaving "
+                                          r"none to train on; give a count of at most 99, or a fraction such as 0.1"):
+        split_sizes(100, 100, 16)  # it trained on one review
     rows = [(str(i), None, i % 2) for i in range(50)]
     assert shuffled(rows, 0) == shuffled(rows, 0) and shuffled(rows, 0) != shuffled(rows, 1)
     assert sorted(shuffled(rows, 0)) == sorted(rows)

@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 
 from cutlab.core.data.text_readers import Example
+from cutlab.core.errors import CutlabError
 from cutlab.core.progress import Meter
 
 
@@ -73,8 +74,13 @@ def shuffled(examples: list[Example], seed: int) -> list[Example]:
 
 
 def split_sizes(total: int, val_size: float | int, train_subset: int | None) -> tuple[int, int]:
-    """(validation count, training count) from a pool of ``total``: val_size is a count (>= 1) or a fraction (< 1)."""
-    val = int(round(val_size * total)) if isinstance(val_size, float) and val_size < 1 else int(val_size)
+    """(validation count, training count) from a pool of ``total``: val_size is a count (>= 1) or a fraction (< 1);
+    train_subset is at most that many of the rest."""
+    fraction = isinstance(val_size, float) and val_size < 1
+    if not fraction and int(val_size) >= total:  # it trained on the one row left, without a word
+        raise CutlabError(f"data.val_size={val_size} holds out the whole training pool of {total} rows, leaving none "
+                          f"to train on; give a count of at most {total - 1}, or a fraction such as 0.1")
+    val = int(round(val_size * total)) if fraction else int(val_size)
     val = max(1, min(val, total - 1))
     train = total - val if train_subset is None else min(int(train_subset), total - val)
     return val, train
