@@ -266,13 +266,27 @@ def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(
     assert data_label(footage, {"name": "video_folder", "task": "video", "root": None}) == "video_folder:my clips (all)"
 
 
+def write_evaluation(run: Path, request: dict, label: str) -> None:
+    """A complete cutlab-eval record of ``request`` in ``run``, as written with the label ``label`` (metrics made up)."""
+    from cutlab.transfer.record import METRICS, RECORD, evaluation_dir
+
+    folder = evaluation_dir(run, request)
+    folder.mkdir(parents=True)
+    rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
+            for g in request["gamma_test"] for layer in range(3)]
+    pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
+    (folder / RECORD).write_text(json.dumps({
+        "record_version": 1, "status": "complete", "request": request, "label": label, "run": "a", "metric": "rmse",
+        "mean_metric": 21.0, "verdict": "feasible"}))
+
+
 def test_the_label_says_sigma_run_and_the_folder_keeps_its_name(tmp_path):
     """``--sigma run`` and the default ``--sigma data`` were both labelled ``video_folder:vids``: the report's two
     columns differed only by a hash. The label says ``sigma=run`` (as it says ``all`` for ``--split all``); the
     folders keep the names they always had, so evaluations already done are still found."""
     from analysis.collect import collect_runs
     from analysis.transfer import read_evaluations
-    from cutlab.transfer.record import METRICS, RECORD, data_label, evaluation_dir
+    from cutlab.transfer.record import data_label, evaluation_dir
     from helpers.analysis import write_run
 
     footage = {"name": "video_folder", "task": "video", "root": "/x/vids"}
@@ -286,14 +300,7 @@ def test_the_label_says_sigma_run_and_the_folder_keeps_its_name(tmp_path):
     run = write_run(tmp_path / "runs", "a", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
                     test=20.0, selection=20.0)
     for request in (by_data, by_run):
-        folder = evaluation_dir(run, request)
-        folder.mkdir(parents=True)
-        rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
-                for g in request["gamma_test"] for layer in range(3)]
-        pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
-        (folder / RECORD).write_text(json.dumps({
-            "record_version": 1, "status": "complete", "request": request, "label": "video_folder:vids", "run": "a",
-            "metric": "rmse", "mean_metric": 21.0, "verdict": "feasible"}))
+        write_evaluation(run, request, "video_folder:vids")
     evaluations, _, problems = read_evaluations(collect_runs(tmp_path / "runs"))
     assert not problems and sorted(evaluations["label"]) == ["video_folder:vids", "video_folder:vids (sigma=run)"]
 
@@ -336,21 +343,13 @@ def test_the_report_names_the_root_of_an_evaluation_recorded_before_the_label_di
     data.root: the report's column names that root, apart from the Ped2 the run trained on."""
     from analysis.collect import collect_runs
     from analysis.transfer import read_evaluations, transfer_sections
-    from cutlab.transfer.record import METRICS, RECORD, evaluation_dir
     from helpers.analysis import write_run
 
     run = write_run(tmp_path / "runs", "a", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
                     test=20.0, selection=20.0, data={k: v for k, v in PED2.items() if k != "name"})
     copy = "/mnt/copy/ped2_gray160_uint8.npz"  # the same file name elsewhere: the whole path tells them apart
     for request in (ped2_request(), ped2_request(root=copy)):
-        folder = evaluation_dir(run, request)
-        folder.mkdir(parents=True)
-        rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
-                for g in request["gamma_test"] for layer in range(3)]
-        pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
-        (folder / RECORD).write_text(json.dumps({
-            "record_version": 1, "status": "complete", "request": request, "label": "ucsd_ped2", "run": "a",
-            "metric": "rmse", "mean_metric": 21.0, "verdict": "feasible"}))
+        write_evaluation(run, request, "ucsd_ped2")
     runs = collect_runs(tmp_path / "runs")
     evaluations, _, problems = read_evaluations(runs)
     assert not problems

@@ -39,8 +39,9 @@ HINT = (f"point data.root at a folder of clips (video files {', '.join(VIDEO_SUF
 
 
 def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bool, test_clips: int = 1) -> VideoClips:
-    if root is not None and Path(str(root)).expanduser().is_file():  # an .npz: its keys are its split
-        return load_npz(Path(str(root)).expanduser(), cache_dir, image_size, progress, HINT)
+    given = Path(str(root)).expanduser() if root is not None else None
+    if given is not None and given.is_file():  # an .npz: its keys are its split
+        return load_npz(given, cache_dir, image_size, progress, HINT)
     folder = existing_folder(root, "video_folder", HINT)
     for train_name, test_name in _SPLIT_NAMES:
         if (folder / train_name).is_dir() and (folder / test_name).is_dir():
