@@ -452,3 +452,19 @@ def test_a_non_finite_gradient_at_finite_losses_raises_before_the_step() -> None
 def test_bad_settings_raise_cutlab_error(make) -> None:
     with pytest.raises(CutlabError):
         make()
+
+
+@pytest.mark.parametrize("resilience", ["off", "slack"])
+def test_a_dual_step_that_overflows_a_multiplier_stops_the_run(resilience: str) -> None:
+    """A dual lr near float32's largest value sends lambda to inf on the last step with every loss finite: no later
+    Lagrangian sees it, and the verdict read lambda / c as an infinite slack (`python -m cutlab train=constrained_paper
+    train.dual_optimizer=sgd train.dual_lr=3e38 train.epsilon=100 ...` ended slack_feasible with l_0 53 % above
+    epsilon). It must stop as a divergence naming train.dual_lr, with lambda and u as they were."""
+    dual = DualSettings(lr=3e38, optimizer="sgd", resilience=resilience)
+    model, primal_dual = tiny_primal_dual(Constraints(alpha=0.2, epsilon=1e-3), dual)
+    x, y = regression_batch()
+    with pytest.raises(NonFiniteLoss, match=r"train\.dual_lr"):
+        primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+    assert torch.equal(primal_dual.multipliers, torch.zeros_like(primal_dual.multipliers))
+    assert torch.equal(primal_dual.slacks, torch.zeros_like(primal_dual.slacks))
+    assert torch.isfinite(primal_dual.effective_slacks()).all()

@@ -304,7 +304,7 @@ class PrimalDual:
     def dual_step(self, constraint_values: torch.Tensor) -> None:
         """Simultaneous projected ascent on lambda (gradient g - u) and descent on u (gradient c u - lambda)."""
         assert self.dual_optimizer is not None and self.dual is not None
-        old_multipliers = self.multipliers.clone()
+        old_multipliers, old_slacks = self.multipliers.clone(), self.slacks.clone()
         self.multipliers.grad.copy_((constraint_values - self.slacks) * self.active)
         if self.slack_optimizer is not None:
             self.slacks.grad.copy_((self.dual.resilience_c * self.slacks - old_multipliers) * self.active)
@@ -312,6 +312,14 @@ class PrimalDual:
             self.slacks.clamp_(min=0.0)
         self.dual_optimizer.step()
         self.multipliers.clamp_(min=0.0)
+        if not (torch.isfinite(self.multipliers).all() and torch.isfinite(self.slacks).all()):
+            # the primal guard sees an infinite lambda only at the next step's Lagrangian; after the last step the
+            # verdict would read lambda / c as an infinite slack (eq. 35-38) and call any miss slack_feasible
+            self.multipliers.copy_(old_multipliers)
+            self.slacks.copy_(old_slacks)
+            raise NonFiniteLoss(
+                f"the dual step sent a multiplier or slack to inf or NaN (from lambda {old_multipliers.tolist()}): "
+                "the dual ascent diverged; lower the dual learning rate (train.dual_lr=...)")
         if self.dual.dual_restarts:
             self._restart_met(self.multipliers.grad <= 0)
 
