@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
+from cutlab.core.training import MAX_SEED
 from cutlab.atomic import unwritable
 from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
@@ -80,7 +81,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     check_number("gamma", cfg.gamma, "0.09", minimum=0.0)
     check_number("noise_mean", cfg.noise_mean, "0.0")
     check_integer("L", cfg.L, "5", 1)
-    check_integer("seed", cfg.seed, "0", 0)
+    check_integer("seed", cfg.seed, "0", 0, MAX_SEED)
     check_flag("progress", cfg.progress, "false")
     _check_wandb(cfg.wandb)
     if cfg.threads is not None:

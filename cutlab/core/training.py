@@ -51,6 +51,11 @@ class Progress:
     step: int = 0
 
 
+# torch seeds a generator with an unsigned 64-bit integer; seed * 100_003 + epoch stays below 2**64 for every seed up
+# to this and any epoch count below 2**61 (a larger seed stopped epoch 0 with "Overflow when unpacking long long")
+MAX_SEED = 2**47 - 1
+
+
 def epoch_batches(count: int, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
     """The shuffled sample indices of every batch of one epoch, determined by (seed, epoch)."""
     generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
