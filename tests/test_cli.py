@@ -188,6 +188,8 @@ def corrupt_npz(folder: Path) -> Path:
         (["train.alpha=1"], "train.alpha must be < 1, got 1"),
         # torch seeds its generators with 64 bits and an epoch's shuffle seeds with seed * 100_003 + epoch: a traceback
         # ("Overflow when unpacking long long") after the run's folder and record were made
+        # Adam's first step is lr / (1 - beta1): a float32 overflow, the optimiser's traceback after the record was made
+        (["train.lr=3e38"], "train.lr must be < 3.40282e+37, got 3e+38; e.g. train.lr=1e-3"),
         (["seed=9223372036854775807"], "seed must be from 0 to 140737488355327, got 9223372036854775807"),
         (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
@@ -217,7 +219,7 @@ def corrupt_npz(folder: Path) -> Path:
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
-         "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "seed-beyond-64-bits",
+         "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
          "sweep-runs-dir-a-file", "runs-dir-in-proc", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "sweep-without-m",

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import torch
 from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
@@ -19,6 +20,9 @@ from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
 WANDB_MODES = ("offline", "online", "disabled")
+# torch's optimisers turn a learning rate into a float32 step factor, Adam's first step lr / (1 - beta1) = 10 lr: a
+# larger one stopped the first step with a traceback ("value cannot be converted to type float without overflow")
+LARGEST_RATE = float(torch.finfo(torch.float32).max) / 10
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name"), and
 WANDB_PROJECT_MAX = 128               # a name longer than this
 
@@ -107,7 +111,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     check_integer("train.batch_size", train.batch_size, "4", 1)
     if train.max_steps_per_epoch is not None:
         check_integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
-    check_number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True)
+    check_number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True, below=LARGEST_RATE)
     if train.grad_clip is not None:
         check_number("train.grad_clip", train.grad_clip, "1.0 (or null: no clipping)", minimum=0.0, exclusive=True)
     check_number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
@@ -115,7 +119,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
     check_integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
     if train.constrained:
-        check_number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True)
+        check_number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True, below=LARGEST_RATE)
         check_number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
         _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
         check_detach_prev(train.detach_prev)
@@ -125,7 +129,8 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_flag("train.dual_restarts", train.dual_restarts, "false")
         check_flag("train.resilience_restarts", train.resilience_restarts, "true")
         if train.get("slack_lr") is not None:
-            check_number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True)
+            check_number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True,
+                         below=LARGEST_RATE)
         check_number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
         check_number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         check_number("train.nu", train.nu, "0.0", minimum=0.0)
