@@ -472,3 +472,14 @@ def test_a_dual_step_that_overflows_a_multiplier_stops_the_run(resilience: str) 
     assert torch.equal(primal_dual.multipliers, torch.zeros_like(primal_dual.multipliers))
     assert torch.equal(primal_dual.slacks, torch.zeros_like(primal_dual.slacks))
     assert torch.isfinite(primal_dual.effective_slacks()).all()
+
+
+def test_a_lagrangian_blown_up_by_its_multipliers_names_the_dual_lr() -> None:
+    """Huge multipliers (`python -m cutlab train.dual_lr=1e30 train.warmup_epochs=0 ...`: lambda g finite, its
+    gradient inf) were reported with 'lower the primal learning rate (train.lr=...)' alone, the one rate that was
+    fine; the fix names the dual lr too, as the held-out check does."""
+    model, primal_dual = tiny_primal_dual(Constraints(alpha=0.2, epsilon=0.5), DualSettings(lr=0.1, optimizer="sgd"))
+    x, y = regression_batch()
+    primal_dual.multipliers.fill_(3e38)
+    with pytest.raises(NonFiniteLoss, match=r"train\.lr=\.\.\.\) or the dual one \(train\.dual_lr=\.\.\.\)"):
+        primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)

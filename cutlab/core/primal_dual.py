@@ -251,10 +251,7 @@ class PrimalDual:
         layer_losses = loss_matrix.mean(dim=0)
         if not torch.isfinite(layer_losses).all():
             bad = int((~torch.isfinite(layer_losses)).nonzero()[0])
-            raise NonFiniteLoss(
-                f"the loss of layer {bad} became {layer_losses[bad].item()}; lower the primal learning rate "
-                "(train.lr=...), set gradient clipping (train.grad_clip=1.0), or check the input data for NaNs"
-            )
+            raise NonFiniteLoss(f"the loss of layer {bad} became {layer_losses[bad].item()}; {self._divergence_fix()}")
         objective = layer_losses[-1]
         if self.constraints is not None:
             local = local_loss_matrix.mean(dim=0) if local_loss_matrix is not None else None
@@ -277,10 +274,8 @@ class PrimalDual:
         value = float(lagrangian.detach())  # one device sync a step: the guard and the record read it
         if not (math.isfinite(value) and math.isfinite(grad_norm)):
             # stop before the step: NaN weights must never reach a checkpoint (the next one may fall on this step)
-            raise NonFiniteLoss(
-                f"the Lagrangian ({value:g}) or its gradient (norm {grad_norm:g}) is not finite at "
-                f"finite layer losses; lower the primal learning rate (train.lr=...), set gradient clipping "
-                "(train.grad_clip=1.0), or check the input data for NaNs")
+            raise NonFiniteLoss(f"the Lagrangian ({value:g}) or its gradient (norm {grad_norm:g}) is not finite at "
+                                f"finite layer losses; {self._divergence_fix()}")
         self.primal_optimizer.step()
         if dual_now and not alternating:
             self.dual_step(detached)
@@ -295,6 +290,13 @@ class PrimalDual:
             lagrangian=value,
             grad_norm=grad_norm,
         )
+
+    def _divergence_fix(self) -> str:
+        """What to lower: when constrained, lambda_l g_l grows with the dual lr (and rho), as l_L with the primal."""
+        rates = "the primal learning rate (train.lr=...)"
+        if self.constrained:
+            rates += " or the dual one (train.dual_lr=...)" + (" or train.penalty" if self.dual.penalty else "")
+        return f"lower {rates}, set gradient clipping (train.grad_clip=1.0), or check the input data for NaNs"
 
     def _constraint_terms(self, values: torch.Tensor, dual_active: bool) -> torch.Tensor:
         """sum_l lambda_l g_l, or its augmented form when train.penalty > 0 and the dual is active (module docstring)."""
