@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 
 import cooper  # the oracle (cooper-optim 1.0.1, a dev dependency)
 import pytest
@@ -483,3 +484,17 @@ def test_a_lagrangian_blown_up_by_its_multipliers_names_the_dual_lr() -> None:
     primal_dual.multipliers.fill_(3e38)
     with pytest.raises(NonFiniteLoss, match=r"train\.lr=\.\.\.\) or the dual one \(train\.dual_lr=\.\.\.\)"):
         primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=True)
+
+
+@pytest.mark.parametrize("form, epsilon", [("difference", 1e300), ("ratio", 1e-300)])
+def test_an_epsilon_beyond_float32_is_named_not_the_learning_rates(form: str, epsilon: float) -> None:
+    """l_0 - 1e300 is -inf in float32 and l_0 / 1e-300 inf: 0 * inf made the Lagrangian NaN at the first step and
+    `python -m cutlab train=constrained_paper train.epsilon=1e300 ...` was told to lower its learning rates."""
+    constraints = Constraints(alpha=0.2, epsilon=epsilon, form=form)
+    model, primal_dual = tiny_primal_dual(constraints, DualSettings(lr=0.1, optimizer="sgd"))
+    x, y = regression_batch()
+    before = snapshot(model)
+    shown = re.escape(f"{epsilon:g}")
+    with pytest.raises(NonFiniteLoss, match=rf"g_0 is -?inf .*train\.epsilon={shown} is beyond float32's range"):
+        primal_dual.step(SquaredError().loss_matrix(model(x), y), dual_active=False)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -258,6 +258,7 @@ class PrimalDual:
             if self.constraints.gradient == "layerwise" and local is not None:  # l_L trains block L alone
                 objective = value_with_gradient_of(objective, local[-1])
             values = self.constraints.values(layer_losses, local) * self.active.to(layer_losses.device)
+            self._check_constraint_values(values)
         else:
             values = torch.zeros_like(layer_losses)
         detached = values.detach().cpu()
@@ -290,6 +291,19 @@ class PrimalDual:
             lagrangian=value,
             grad_norm=grad_norm,
         )
+
+    def _check_constraint_values(self, values: torch.Tensor) -> None:
+        """Finite losses, a non-finite g_l: float32 overflowed in the constraint itself (l_0 - epsilon, l_0 / epsilon
+        for an extreme epsilon; a ratio over a vanishing l_{l-1}), where lowering a learning rate changes nothing."""
+        bad = ~torch.isfinite(values.detach())
+        if not bool(bad.any()):
+            return
+        layer = int(bad.nonzero()[0])
+        cause = (f"train.epsilon={self.constraints.epsilon:g} is beyond float32's range next to l_0; give a number "
+                 "near l_0 of the untrained model (or train.epsilon=auto)") if layer == 0 else \
+            f"l_{layer - 1} is too small to divide by; use train.constraint_form=difference"
+        raise NonFiniteLoss(f"the constraint g_{layer} is {float(values[layer].detach())} at finite layer losses "
+                            f"(train.constraint_form={self.constraints.form}): {cause}")
 
     def _divergence_fix(self) -> str:
         """What to lower: when constrained, lambda_l g_l grows with the dual lr (and rho), as l_L with the primal."""
