@@ -500,3 +500,14 @@ def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path
         "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=1",
         "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=1", "_sweeps", "multirun.yaml"]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == (["runs"] if value == "" else [])
+
+
+def test_a_constrained_run_that_is_all_warm_up_says_so(tmp_path):
+    """train.epochs=1 with train=constrained's one warm-up epoch holds every multiplier at 0: the run trained l_L
+    alone and its verdict reads constraints it never trained on, and nothing said so."""
+    args = [*TINY_RUN, "L=1", "eval.gamma_test=[0]", "wandb.mode=disabled", "progress=false"]
+    result = cutlab(args, tmp_path / "runs")
+    assert ("[cutlab] train.warmup_epochs=1 covers all train.epochs=1: the multipliers stay 0, so this constrained "
+            "run trains l_L alone; set train.warmup_epochs=0 or more epochs") in result.stderr.splitlines()
+    result = cutlab([*args, "train.warmup_epochs=0", "run_name=dual"], tmp_path / "runs")
+    assert "covers all" not in result.stderr

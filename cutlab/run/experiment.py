@@ -126,6 +126,10 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     unused = trainer.primal_dual.dual.unused() if trainer.primal_dual.dual is not None else []
     if unused:
         print_line(f"this run ignores {', '.join(unused)}")
+    train = cfg.train
+    if train.constrained and train.warmup_epochs >= train.epochs:  # the primal warm-up holds lambda at 0 (App. B.2)
+        print_line(f"train.warmup_epochs={train.warmup_epochs} covers all train.epochs={train.epochs}: the multipliers "
+                   "stay 0, so this constrained run trains l_L alone; set train.warmup_epochs=0 or more epochs")
     if checkpoint:
         try:
             trainer.load_state_dict(checkpoint["trainer"])
