@@ -352,6 +352,9 @@ def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_
 @pytest.mark.parametrize("make,message", [
     (lambda: DualSettings(lr=0.1, optimizer="rmsprop"), "train.dual_optimizer must be one of adam, sgd, nupi"),
     (lambda: DualSettings(lr=0.1, optimizer="nupi", kappa_p=-1.0), "train.kappa_p must be >= 0"),
+    # every step lr (0 e + 0 de) = 0: the multipliers stayed 0 for the whole run, its verdict unaffected by any dual
+    (lambda: DualSettings(lr=0.1, optimizer="nupi", kappa_p=0.0, kappa_i=0.0).check_trainable(),
+     "train.kappa_p=0 and train.kappa_i=0 make every nuPI step 0"),
     (lambda: DualSettings(lr=0.1, nu=1.0), r"train.nu must lie in \[0, 1\)"),
     (lambda: DualSettings(lr=0.1, update="backwards"), "train.dual_update must be one of"),
     (lambda: DualSettings(lr=0.1, update="alternating", cadence="epoch"), "needs train.dual_cadence=batch"),
@@ -362,7 +365,8 @@ def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_
     (lambda: DualSettings(lr=0.1, penalty=5.0, resilience="slack"), "use train.resilience=off or train.penalty=0"),
     (lambda: Constraints(alpha=0.3, form="quotient"), "train.constraint_form must be one of difference, ratio"),
     (lambda: Constraints(alpha=0.3, detach_prev="last"), "train.detach_prev must be true, false, first or local"),
-], ids=["optimizer", "negative-kappa", "nu", "update", "alternating-epoch", "epoch-slack-restarted", "negative-penalty", "restarts-not-a-flag",
+], ids=["optimizer", "negative-kappa", "zero-gains", "nu", "update", "alternating-epoch", "epoch-slack-restarted",
+        "negative-penalty", "restarts-not-a-flag",
         "penalty-resilience",
         "form", "detach-prev"])
 def test_bad_dual_settings_are_one_clear_line(make, message: str) -> None:

@@ -116,6 +116,9 @@ class DualSettings:
                               "restarts the slack right after its only step of the epoch, so it never relaxes anything; "
                               "set train.resilience_restarts=false, train.resilience=weight_decay (or off), or "
                               "train.dual_cadence=batch")
+        if self.optimizer == "nupi" and self.kappa_p == 0 and self.kappa_i == 0:  # lr (kappa_i e + kappa_p de) = 0
+            raise CutlabError("train.kappa_p=0 and train.kappa_i=0 make every nuPI step 0, so the multipliers never "
+                              "leave 0; set train.kappa_i=1.0 (plain ascent) or a train.kappa_p > 0")
 
     def unused(self) -> list[str]:
         """``key=value`` of each setting given away from its neutral value that this combination never reads (a
