@@ -448,11 +448,13 @@ def test_a_non_finite_gradient_at_finite_losses_raises_before_the_step() -> None
         # float32 rounds c to 0: lambda / c was NaN, and the verdict called met layers infeasible
         lambda: DualSettings(lr=0.1, resilience="slack", resilience_c=1e-300),
         lambda: DualSettings(lr=0.1, resilience="weight_decay", resilience_c=1e-40),  # 1/c beyond float32
+        # c = inf in float32: the slack's gradient c u - lambda was NaN at its first step (inf * 0)
+        lambda: DualSettings(lr=0.1, resilience="slack", resilience_c=1e300),
         lambda: DualSettings(lr=0.1, cadence="step"),
         lambda: PrimalDual([], torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1), 3, Constraints(0.2), None),
     ],
     ids=["alpha>1", "alpha=0", "eps<0", "dual-lr-0", "dual-lr<0", "unknown-resilience", "c=0", "c-underflows",
-         "1/c-overflows", "cadence", "no-dual"],
+         "1/c-overflows", "c-overflows", "cadence", "no-dual"],
 )
 def test_bad_settings_raise_cutlab_error(make) -> None:
     with pytest.raises(CutlabError):

@@ -42,6 +42,7 @@ DualUpdate = Literal["simultaneous", "alternating"]
 DUAL_OPTIMIZERS = ("adam", "sgd", "nupi")
 DUAL_UPDATES = ("simultaneous", "alternating")
 SMALLEST_C = float(torch.finfo(torch.float32).tiny)  # the least resilience c whose 1/c is a finite float32
+LARGEST_C = float(torch.finfo(torch.float32).max)   # c must be a finite float32 too
 
 
 @dataclass(frozen=True)
@@ -67,10 +68,11 @@ class DualSettings:
             raise CutlabError(f"train.dual_lr must be > 0, got {self.lr}")
         if self.resilience not in ("off", "slack", "weight_decay"):
             raise CutlabError(f"train.resilience must be off, slack or weight_decay, got {self.resilience!r}")
-        if self.resilience != "off" and not self.resilience_c >= SMALLEST_C:
-            # lambda and u are float32: a smaller c rounds to 0 there, so the slack lambda / c (eq. 38) is NaN or inf
-            raise CutlabError(f"train.resilience_c must be >= {SMALLEST_C:.3g} with resilience={self.resilience}, got "
-                              f"{self.resilience_c:g} (use resilience=off for none)")
+        if self.resilience != "off" and not SMALLEST_C <= self.resilience_c < LARGEST_C:
+            # lambda and u are float32: a smaller c rounds to 0 there, so the slack lambda / c (eq. 38) is NaN or inf;
+            # a larger one is inf there, and the slack's gradient c u - lambda NaN from its first step (inf * 0)
+            raise CutlabError(f"train.resilience_c must lie in [{SMALLEST_C:.3g}, {LARGEST_C:.3g}) with resilience="
+                              f"{self.resilience}, got {self.resilience_c:g} (use resilience=off for none)")
         if self.cadence not in ("batch", "epoch"):
             raise CutlabError(f"train.dual_cadence must be batch or epoch, got {self.cadence!r}")
         if self.optimizer not in DUAL_OPTIMIZERS:
