@@ -70,6 +70,24 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     return model
 
 
+def builds_a_model(target: str) -> bool:
+    """Whether ``target`` names a LayerwiseModel class, or a function declared (by its return annotation) to return
+    one. A config from elsewhere (a run folder cutlab-eval rebuilds) must name nothing else: instantiate_model calls
+    the target with the config's keys as arguments, so ``_target_: os.system`` with ``command: ...`` would run it."""
+    import typing
+
+    build = _locate_target(target)
+    if inspect.isclass(build):
+        return issubclass(build, LayerwiseModel)
+    if not inspect.isfunction(build):  # a builtin (os.system), a method, a callable object: no annotation to trust
+        return False
+    try:
+        returned = typing.get_type_hints(build).get("return")
+    except Exception:  # an annotation that names what its module cannot resolve: not declared to build a model
+        return False
+    return inspect.isclass(returned) and issubclass(returned, LayerwiseModel)
+
+
 def _locate_target(target: str):
     """The object ``target`` names, or one line saying why it cannot be imported (Hydra's ``get_object`` would also
     log its multi-line message)."""

@@ -12,6 +12,7 @@ from cutlab.run.identity import stored_config
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_summary
+from cutlab.tasks.models import builds_a_model
 
 #: subfolders that never hold runs: evaluation records, W&B's files, sweep records, caches
 NOT_RUNS = {"evaluations", "wandb", "_sweeps", "__pycache__"}
@@ -65,6 +66,16 @@ def runs_under(path: Path) -> list[Path]:
     return found
 
 
+def check_model_target(run_dir: Path, config: DictConfig) -> None:
+    """The stored ``model._target_`` is called with the stored model keys as its arguments: only a model builder may
+    be (a folder from elsewhere naming ``os.system`` with ``command: ...`` ran that command before)."""
+    target = config.model.get("_target_")
+    if target is not None and not builds_a_model(str(target)):
+        raise CutlabError(f"{run_dir / CONFIG} names model._target_={target}, which is not a LayerwiseModel class nor "
+                          "a function declared to return one, so cutlab-eval will not call it; copy the run folder "
+                          "again from where it was trained")
+
+
 def _is_run(path: Path) -> bool:
     return (path / CONFIG).is_file() or (path / SUMMARY).is_file()
 
@@ -97,6 +108,7 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
     except Exception as error:  # omegaconf's own errors (a key it cannot hold)
         raise CutlabError(f"{run_dir / CONFIG} is not a readable config ({type(error).__name__}); copy the run "
                           "folder again from where it was trained") from None
+    check_model_target(run_dir, config)
     checkpoint = load_checkpoint(run_dir)
     if checkpoint is None:
         raise CutlabError(f"{run_dir.name} has no {CHECKPOINT}: its final weights were not kept (or not copied); "

@@ -1,0 +1,64 @@
+"""Run folders from someone else, read by cutlab-eval and cutlab-analysis: a config that names a command as its
+model, an evaluation borrowed from another run. Each test failed on the code before its fix, as its docstring says
+(the other hostile inputs: test_untrusted_folders.py, test_secrets.py)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers.cli import cutlab
+
+TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
+        "progress=false", "threads=1"]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    """``runs/base``: a complete tiny run on the embedded synthetic video, copied by the tests that tamper with it."""
+    runs = tmp_path_factory.mktemp("hostile") / "runs"
+    cutlab([*TINY, "run_name=base"], runs)
+    return runs / "base"
+
+
+def copied(run: Path, tmp_path: Path, name: str) -> Path:
+    return Path(shutil.copytree(run, tmp_path / "runs" / name))
+
+
+def eval_error(run: Path, capsys) -> str:
+    """cutlab-eval on ``run``: it stops with exit 2 and one ``cutlab-eval: error:`` line, which is returned."""
+    from cutlab.transfer.cli import main
+
+    assert main([str(run)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("cutlab-eval: error: "), lines
+    assert not (run / "evaluations").exists()
+    return lines[0]
+
+
+def test_a_config_whose_model_target_is_a_command_is_not_called(finished, tmp_path, capsys):
+    """Before: ``model: {_target_: os.system, command: touch MARKER}`` in a run folder's config.yaml ran the command
+    when cutlab-eval rebuilt the model (weights_only guards the checkpoint, not the config's ``_target_``)."""
+    run = copied(finished, tmp_path, "command")
+    marker = tmp_path / "MARKER"
+    config = (run / "config.yaml").read_text()
+    model = config[config.index("model:\n"):config.index("data:\n")]
+    (run / "config.yaml").write_text(config.replace(model, "model:\n  _target_: os.system\n  name: dust\n  task: video"
+                                                           f"\n  patch: 16\n  command: touch {marker}\n"))
+    line = eval_error(run, capsys)
+    assert "names model._target_=os.system, which is not a LayerwiseModel class nor a function declared" in line
+    assert not marker.exists()
+
+
+def test_the_model_builders_cutlab_ships_and_a_users_class_are_model_builders():
+    from cutlab.tasks.models import builds_a_model
+
+    for target in ("cutlab.core.models.DUST", "cutlab.core.models.vit.build_vit",
+                   "cutlab.core.models.text_encoder.build_encoder_classifier",
+                   "cutlab.core.models.causal_lm.build_causal_lm"):
+        assert builds_a_model(target), target
+    for target in ("os.system", "subprocess.run", "builtins.eval", "shutil.rmtree", "torch.nn.Linear"):
+        assert not builds_a_model(target), target
+
