@@ -62,3 +62,18 @@ def test_the_model_builders_cutlab_ships_and_a_users_class_are_model_builders():
     for target in ("os.system", "subprocess.run", "builtins.eval", "shutil.rmtree", "torch.nn.Linear"):
         assert not builds_a_model(target), target
 
+
+def test_a_config_with_an_interpolation_is_refused_and_the_variable_reaches_no_record(finished, tmp_path, capsys,
+                                                                                      monkeypatch):
+    """Before: ``name: ${oc.env:VAR}`` in a run folder's config.yaml was resolved as cutlab-eval read it, and the
+    variable's value (a token, here) was written into the evaluation's evaluation.json as the model's name."""
+    run = copied(finished, tmp_path, "interpolated")
+    monkeypatch.setenv("HOSTILE_TOKEN", "tok-s3cret")
+    config = (run / "config.yaml").read_text()
+    assert "\n  name: dust\n" in config
+    (run / "config.yaml").write_text(config.replace("\n  name: dust\n", "\n  name: ${oc.env:HOSTILE_TOKEN}\n"))
+    line = eval_error(run, capsys)
+    assert "holds interpolations (model.name: ${oc.env:HOSTILE_TOKEN})" in line and "tok-s3cret" not in line
+    assert not any("tok-s3cret" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file()
+                   and p.suffix != ".pt")
+

@@ -66,6 +66,15 @@ def runs_under(path: Path) -> list[Path]:
     return found
 
 
+def interpolations(node, prefix: str = "") -> list[str]:
+    """``key: value`` of every string in a stored config that OmegaConf would resolve (``${...}``)."""
+    if isinstance(node, dict):
+        return [found for key, value in node.items() for found in interpolations(value, f"{prefix}{key}.")]
+    if isinstance(node, list):
+        return [found for index, value in enumerate(node) for found in interpolations(value, f"{prefix}{index}.")]
+    return [f"{prefix.rstrip('.')}: {node}"] if isinstance(node, str) and "${" in node else []
+
+
 def check_model_target(run_dir: Path, config: DictConfig) -> None:
     """The stored ``model._target_`` is called with the stored model keys as its arguments: only a model builder may
     be (a folder from elsewhere naming ``os.system`` with ``command: ...`` ran that command before)."""
@@ -102,6 +111,10 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
     if missing:  # a mapping, but not the resolved config python -m cutlab writes
         raise CutlabError(f"{run_dir / CONFIG} is not a run config: it has no {', '.join(missing)} section; copy the "
                           "run folder again from where it was trained")
+    found = interpolations(stored)
+    if found:  # resolved as the config is read: ${oc.env:VAR} put that variable's value into the evaluation's record
+        raise CutlabError(f"{run_dir / CONFIG} holds interpolations ({found[0]}), which a run's resolved config never "
+                          "does, so it is not read; copy the run folder again from where it was trained")
     try:
         with ctrl_c_held():  # else a Ctrl-C landing inside OmegaConf is reported as this run's unreadable config
             config = OmegaConf.create(stored)
