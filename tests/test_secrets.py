@@ -87,3 +87,41 @@ def test_the_database_password_reaches_no_record_log_or_wandb_file(tmp_path):
     assert "dbuser:***@127.0.0.1" in " ".join(command)
     for text in (all_text_under(tmp_path), first.stdout + first.stderr, env_run.stdout + env_run.stderr):
         assert password not in text and "S3cret" not in text and "PW-x" not in text
+
+
+def test_a_password_given_as_search_storage_reaches_no_worker_command_line(tmp_path, monkeypatch):
+    """Before: ``search.storage=postgresql://dbuser:S3cretPW@...`` (the preset key, where --storage is its flag) went
+    on every worker's command line as it was typed, for any user of the machine to read in ``ps``, and under
+    launcher=slurm into the job's pickle in the study folder; --storage and $CUTLAB_STORAGE went through the
+    workers' environment."""
+    from cutlab.search.__main__ import STORAGE_ENV, build_plan, parse_args, storage_env, worker_command
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv(STORAGE_ENV, raising=False)
+    url = "postgresql://dbuser:S3cretPW@127.0.0.1:5432/optuna"
+    args = parse_args(["search=dust_video", f"search.storage={url}", "--workers", "2", "L=2"])
+    plan = build_plan(args)
+    assert plan.storage_url == url
+    for index in (0, 1):
+        command = worker_command(args, index)
+        assert not any("S3cretPW" in part or "search.storage" in part for part in command), command
+        assert "L=2" in command
+    assert storage_env(plan) == {STORAGE_ENV: url}  # what the workers and an sbatch job are given instead
+
+
+def test_workers_given_search_storage_use_that_storage(tmp_path):
+    """The address that no longer rides on the workers' command lines still reaches them: two local workers of a
+    search whose ``search.storage=`` names a journal of its own write their trials there."""
+    from helpers.search import FAST_HEARTBEAT, TINY, run_search
+
+    journal = tmp_path / "elsewhere" / "study.journal"
+    journal.parent.mkdir()
+    run_search(["search=dust_video", *FAST_HEARTBEAT, "search.pruner=null", *TINY, "train.epochs=1",
+                f"search.storage={journal}", "--n-trials", "2", "--workers", "2"], tmp_path)
+    assert journal.exists() and not (tmp_path / "runs" / "search" / "dust_video" / "optuna.journal").exists()
+    trials = sorted((tmp_path / "runs" / "search" / "dust_video").glob("trial-*"))
+    assert len(trials) == 2 and all(json.loads((t / "summary.json").read_text())["status"] == "complete"
+                                    for t in trials)
+    for trial in trials:
+        assert not any("search.storage" in part for part in json.loads((trial / "provenance.json").read_text())[
+            "command"])

@@ -22,6 +22,7 @@ from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
 
+STORAGE_KEY = "search.storage"  # the same address as a preset override
 STORAGE_ENV = "CUTLAB_STORAGE"  # the storage address, read from the environment so no password is on a command line
 
 
@@ -213,11 +214,15 @@ def worker_argv(args: argparse.Namespace, index: int) -> list[str]:
     for flag, value in (("--n-trials", args.n_trials), ("--study", args.study)):
         if value is not None:
             flags += [flag, str(value)]
-    return [*args.overrides, *flags, "--worker-index", str(index)]
+    # search.storage=ADDRESS travels as --storage does, in storage_env: its password stayed in every worker's
+    # command line, and under SLURM in the job's pickle on disk
+    overrides = [o for o in args.overrides if o.lstrip("+~").partition("=")[0] != STORAGE_KEY]
+    return [*overrides, *flags, "--worker-index", str(index)]
 
 
-def storage_env(args: argparse.Namespace) -> dict[str, str]:
-    return {STORAGE_ENV: args.storage} if args.storage else {}
+def storage_env(plan) -> dict[str, str]:
+    """The study's address as the plan resolved it (--storage, $CUTLAB_STORAGE, search.storage=, the preset's)."""
+    return {STORAGE_ENV: plan.storage_url}
 
 
 def user_threads(args: argparse.Namespace) -> bool:
@@ -230,10 +235,10 @@ def worker_command(args: argparse.Namespace, index: int) -> list[str]:
     return [sys.executable, "-m", "cutlab.search", *worker_argv(args, index), *threads]
 
 
-def run_workers(args: argparse.Namespace) -> None:
+def run_workers(args: argparse.Namespace, plan) -> None:
     """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
     # one terminal for every worker: progress as lines, since their bars would overwrite each other
-    env = {**os.environ, "OMP_NUM_THREADS": "1", MODE_ENV: "lines", **storage_env(args)}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", MODE_ENV: "lines", **storage_env(plan)}
     workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
     try:
         codes = [worker.wait() for worker in workers]
@@ -273,7 +278,7 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     commands = [RunCommand(worker_argv(args, index), f"worker-{index}", str(study_dir), os.getcwd(),
                            threads=threads, module="cutlab.search") for index in range(args.workers)]
     folder = study_dir / "slurm" / time.strftime("%Y%m%d-%H%M%S")
-    os.environ.update(storage_env(args))  # sbatch hands the submitting environment to the jobs
+    os.environ.update(storage_env(plan))  # sbatch hands the submitting environment to the jobs
     jobs, stopped_by = submit(commands, profile, folder, job_name=f"search-{study_dir.name}")
     outcomes, stopped_by = wait(jobs, commands, on_poll=trial_progress(plan, studies), stopped_by=stopped_by)
     if stopped_by is not None:
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.workers == 1:
             work(plan, 0)
         else:
-            run_workers(args)
+            run_workers(args, plan)
         report = write_report(studies, plan.study_dir)
         say(f"finished in {time.perf_counter() - started:.1f} s; {plan.study_dir / 'search_report.json'}:\n"
             + format_report(report))
