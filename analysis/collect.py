@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .consistency import mismatch
 from .selection import VALIDATION, arm_of
 from .record_values import CONFIG as CONFIG_RULES
 from .record_values import MAX_DEPTH, checked
@@ -230,6 +231,9 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     if bad_values:  # a record cutlab did not write this way (edited, or another program's): never a result
         row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
                                                        "or move the run folder out of the analysed folders")
+    borrowed = mismatch(row, evaluation, summary) if row["state"] == "complete" else None
+    if borrowed:  # e.g. eval.csv copied from another run: its numbers would be tabled under this run's config
+        row["state"], row["problem"] = "unsupported", f"{borrowed}; copy the run folder again from where it was trained"
     row.update(headline(row, evaluation if row["state"] == "complete" else None))
     # a history cut after the run (one left out on purpose, as stored records do, is no history, not a cut one): its
     # evaluation is whole, but the losses and multipliers over training would be drawn with a gap

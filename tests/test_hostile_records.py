@@ -77,3 +77,29 @@ def test_a_config_with_an_interpolation_is_refused_and_the_variable_reaches_no_r
     assert not any("tok-s3cret" in p.read_text(errors="replace") for p in run.rglob("*") if p.is_file()
                    and p.suffix != ".pt")
 
+
+@pytest.mark.parametrize("borrowed, expected", [
+    ("deeper", "eval.csv holds layers 0..3 but config.yaml says L = 2: it is another run's evaluation"),
+    ("other_values", "summary.json gives test_mean_metric 3"),
+], ids=["eval-of-a-deeper-run", "eval-of-another-run"])
+def test_an_evaluation_borrowed_from_another_run_is_no_result(finished, tmp_path, borrowed, expected):
+    """Before: an L=2 run folder holding an L=3 run's eval.csv was counted complete and tabled with layer 3's RMSE
+    (24.23 where its own summary says 35.43), and one holding another seed's eval.csv with that seed's RMSE."""
+    import pandas as pd
+
+    from analysis.collect import collect_runs
+
+    run = copied(finished, tmp_path, "borrowed")
+    copied(finished, tmp_path, "honest")
+    frame = pd.read_csv(run / "eval.csv")
+    if borrowed == "deeper":  # one layer more, each loss and RMSE lower than the layer before
+        last = frame[frame["layer"] == frame["layer"].max()]
+        frame = pd.concat([frame, last.assign(layer=last["layer"] + 1, value=last["value"] * 0.5)])
+    else:
+        frame["value"] *= 0.98
+    frame.to_csv(run / "eval.csv", index=False)
+    runs = collect_runs(tmp_path / "runs").runs.set_index("run")
+    assert runs.loc["honest", "state"] == "complete" and runs.loc["honest", "usable"]
+    assert runs.loc["borrowed", "state"] == "unsupported" and not runs.loc["borrowed", "usable"]
+    assert runs.loc["borrowed", "problem"].startswith(expected), runs.loc["borrowed", "problem"]
+
