@@ -26,6 +26,7 @@ from pathlib import Path
 from cutlab.atomic import os_reason, unwritable
 
 from .collect import AnalysisError, RunTable, collect_runs
+from .out_folder import symbolic_links
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
+        links = symbolic_links(out)
+        if links:
+            raise AnalysisError(f"{links[0]} is a symbolic link (to {links[0].readlink()}): the report writes only "
+                                f"its own files in --out; remove the link or pass another --out")
         problem = unwritable(out)  # before the runs are read (minutes for a sweep, or a W&B download)
         if problem:
             raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")

@@ -103,3 +103,25 @@ def test_an_evaluation_borrowed_from_another_run_is_no_result(finished, tmp_path
     assert runs.loc["borrowed", "state"] == "unsupported" and not runs.loc["borrowed", "usable"]
     assert runs.loc["borrowed", "problem"].startswith(expected), runs.loc["borrowed", "problem"]
 
+
+@pytest.mark.parametrize("link", ["report.md", "figures", "tables/table3_video_mean_rmse.md"])
+def test_a_report_folder_holding_a_link_is_not_written_through_it(finished, tmp_path, capsys, link):
+    """Before: ``--out`` holding ``report.md -> ~/somefile`` (a report folder that came with someone's runs) had the
+    report written over the link's target; a ``figures -> elsewhere`` link had the figures written there and that
+    folder's files of the same names deleted as stale."""
+    from analysis.__main__ import main
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "fig02_rmse_vs_gamma_test.png").write_text("not a figure of this report")
+    (outside / "notes.md").write_text("mine")
+    out = tmp_path / "report"
+    (out / "tables").mkdir(parents=True)
+    (out / link).symlink_to(outside if link == "figures" else outside / "notes.md")
+    assert main([str(finished), "--out", str(out)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and f"{out / link} is a symbolic link" in lines[0], lines
+    assert sorted(p.name for p in outside.iterdir()) == ["fig02_rmse_vs_gamma_test.png", "notes.md"]
+    assert (outside / "notes.md").read_text() == "mine"
+    assert (outside / "fig02_rmse_vs_gamma_test.png").read_text() == "not a figure of this report"
+

@@ -1,0 +1,25 @@
+"""What the report writes in ``--out`` must be its own files there: no symbolic link among them.
+
+A report folder may come with a folder of runs from someone else (``cutlab-analysis runs/ --out runs/report``). A
+``report.md`` there that links to ``~/.bashrc``, or a ``figures/`` that links to another folder, would have the
+report written (and stale figures deleted) through the link, outside --out. ``--out`` itself may be a link: the
+user typed it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# report.REPORT, html_report.HTML, report.TABLES_DIR, report.FIGURES_DIR, wandb_source.RECORDS_DIR (named here, so
+# that the check runs before the modules that draw, and import matplotlib, are loaded)
+OUTPUTS = ("report.md", "report.html", "tables", "figures", "wandb_records")
+OUTPUT_FOLDERS = ("tables", "figures")
+
+
+def symbolic_links(out: Path) -> list[Path]:
+    """The paths the report writes or deletes under ``out`` that are symbolic links."""
+    found = [out / name for name in OUTPUTS if (out / name).is_symlink()]
+    for folder in OUTPUT_FOLDERS:
+        if (out / folder).is_dir() and not (out / folder).is_symlink():
+            found += [path for path in sorted((out / folder).iterdir()) if path.is_symlink()]
+    return found
