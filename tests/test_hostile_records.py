@@ -125,3 +125,20 @@ def test_a_report_folder_holding_a_link_is_not_written_through_it(finished, tmp_
     assert (outside / "notes.md").read_text() == "mine"
     assert (outside / "fig02_rmse_vs_gamma_test.png").read_text() == "not a figure of this report"
 
+
+@pytest.mark.parametrize("sigma", [None, "abc", -5.0, float("inf")], ids=["null", "text", "negative", "infinite"])
+def test_sigma_run_needs_a_positive_sigma_x_in_the_summary(finished, tmp_path, capsys, sigma):
+    """Before: ``--sigma run`` on a summary whose sigma_x was null ended in a TypeError traceback, and a negative or
+    infinite one was taken as the noise scale (-5: an evaluation written, mean RMSE 167 where the run's is 35)."""
+    import json
+
+    from cutlab.transfer.cli import main
+
+    run = copied(finished, tmp_path, "sigma")
+    summary = json.loads((run / "summary.json").read_text())
+    (run / "summary.json").write_text(json.dumps({**summary, "sigma_x": sigma}))
+    assert main([str(run), "--sigma", "run"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines[-1].startswith("cutlab-eval: error: sigma: its summary.json records sigma_x="), lines
+    assert "not a positive number, so --sigma run has no noise scale" in lines[-1] and "Traceback" not in "".join(lines)
+    assert not (run / "evaluations").exists()

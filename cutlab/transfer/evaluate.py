@@ -8,6 +8,7 @@ with the run's own epsilon and resilience slack.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 
@@ -83,10 +84,21 @@ def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
     return primal_dual, slacks
 
 
+def sigma_of_run(summary: dict) -> float:
+    """sigma_x of the run's training data as its summary.json records it (``--sigma run``): a positive number, or the
+    noise gamma_test * sigma_x has no scale (null was a TypeError traceback; -5 or 1e6 were taken as they stood)."""
+    value = summary.get("sigma_x")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise CutlabError(f"its summary.json records sigma_x={value!r}, not a positive number, so --sigma run has no "
+                          "noise scale; copy the run folder again from where it was trained, or use --sigma data")
+    return float(value)
+
+
 def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Request,
                  run_name: str) -> tuple[dict, Evaluation]:
     """The evaluation record's numbers and the Evaluation over the request's grid."""
     started = time.perf_counter()
+    run_sigma = sigma_of_run(summary) if request.sigma == "run" else None  # checked before anything is loaded
     device = pick_device(cfg.device)
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
@@ -94,7 +106,7 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     task = build_task(cfg)
     task.model.to(device)
     primal_dual, slacks = load_weights(task, cfg, checkpoint, run_name)
-    sigma = task.sigma if request.sigma == "data" else float(summary["sigma_x"])
+    sigma = task.sigma if run_sigma is None else run_sigma
     grid = list(request.gamma_test)
     gamma_train = float(cfg.gamma)
     full = grid + ([gamma_train] if gamma_train not in grid else [])  # the verdict's point, kept out of the table
