@@ -142,3 +142,18 @@ def test_sigma_run_needs_a_positive_sigma_x_in_the_summary(finished, tmp_path, c
     assert lines[-1].startswith("cutlab-eval: error: sigma: its summary.json records sigma_x="), lines
     assert "not a positive number, so --sigma run has no noise scale" in lines[-1] and "Traceback" not in "".join(lines)
     assert not (run / "evaluations").exists()
+
+
+def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_kept(finished, tmp_path):
+    """Before: a run folder from elsewhere holding ``.lock -> thesis.tex`` had thesis.tex truncated and overwritten
+    with ``process N on host`` by the same command, which then only said "complete; skipped" (and removed the link)."""
+    run = copied(finished, tmp_path, "base")
+    thesis = tmp_path / "thesis.tex"
+    thesis.write_text("my thesis\n")
+    (run / ".lock").symlink_to(thesis)
+    result = cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (f"cutlab: error: {run / '.lock'} is a symbolic link (to {thesis}), "
+                                                      "not a lock file cutlab wrote; remove it and run the same command "
+                                                      "again")
+    assert thesis.read_text() == "my thesis\n" and (run / ".lock").is_symlink()

@@ -6,6 +6,7 @@ instead of writing the same files at the same time (interleaved history, a crash
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
@@ -72,7 +73,7 @@ class RunLock:
     def _lock(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         while True:
-            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            descriptor = self._open()
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -90,6 +91,18 @@ class RunLock:
         self._descriptor = descriptor
         self._remove_stale_temporaries()
         return self
+
+    def _open(self) -> int:
+        """The lock file, never a link's target: a folder from elsewhere holding ``.lock -> ~/thesis.tex`` had that
+        file truncated and overwritten with the holder's name by the same command that merely skipped the run."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            self._remove_created_folders()
+            raise CutlabError(f"{self.path} is a symbolic link (to {os.readlink(self.path)}), not a lock file cutlab "
+                              "wrote; remove it and run the same command again") from None
 
     def _remove_stale_temporaries(self) -> None:
         """The temporary files of record writes that a kill cut short (cutlab.atomic): with the lock held, no writer of
