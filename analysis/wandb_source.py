@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -185,11 +186,20 @@ def nest_media(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unique_dir(folder: Path, name: str, run_id: str, taken: set[str]) -> Path:
+    """One folder directly in ``folder`` for the run: its name comes from the W&B project, which anyone who may log
+    to it writes (``../../x`` or ``/home/me/x`` put the records outside the report folder)."""
+    name, run_id = _one_folder(name), _one_folder(run_id) or "run"
     name = name or run_id
     if name in taken:  # two W&B runs with one name (e.g. the same overrides in two runs folders)
         name = f"{name}-{run_id}"
     taken.add(name)
     return folder / name
+
+
+def _one_folder(name) -> str:
+    """``name`` as a single folder name: separators become ``_``, and ``.`` or ``..`` alone no name at all."""
+    name = re.sub(r"[/\\\x00]", "_", str(name or ""))
+    return "" if name in (".", "..") else name
 
 
 def collect_wandb(rebuilt: Rebuilt) -> RunTable:

@@ -157,3 +157,16 @@ def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_kept(finishe
                                                       "not a lock file cutlab wrote; remove it and run the same command "
                                                       "again")
     assert thesis.read_text() == "my thesis\n" and (run / ".lock").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["../../outside", "/tmp/elsewhere", "..", "a/b"])
+def test_a_run_folder_name_from_a_wandb_project_stays_one_folder_in_the_report(tmp_path, name):
+    """Before: ``--wandb ENTITY/PROJECT`` rebuilt each run into ``out / <its W&B config's _run_folder>``, a name that
+    anyone who logs to the project writes: ``../../outside`` or ``/tmp/elsewhere`` put the rebuilt config.yaml,
+    summary.json and eval.csv outside the report folder. (The server path itself needs a W&B server.)"""
+    from analysis.wandb_source import _unique_dir
+
+    out = tmp_path / "report" / "wandb_records"
+    folder = _unique_dir(out, name, "abc123", set())
+    assert folder.parent == out and folder.name not in ("", ".", "..") and "/" not in folder.name
+    assert _unique_dir(out, "L=2,model=dust", "abc123", set()) == out / "L=2,model=dust"  # cutlab's names as they are
