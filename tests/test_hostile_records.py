@@ -170,3 +170,20 @@ def test_a_run_folder_name_from_a_wandb_project_stays_one_folder_in_the_report(t
     folder = _unique_dir(out, name, "abc123", set())
     assert folder.parent == out and folder.name not in ("", ".", "..") and "/" not in folder.name
     assert _unique_dir(out, "L=2,model=dust", "abc123", set()) == out / "L=2,model=dust"  # cutlab's names as they are
+
+
+def test_an_evaluations_folder_that_links_elsewhere_is_neither_written_nor_read(finished, tmp_path, capsys):
+    """Before: a run folder holding ``evaluations -> elsewhere`` had cutlab-eval write its evaluation.json, metrics.csv
+    and sample_losses.csv into ``elsewhere/<data>-<key>/`` (over another run's evaluation, had the link pointed at
+    one, which was then reported "already done" as this run's)."""
+    run = copied(finished, tmp_path, "linked")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (run / "evaluations").symlink_to(elsewhere)
+    from cutlab.transfer.cli import main
+
+    assert main([str(run)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == [f"cutlab-eval: error: linked: {run / 'evaluations'} is a symbolic link (to {elsewhere}): an "
+                     "evaluation is kept only inside its run's folder; remove the link and run the same command again"]
+    assert not any(elsewhere.iterdir())

@@ -103,7 +103,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     from cutlab.transfer.config import check_fits, default_data, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
     from cutlab.core.data.cache import data_files
-    from cutlab.transfer.record import EVALUATIONS, data_label, done, evaluation_dir, write_record
+    from cutlab.transfer.record import EVALUATIONS, check_not_linked, data_label, done, evaluation_dir, write_record
     from cutlab.transfer.runs import finished_run
 
     run_cfg, summary, checkpoint = finished_run(run_dir)
@@ -111,6 +111,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     check_fits(run_cfg, cfg, run_dir.name)
     request = Request.of(cfg, split, sigma).as_dict()
     folder = evaluation_dir(run_dir, request)
+    check_not_linked(run_dir, folder)
     label = data_label(request, default_data(str(cfg.data.name)))
     files = data_files(cfg.data.get("root"))
     existing = done(folder, request, files)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -26,6 +27,16 @@ EVALUATIONS = "evaluations"
 RECORD = "evaluation.json"
 METRICS = "metrics.csv"
 RECORD_VERSION = 1
+
+
+def check_not_linked(run_dir: Path, folder: Path) -> None:
+    """The evaluation is read and written in the run's own folder: an ``evaluations`` (or evaluation) folder that
+    links elsewhere had it written there (over another run's evaluation of the same data, say) and had that one
+    reported as this run's, "already done"."""
+    for path in (run_dir / EVALUATIONS, folder):
+        if path.is_symlink():
+            raise CutlabError(f"{path} is a symbolic link (to {os.readlink(path)}): an evaluation is kept only inside "
+                              "its run's folder; remove the link and run the same command again")
 
 
 def request_key(request: dict) -> str:
