@@ -153,9 +153,9 @@ def test_a_lock_file_that_links_elsewhere_is_refused_and_its_target_kept(finishe
     (run / ".lock").symlink_to(thesis)
     result = cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert result.stderr.strip().splitlines()[-1] == (f"cutlab: error: {run / '.lock'} is a symbolic link (to {thesis}), "
-                                                      "not a lock file cutlab wrote; remove it and run the same command "
-                                                      "again")
+    expected = (f"cutlab: error: {run / '.lock'} is a symbolic link (to {thesis}), not a lock file cutlab wrote; "
+                "remove it and run the same command again")
+    assert result.stderr.strip().splitlines()[-1] == expected
     assert thesis.read_text() == "my thesis\n" and (run / ".lock").is_symlink()
 
 
