@@ -44,3 +44,27 @@ def mismatch(row: dict, evaluation: pd.DataFrame | None, summary: dict | None) -
             return (f"{SUMMARY} gives {key} {recorded:.6g} but {EVAL}'s {split} {metric} averages {mean:.6g}: the two "
                     "files are not one run's")
     return None
+
+
+def evaluation_mismatch(run: pd.Series, record: dict, metrics: pd.DataFrame) -> str | None:
+    """Why a cutlab-eval record under ``run``'s folder is not an evaluation of that run (one copied, or linked, from
+    another run's folder), or why its metrics.csv is not the one its mean was taken over; None when it is."""
+    own = {"L": run.get("L"), "model": run.get("model"), "gamma_train": run.get("gamma_train"),
+           "seed": run.get("seed")}
+    theirs = {**{key: record.get(key) for key in ("L", "model", "gamma_train")},
+              "seed": (record.get("request") or {}).get("seed")}
+    differ = [f"{key} {theirs[key]!r} (the run's {_plain(own[key])!r})" for key in own
+              if _plain(own[key]) is not None and theirs[key] is not None and theirs[key] != _plain(own[key])]
+    if differ:
+        return f"an evaluation of another run: {', '.join(differ)}"
+    rows = metrics[(metrics["metric"] == record.get("metric")) & (metrics["layer"] == metrics["layer"].max())]
+    mean = float(rows["value"].mean()) if len(rows) else math.nan
+    if not math.isclose(mean, float(record["mean_metric"]), rel_tol=RELATIVE_TOLERANCE, abs_tol=1e-9):
+        return f"mean_metric {float(record['mean_metric']):.6g} but metrics.csv's last layer averages {mean:.6g}"
+    return None
+
+
+def _plain(value):
+    """A value of the runs frame as its record wrote it: numpy scalars as Python's, NaN (no such key) as None."""
+    value = value.item() if isinstance(value, np.generic) else value
+    return None if isinstance(value, float) and math.isnan(value) else value

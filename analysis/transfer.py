@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from .collect import RunTable, data_configs
+from .consistency import evaluation_mismatch
 from .figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
 from .markdown import inert
 from .selection import ARM_LABELS
@@ -55,6 +56,10 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
                 continue
             if row["status"] != "complete":
                 problems.append(f"{path}: status {row['status']!r} (not complete)")
+                continue
+            mismatch = evaluation_mismatch(run, record, frame)
+            if mismatch:  # copied or linked from another run's folder: its numbers would stand under this run
+                problems.append(f"{path}: {mismatch}")
                 continue
             rows.append(row)
             requests.append(request)

@@ -267,7 +267,8 @@ def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(
 
 
 def write_evaluation(run: Path, request: dict, label: str) -> None:
-    """A complete cutlab-eval record of ``request`` in ``run``, as written with the label ``label`` (metrics made up)."""
+    """A complete cutlab-eval record of ``request`` in ``run``, as written with the label ``label`` (metrics made up;
+    mean_metric their last layer's mean, as the analysis checks)."""
     from cutlab.transfer.record import METRICS, RECORD, evaluation_dir
 
     folder = evaluation_dir(run, request)
@@ -277,7 +278,7 @@ def write_evaluation(run: Path, request: dict, label: str) -> None:
     pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
     (folder / RECORD).write_text(json.dumps({
         "record_version": 1, "status": "complete", "request": request, "label": label, "run": "a", "metric": "rmse",
-        "mean_metric": 21.0, "verdict": "feasible"}))
+        "mean_metric": float(np.mean([row["value"] for row in rows if row["layer"] == 2])), "verdict": "feasible"}))
 
 
 def test_the_label_says_sigma_run_and_the_folder_keeps_its_name(tmp_path):

@@ -187,3 +187,31 @@ def test_an_evaluations_folder_that_links_elsewhere_is_neither_written_nor_read(
     assert lines == [f"cutlab-eval: error: linked: {run / 'evaluations'} is a symbolic link (to {elsewhere}): an "
                      "evaluation is kept only inside its run's folder; remove the link and run the same command again"]
     assert not any(elsewhere.iterdir())
+
+
+def test_an_evaluation_record_copied_from_another_run_is_not_counted_as_this_runs(finished, tmp_path, capsys):
+    """Before: a cutlab-eval record copied into another run's ``evaluations/`` (here: seed 0's, under a seed 1 run)
+    was tabled in the report's train-data x test-data section as that run's own evaluation."""
+    import json
+
+    from analysis.collect import collect_runs
+    from analysis.transfer import read_evaluations
+    from cutlab.transfer.cli import main
+
+    run = copied(finished, tmp_path, "seed0")
+    assert main([str(run)]) == 0
+    (record,) = run.glob("evaluations/*/evaluation.json")
+    other = copied(finished, tmp_path, "seed1")
+    shutil.rmtree(other / "evaluations", ignore_errors=True)
+    config = (other / "config.yaml").read_text()
+    assert "\nseed: 0\n" in config
+    (other / "config.yaml").write_text(config.replace("\nseed: 0\n", "\nseed: 1\n"))
+    shutil.copytree(record.parent, other / "evaluations" / record.parent.name)
+    evaluations, _, problems = read_evaluations(collect_runs(tmp_path / "runs"))
+    assert list(evaluations["run"]) == ["seed0"]
+    assert problems == [f"{other / 'evaluations' / record.parent.name / 'evaluation.json'}: an evaluation of another "
+                        "run: seed 0 (the run's 1)"]
+    saved = json.loads(record.read_text())
+    (record.parent / "evaluation.json").write_text(json.dumps({**saved, "mean_metric": saved["mean_metric"] * 0.9}))
+    _, _, problems = read_evaluations(collect_runs(run))
+    assert len(problems) == 1 and "mean_metric" in problems[0] and "metrics.csv's last layer averages" in problems[0]
