@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pandas as pd
@@ -266,7 +267,7 @@ def test_search_report_says_when_the_best_trial_is_only_slack_feasible(runs):
         path = runs.run(run)["path"]
         study.add_trial(optuna.trial.create_trial(value=value, params={}, distributions={},
                                                   user_attrs={"run_dir": path, "seed": 0}))
-    entry = arm_report(study)
+    entry = arm_report(study, Path(runs.run("new_dual")["path"]).parent)  # the study's folder holds its trials
     assert entry["best"]["verdict"] == "slack_feasible" and entry["best"]["slack_layers"] == [2]
     assert {k: v for k, v in entry["verdicts"].items() if v} == {"feasible": 1, "slack_feasible": 1, "infeasible": 1}
     text = format_report({"search": entry})

@@ -215,3 +215,27 @@ def test_an_evaluation_record_copied_from_another_run_is_not_counted_as_this_run
     (record.parent / "evaluation.json").write_text(json.dumps({**saved, "mean_metric": saved["mean_metric"] * 0.9}))
     _, _, problems = read_evaluations(collect_runs(run))
     assert len(problems) == 1 and "mean_metric" in problems[0] and "metrics.csv's last layer averages" in problems[0]
+
+
+def test_the_search_report_reads_each_trial_from_its_study_folder_not_the_path_a_journal_names(finished, tmp_path):
+    """Before: search_report.json took the best trial's test numbers and verdict from the ``run_dir`` path its Optuna
+    user attributes hold: a copied study read the old location's folders, and a journal from elsewhere could name
+    any folder (here one whose summary says test RMSE 1.0) as this study's best."""
+    import json
+
+    import optuna
+
+    from cutlab.search.report import write_report
+
+    study_dir = tmp_path / "runs" / "search" / "mine"
+    shutil.copytree(finished, study_dir / "trial-0000")
+    elsewhere = tmp_path / "elsewhere" / "trial-0000"
+    shutil.copytree(finished, elsewhere)
+    summary = json.loads((elsewhere / "summary.json").read_text())
+    (elsewhere / "summary.json").write_text(json.dumps({**summary, "test_mean_metric": 1.0, "verdict": "infeasible"}))
+    study = optuna.create_study(direction="minimize")
+    study.add_trial(optuna.trial.create_trial(value=summary["selection_metric"], params={}, distributions={},
+                                              user_attrs={"run_dir": str(elsewhere), "seed": 0}))
+    best = write_report({None: study}, study_dir)["search"]["best"]
+    assert best["run_dir"] == str(study_dir / "trial-0000")
+    assert best["test_mean_metric"] == summary["test_mean_metric"] and best["verdict"] == summary["verdict"]

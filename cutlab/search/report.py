@@ -26,46 +26,55 @@ REPORT = "search_report.json"
 VERDICTS = (STRICTLY_FEASIBLE, SLACK_FEASIBLE, INFEASIBLE, DEGENERATE, UNCONSTRAINED)
 
 
-def arm_report(study: optuna.Study) -> dict:
+def arm_report(study: optuna.Study, study_dir: Path) -> dict:
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     entry = {"study": study.study_name, "direction": study.direction.name.lower(), "trials": trial_counts(study),
              "n_trials": study.user_attrs.get("n_trials")}
     if not complete:
         return entry
-    entry["verdicts"] = verdict_tally(complete)
+    entry["verdicts"] = verdict_tally(complete, study_dir)
     by_metric = (min if entry["direction"] == "minimize" else max)(complete, key=lambda t: t.value)
     try:
         best = study.best_trial  # Optuna's rule: the best feasible trial whenever one is feasible
     except ValueError:  # no complete trial is feasible
         best = by_metric
     entry["best_is_feasible"] = is_feasible(best)
-    entry["best"] = trial_entry(best)
+    entry["best"] = trial_entry(best, study_dir)
     if by_metric.number != best.number:
-        entry["best_by_metric"] = trial_entry(by_metric)
+        entry["best_by_metric"] = trial_entry(by_metric, study_dir)
     return entry
 
 
-def trial_entry(trial) -> dict:
-    run_dir = Path(trial.user_attrs["run_dir"])
+def trial_folder(trial, study_dir: Path) -> Path | None:
+    """The trial's run folder in this study's folder: the folder name its ``run_dir`` attribute records, never the
+    path itself (a copied study kept the old machine's paths; a journal from elsewhere may name any run folder, whose
+    test numbers the report would have given as this study's best)."""
+    recorded = trial.user_attrs.get("run_dir")
+    name = Path(str(recorded)).name if recorded else ""
+    return study_dir / name if name not in ("", ".", "..") else None
+
+
+def trial_entry(trial, study_dir: Path) -> dict:
+    run_dir = trial_folder(trial, study_dir)
     try:
-        summary = read_summary(run_dir) or {}
+        summary = (read_summary(run_dir) if run_dir else None) or {}
     except CutlabError:  # the folder was replaced since the trial ended: its numbers are unknown, not a crash
         summary = {}
     return {
         "trial": trial.number, "validation": trial.value, "params": trial.params, "seed": trial.user_attrs.get("seed"),
-        "run_dir": str(run_dir), "metric": summary.get("metric"),
+        "run_dir": str(run_dir) if run_dir else None, "metric": summary.get("metric"),
         "test_mean_metric": summary.get("test_mean_metric"), "test_auc": summary.get("test_auc"),
         "verdict": summary.get("verdict"), "constraints": dict(trial.constraints),
         "slack_layers": (summary.get("feasibility") or {}).get("slack_layers") or [],
     }
 
 
-def verdict_tally(trials: list) -> dict[str, int]:
+def verdict_tally(trials: list, study_dir: Path) -> dict[str, int]:
     """How many trials ended with each verdict (``unknown``: no readable run record)."""
     tally = dict.fromkeys(VERDICTS, 0)
     for trial in trials:
-        run_dir = trial.user_attrs.get("run_dir")
-        verdict = (read_summary(Path(run_dir)) or {}).get("verdict") if run_dir else None
+        run_dir = trial_folder(trial, study_dir)
+        verdict = (read_summary(run_dir) or {}).get("verdict") if run_dir else None
         key = verdict if verdict in tally else "unknown"
         tally[key] = tally.get(key, 0) + 1
     return tally
@@ -73,7 +82,7 @@ def verdict_tally(trials: list) -> dict[str, int]:
 
 def write_report(studies: dict[str | None, optuna.Study], study_dir: Path) -> dict:
     """``search_report.json`` in the study folder: one entry per arm (a plain search has the one arm "search")."""
-    report = {name or "search": arm_report(study) for name, study in studies.items()}
+    report = {name or "search": arm_report(study, study_dir) for name, study in studies.items()}
     (study_dir / REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
     return report
 
