@@ -187,6 +187,26 @@ def test_a_plan_on_the_cluster_warns_of_a_partition_it_lacks_and_says_when_the_c
     assert "warning" not in present.stdout and not runs.exists()
 
 
+def test_a_profile_asking_more_than_any_node_has_is_refused_in_one_line_not_left_pending(cluster, tmp_path):
+    """More CPUs than the node has: this cluster (EnforcePartLimits=NO) accepts the job and leaves it pending for
+    ever (PartitionConfig); more memory or a GPU: sbatch refuses it. Each stops before submitting, naming the key."""
+    runs = tmp_path / "runs"
+    before = subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout
+    cpus = int(subprocess.run(["sinfo", "-N", "--noheader", "--format=%c"], capture_output=True, text=True).stdout)
+    for key, value, most in (("cpus_per_task", 64 * cpus, f"at most {cpus} CPUs"), ("mem_gb", 100000, "GB of memory"),
+                             ("gpus_per_node", 1, "at most 0 GPUs")):
+        result = cutlab(["-m", "gamma=0,0.09", "launcher=slurm", f"launcher.profile={profile(tmp_path)}",
+                         f"launcher.{key}={value}"], runs, check=False, timeout=60)
+        assert result.returncode == 2, result.stderr[-2000:]
+        assert f"launcher.{key}={value} asks one node for more than any node of the cluster's default partition" \
+               in result.stderr and most in result.stderr and "Traceback" not in result.stderr
+        planned = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm", f"launcher.profile={profile(tmp_path)}",
+                          f"launcher.{key}={value}"], runs, timeout=60)
+        assert f"# warning: the submit would be refused: launcher.{key}={value}" in planned.stdout
+    assert subprocess.run(["squeue", "--noheader"], capture_output=True, text=True).stdout == before
+    assert not runs.exists()
+
+
 @pytest.mark.slow
 def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command_resumes_it(cluster, tmp_path):
     """SIGTERM to a running task (what SLURM sends on preemption where preempt_send_user_signal is not set): the run

@@ -148,7 +148,8 @@ def _check_values(raw: dict, where) -> None:
 
 
 def check_cluster(profile: SlurmProfile) -> None:
-    """Before submitting: SLURM's commands are there, the controller answers, and the partition exists."""
+    """Before submitting: SLURM's commands are there, the controller answers, the partition exists and its largest
+    node can run one job (cutlab.launch.slurm_capacity)."""
     for tool in ("sbatch", "sinfo", "scontrol"):
         if shutil.which(tool) is None:
             raise CutlabError(f"launcher=slurm needs SLURM's {tool} on PATH; run on a cluster's login node, or use "
@@ -166,6 +167,11 @@ def check_cluster(profile: SlurmProfile) -> None:
         raise CutlabError(f"launcher=slurm (profile {profile.name!r}) names partition {profile.partition!r}, which this "
                           f"cluster does not have (sinfo lists: {', '.join(partitions) or 'none'}); set "
                           f"launcher.partition=<one of them> (or 'partition:' in {profile_path(profile.name)})")
+    from cutlab.launch.slurm_capacity import check_capacity
+
+    problem = check_capacity(profile)
+    if problem:
+        raise CutlabError(f"{problem} (profile {profile.name!r})")
 
 
 def cluster_check_line(profile: SlurmProfile) -> str:
@@ -173,7 +179,8 @@ def cluster_check_line(profile: SlurmProfile) -> str:
     the login node shows a missing partition before the real submit refuses it; elsewhere, that nothing was checked.
     Asked once per profile and partition in a process (a scale's plan shows one script per grid, and an unreachable
     controller takes sinfo's 30 s to say so)."""
-    key = (profile.name, profile.partition, os.environ.get("SLURM_CONF"))
+    key = (profile.name, profile.partition, profile.cpus_per_task, profile.mem_gb, profile.gpus_per_node,
+           profile.timeout_min, os.environ.get("SLURM_CONF"))
     if key not in _CLUSTER_LINES:
         try:
             check_cluster(profile)
