@@ -207,6 +207,14 @@ def test_a_profile_asking_more_than_any_node_has_is_refused_in_one_line_not_left
     assert not runs.exists()
 
 
+def test_a_job_array_that_sbatch_refuses_stops_in_one_line_naming_sbatchs_reason(cluster, tmp_path):
+    result = cutlab(["-m", "gamma=0,0.09", "launcher=slurm", f"launcher.profile={profile(tmp_path)}",
+                     "launcher.additional_parameters={begin:notatime}"], tmp_path / "runs", check=False, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1].startswith("cutlab: error: sbatch refused the job array (")
+    assert "Invalid --begin specification" in result.stderr.splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command_resumes_it(cluster, tmp_path):
     """SIGTERM to a running task (what SLURM sends on preemption where preempt_send_user_signal is not set): the run

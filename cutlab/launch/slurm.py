@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from cutlab.core.progress import tally
+from cutlab.errors import CutlabError
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, ended, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
@@ -41,8 +42,14 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
     executor.update_parameters(**profile.executor_parameters(job_name))
     for command in commands:  # a signalled task must requeue before SLURM's time limit kills it
         command.stop_grace_s = profile.stop_grace_s
-    with _note_signals(second_stops=True) as stopped_by, executor.batch():
-        jobs = [executor.submit(command) for command in commands]
+    try:
+        with _note_signals(second_stops=True) as stopped_by, executor.batch():
+            jobs = [executor.submit(command) for command in commands]
+    except submitit.core.utils.FailedJobError as error:  # sbatch refused the script: nothing was submitted
+        said = [line.strip() for line in str(error).splitlines() if line.strip()]
+        reason = "; ".join(said[-2:]) or "no reason given"
+        raise CutlabError(f"sbatch refused the job array ({reason}); nothing was submitted: change the "
+                          "launcher.KEY= setting it names (--plan shows the sbatch script)") from None
     print(f"[cutlab] slurm: submitted {len(jobs)} runs as job array {jobs[0].job_id.split('_')[0]} "
           f"(at most {profile.array_parallelism} at a time; logs in {folder})", file=sys.stderr, flush=True)
     return jobs, stopped_by
