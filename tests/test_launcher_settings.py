@@ -257,3 +257,30 @@ def test_a_task_whose_run_stopped_on_sigterm_is_interrupted_not_failed(tmp_path,
     assert stopped.error == "checkpointed: stopped by a signal after checkpointing; run the sweep again to resume"
     broken = outcome_of("broken", jobs["broken"].result, job_id="2")
     assert broken.status == "failed" and broken.error == "exit 3: no output", broken
+
+
+def test_a_task_out_of_time_limit_requeues_is_interrupted_and_a_crash_names_its_error_not_a_log_path(tmp_path,
+                                                                                                      monkeypatch):
+    """A task that hits its time limit once more than launcher.max_requeues allows ends in submitit's
+    UncompletedJobError (its run stopped at a checkpoint): interrupted, naming the keys; a task that raised names its
+    exception's line, not the log path that closes submitit's error text. Real submitit jobs (its local executor)."""
+    import submitit
+
+    from cutlab.launch.outcome import TIMED_OUT_ADVICE, outcome_of
+
+    (tmp_path / "job_ends.py").write_text(
+        "from submitit.core.utils import UncompletedJobError\n"
+        "def timed_out():\n    raise UncompletedJobError('Job not requeued because: timed-out too many times.')\n"
+        "def crashed():\n    raise MemoryError('CUDA out of memory')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    import job_ends
+
+    executor = submitit.LocalExecutor(folder=tmp_path / "jobs")
+    executor.update_parameters(timeout_min=5)
+    timed_out, crashed = executor.submit(job_ends.timed_out), executor.submit(job_ends.crashed)
+    outcome = outcome_of("long-run", timed_out.result, job_id="1_0")
+    assert (outcome.status, outcome.error) == ("interrupted", TIMED_OUT_ADVICE), outcome
+    assert "launcher.max_requeues" in outcome.line() and "launcher.timeout_min" in outcome.line()
+    outcome = outcome_of("oom-run", crashed.result, job_id="1_1")
+    assert (outcome.status, outcome.error) == ("failed", "MemoryError: CUDA out of memory"), outcome

@@ -12,6 +12,12 @@ STATUSES = ("complete", "failed", "interrupted", "busy")
 BUSY_ADVICE = "left to the process writing it; run the same command again when that one ends"
 # a run a stopped sweep never began: counted interrupted, since the same command runs it
 NOT_STARTED = "not started, the sweep was stopped; run it again to resume"
+# submitit's UncompletedJobError once a task has used its max_num_timeout (launcher.max_requeues) time-limit requeues:
+# the run was signalled and stopped at a checkpoint like every time before, so the same command resumes it
+TIMED_OUT = "timed-out too many times"
+TIMED_OUT_ADVICE = ("hit its SLURM time limit once more than launcher.max_requeues allows and stopped at its "
+                    "checkpoint; run the same command again to resume it (a larger launcher.timeout_min or "
+                    "launcher.max_requeues lets it finish in one go)")
 
 
 class RunFailed(Exception):
@@ -52,6 +58,8 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
         interrupted = _raised(str(error), "RunInterrupted")  # a task stopped by SIGTERM: checkpointed, not failed
         if interrupted is not None:
             return Outcome(run_id, "interrupted", error=interrupted, job_id=job_id)
+        if TIMED_OUT in str(error):
+            return Outcome(run_id, "interrupted", error=TIMED_OUT_ADVICE, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
     from cutlab.core.objectives import headline_of, objective_of_metric  # here: importing them imports torch (~1 s)
 
@@ -76,12 +84,18 @@ def _raised(trace: str, name: str) -> str | None:
     return None
 
 
+SUBMITIT_RULE = "\n----------------------\n"
+
+
 def _last_line(text: str) -> str:
     """A failed job's error line: RunFailed's message without its run id, else the traceback's last line."""
     failed = _raised(text, "RunFailed")
     if failed is not None:
         return failed.split(": ", 1)[-1]
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    # submitit's FailedJobError puts the trace between two rules of dashes, then the log paths: the error is the
+    # trace's last line, not the last log path
+    trace = text.split(SUBMITIT_RULE)[1] if text.count(SUBMITIT_RULE) >= 2 else text
+    lines = [line.strip() for line in trace.splitlines() if line.strip()]
     return lines[-1] if lines else "unknown error"
 
 
