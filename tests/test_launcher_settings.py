@@ -11,6 +11,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT
+from cutlab.errors import CutlabError
 from helpers.cli import cutlab
 from helpers.sweeps import plan_ids
 
@@ -284,3 +285,21 @@ def test_a_task_out_of_time_limit_requeues_is_interrupted_and_a_crash_names_its_
     assert "launcher.max_requeues" in outcome.line() and "launcher.timeout_min" in outcome.line()
     outcome = outcome_of("oom-run", crashed.result, job_id="1_1")
     assert (outcome.status, outcome.error) == ("failed", "MemoryError: CUDA out of memory"), outcome
+
+
+def test_a_time_limit_within_the_signal_delay_is_refused_in_one_line_naming_the_shortest_limit(tmp_path):
+    """SLURM sends --signal=USR2@signal_delay_s up to 60 s early: a time limit inside that window signals every task
+    at its start, so it would be requeued without a step until its requeues are spent."""
+    from cutlab.launch.slurm_profile import slurm_settings
+
+    for timeout_min, delay in ((1, 30), (2, 90)):
+        with pytest.raises(CutlabError, match=rf"launcher.timeout_min={timeout_min} leaves no time to train: .*"
+                                             rf"launcher.signal_delay_s={delay} s before the limit"):
+            slurm_settings({"profile": "default", "timeout_min": timeout_min, "signal_delay_s": delay})
+    assert slurm_settings({"profile": "default", "timeout_min": 3, "signal_delay_s": 90}).timeout_min == 3
+    result = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm", "launcher.timeout_min=2"], tmp_path / "runs",
+                    check=False, timeout=120)
+    assert result.returncode == 2 and result.stderr.splitlines()[-1] == (
+        "cutlab: error: launcher.timeout_min=2 leaves no time to train: SLURM sends the checkpoint signal "
+        "launcher.signal_delay_s=90 s before the limit and up to 60 s earlier, so every task would be stopped at its "
+        "start and requeued; set launcher.timeout_min=3 or more (or a smaller launcher.signal_delay_s)")

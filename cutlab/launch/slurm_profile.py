@@ -99,7 +99,24 @@ def slurm_settings(launcher: dict) -> SlurmProfile:
     extra = dict(given.pop("additional_parameters", None) or {})
     values.update(given, additional_parameters={**values["additional_parameters"], **extra})
     values["setup"] = tuple(values["setup"])
+    _check_signal_fits(values["timeout_min"], values["signal_delay_s"])
     return SlurmProfile(**values)
+
+
+SIGNAL_RESOLUTION_S = 60  # sbatch --signal: "the signal may be sent up to 60 seconds earlier than specified"
+
+
+def _check_signal_fits(timeout_min: int, signal_delay_s: int) -> None:
+    """The checkpoint signal must come after the job starts: one sent at the start (a time limit within
+    signal_delay_s plus SLURM's 60 s resolution) stops every task before its first step and spends its requeues
+    (measured: timeout_min=1 with signal_delay_s=30 was signalled 0.5 s in, requeued and out of requeues)."""
+    if timeout_min * 60 > signal_delay_s + SIGNAL_RESOLUTION_S:
+        return
+    shortest = (signal_delay_s + SIGNAL_RESOLUTION_S) // 60 + 1
+    raise CutlabError(f"launcher.timeout_min={timeout_min} leaves no time to train: SLURM sends the checkpoint signal "
+                      f"launcher.signal_delay_s={signal_delay_s} s before the limit and up to {SIGNAL_RESOLUTION_S} s "
+                      f"earlier, so every task would be stopped at its start and requeued; set "
+                      f"launcher.timeout_min={shortest} or more (or a smaller launcher.signal_delay_s)")
 
 
 def _profile_values(name_or_path: str) -> dict[str, Any]:
