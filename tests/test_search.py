@@ -570,3 +570,27 @@ def test_a_worker_stopped_while_it_holds_the_journal_lock_releases_only_its_own(
     if meanwhile == "taken":
         other.release()
     assert stopped.acquire() and not stopped.release() and not os.path.lexists(journal + ".lock")  # usable again
+
+
+def test_ctrl_c_on_a_terminal_stops_each_local_worker_with_one_signal_and_every_trial_is_requeued(tmp_path):
+    """A terminal's Ctrl-C goes to its whole process group. The workers got it too, then the command's SIGTERM on
+    top: a worker still re-queueing its trial when the second signal came exited mid-way (measured with PostgreSQL:
+    a 'SystemExit: 143' traceback and a trial left RUNNING until the heartbeat grace). Each worker now gets only the
+    command's one SIGTERM: it checkpoints, re-queues its trial and exits."""
+    from helpers.search import search_command, search_env
+
+    args = ["search=dust_video", "--n-trials", "4", "--workers", "2", "search.pruner=null", *TINY, "train.epochs=40"]
+    log = tmp_path / "search.log"
+    search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=log.open("w"),
+                              stderr=subprocess.STDOUT, start_new_session=True)  # its own group, as a terminal's job
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    wait_for(lambda: all((study_dir / f"trial-000{n}" / "checkpoint.pt").exists() for n in (0, 1)), 120,
+             "both workers' first checkpoints")
+    os.killpg(search.pid, signal.SIGINT)  # what Ctrl-C on the terminal does
+    assert search.wait(timeout=120) == 130
+    text = log.read_text()
+    assert "Ctrl-C: stopping after this step" not in text and "Traceback" not in text, text[-3000:]
+    states = sorted(t.state.name for t in study_of(tmp_path, "dust_video").trials)
+    assert states == ["FAIL", "FAIL", "WAITING", "WAITING"], states  # both stopped trials re-queued, none RUNNING
+    for n in (0, 1):
+        assert json.loads((study_dir / f"trial-000{n}" / "summary.json").read_text())["status"] == "interrupted"

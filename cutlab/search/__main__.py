@@ -239,18 +239,34 @@ def run_workers(args: argparse.Namespace, plan) -> None:
     """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
     # one terminal for every worker: progress as lines, since their bars would overwrite each other
     env = {**os.environ, "OMP_NUM_THREADS": "1", MODE_ENV: "lines", **storage_env(plan)}
-    workers = [subprocess.Popen(worker_command(args, index), env=env) for index in range(args.workers)]
+    # own sessions: a terminal's Ctrl-C reaches only this process, which stops each worker with one SIGTERM. A
+    # worker that got both (the terminal's SIGINT, then this SIGTERM while it re-queued its trial) exited in the
+    # middle of the re-queue: its trial stayed RUNNING until the heartbeat grace, with a SystemExit traceback
+    workers = [subprocess.Popen(worker_command(args, index), env=env, start_new_session=True)
+               for index in range(args.workers)]
     try:
         codes = [worker.wait() for worker in workers]
     except BaseException:  # Ctrl-C or SIGTERM: stop the workers too (each re-queues its trial)
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            worker.wait()
+        stop_workers(workers)
         raise
     if any(codes):
         raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
+
+
+def stop_workers(workers: list[subprocess.Popen]) -> None:
+    """One SIGTERM each (checkpoint at the next step, re-queue the trial) and wait; a second Ctrl-C or SIGTERM kills
+    them at once (their trials are re-queued once the heartbeat grace has passed)."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    try:
+        for worker in workers:
+            worker.wait()
+    except BaseException:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+        raise
 
 
 def old_flags_message(args: argparse.Namespace) -> str | None:
