@@ -147,6 +147,24 @@ def test_the_embedded_default_runs_with_no_file(tmp_path):
     assert summary["status"] == "complete" and summary["data_source"].startswith("synthetic")
 
 
+def test_online_wandb_without_a_key_is_one_line_naming_wandb_login(tmp_path):
+    # the README's `python -m cutlab wandb.mode=online ...` on a machine never logged in: it was Hydra's
+    # "Error executing job" with W&B's UsageError traceback, exit 1
+    assert "WANDB_API_KEY" not in os.environ
+    env = {"HOME": str(tmp_path / "home"), "NETRC": str(tmp_path / "home" / ".netrc")}  # no key anywhere
+    runs = tmp_path / "runs"
+    args = ["wandb.mode=online", "train.epochs=1", "train.max_steps_per_epoch=1", "eval.gamma_test=[0]"]
+    result = cutlab(args, runs, check=False, timeout=180, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("cutlab: error: W&B could not start this run (wandb.mode=online)") and \
+        "wandb login" in message and "wandb.mode=offline" in message, result.stderr
+    # nothing trained: the same command with W&B offline trains the same folder from step 0
+    cutlab(["wandb.mode=offline", *args[1:]], runs, env=env)
+    summary = json.loads(next(runs.glob("*/summary.json")).read_text())
+    assert summary["status"] == "complete" and summary["wandb_mode"] == "offline"
+
+
 @pytest.fixture(scope="module")
 def earlier_run(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("bad") / "runs"

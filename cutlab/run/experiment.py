@@ -159,10 +159,14 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     epsilon, at_target = reference
     # first: a history that lost rows of the checkpoint's steps stops the resume before any record file is written
     history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
-    tracker = Tracker(
-        cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
-        cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
-    )
+    try:
+        tracker = Tracker(
+            cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
+            cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
+        )
+    except BaseException:  # W&B refused the run (online without a key): nothing trained, the same command resumes
+        history.close()
+        raise
     summary = {"record_version": RECORD_VERSION, "status": "running", "wandb_id": tracker.run_id,
                "wandb_mode": cfg.wandb.mode, "data_source": task.source, "sigma_x": task.sigma,
                "epsilon": epsilon, "reference_at_target": at_target}

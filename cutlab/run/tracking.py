@@ -128,13 +128,21 @@ class Tracker:
         self._service.wait()
         import wandb
 
-        with redacted_argv():  # W&B records the command line in the run's metadata
-            self.run = wandb.init(
-                mode=mode, dir=str(run_dir), name=display_name(name, config),
-                config={**redact_values(config), RUN_FOLDER_KEY: name}, project=project,
-                entity=entity, group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None,
-                reinit="create_new",
-            )
+        try:
+            with redacted_argv():  # W&B records the command line in the run's metadata
+                self.run = wandb.init(
+                    mode=mode, dir=str(run_dir), name=display_name(name, config),
+                    config={**redact_values(config), RUN_FOLDER_KEY: name}, project=project,
+                    entity=entity, group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None,
+                    reinit="create_new",
+                )
+        except wandb.errors.Error as error:  # online: no API key, a refused key, an unreachable server
+            self._service.restore_environment()
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
+            raise CutlabError(f"W&B could not start this run (wandb.mode={mode}): {reason}; run `wandb login` (or "
+                              f"set WANDB_API_KEY) and the same command again, or log offline (wandb.mode=offline, "
+                              f"the default; upload later with wandb sync) or not at all (wandb.mode=disabled)"
+                              ) from None
         # each section plotted against its own axis in W&B's UI: training curves against the step, the
         # evaluation against gamma_test (the noise level of Fig. 3/4, not a time)
         self.run.define_metric(STEP_KEY)
