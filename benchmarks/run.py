@@ -125,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     res.figures.sort(key=lambda f: f["section"])
     machine["loadavg_end"] = loadavg()
-    payload = {"mode": mode.name, "machine": machine, "wall_s": time.perf_counter() - started,
+    wall_s = time.perf_counter() - started  # this run's: a merged record's wall_s is its base run's
+    payload = {"mode": mode.name, "machine": machine, "wall_s": wall_s,
                "sections": sorted(sections - skipped), "figures": res.figures, "details": res.details,
                "profiles": res.profiles, "errors": res.errors}
     if previous is not None:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             shown = md_path
         update_readme(args.readme, readme_block(payload, str(shown)))
-    say(f"wrote {out} and {md_path} in {payload['wall_s'] / 60:.1f} min")
+    say(f"wrote {out} and {md_path} in {wall_s / 60:.1f} min")
     for fig in res.figures:
         print(f"  {fig['id']:<42} {fmt_value(fig):>14}  target {fig['target']:<26} {fig['status']}")
     if res.errors:
