@@ -22,6 +22,7 @@ from typing import Iterator
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
+from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
@@ -150,19 +151,25 @@ def run_grid(argv: list[str]) -> tuple[int, bool]:
 @contextmanager
 def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
     """Within the block, SIGINT/SIGTERM/SIGHUP to this process reach ``child`` as SIGTERM; yields the signals
-    received. SIGHUP too: in its own session the grid no longer gets the closed terminal's hang-up itself."""
+    received. SIGHUP too: in its own session the grid no longer gets the closed terminal's hang-up itself; it is
+    passed on as SIGHUP, once (the shell's hang-up after the terminal's is no second signal), so that the grid too
+    sends its lines to /dev/null instead of failing on the closed terminal (cutlab/hangup.py)."""
     received: list[str] = []
 
     def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            if terminal_closed():
+                return
+            silence_terminal()
         received.append(signal.Signals(signum).name)
         what = ("stopping: its runs checkpoint at their next step" if len(received) == 1
                 else "passed on to the grid again (launcher=local kills its runs on it; an in-process run stops at "
                      "its next step)")
         print(f"cutlab-reproduce: {received[-1]}: {what}", file=sys.stderr, flush=True)
         if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
+            child.send_signal(signal.SIGHUP if signum == signal.SIGHUP else signal.SIGTERM)
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals(signal.SIGINT, signal.SIGTERM)}
     try:
         yield received
     finally:

@@ -9,9 +9,9 @@ process of its own instead (:class:`RunCommand`), for anyone who suspects one ru
 A thread per slot, rather than submitit's local executor, which starts every job at once: the cap matters
 on small machines, where more runs than cores slow every run (benchmarks/).
 
-Ctrl-C or SIGTERM stops the sweep: every running run stops at its next step with a checkpoint, the runs
-not started are reported interrupted, and the same command resumes them all. A second signal kills the runs;
-the sweep still records every run's outcome.
+Ctrl-C, SIGTERM or a closed terminal (SIGHUP; cutlab/hangup.py) stops the sweep: every running run stops at its
+next step with a checkpoint, the runs not started are reported interrupted, and the same command resumes them all.
+A second Ctrl-C or SIGTERM kills the runs; the sweep still records every run's outcome.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cutlab.core.progress import tally
+from cutlab.hangup import silence_terminal, stop_signals
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
@@ -122,13 +123,18 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
 
 @contextmanager
 def _stop_on_signals(slots: list, stopping: threading.Event, stopped_by: list[str]) -> Iterator[None]:
-    """Ctrl-C/SIGTERM: start no more runs and stop the running ones at a step (SIGTERM); a second one kills them.
-    ``stopped_by`` gets the first signal's name."""
+    """Ctrl-C/SIGTERM/SIGHUP: start no more runs and stop the running ones at a step (SIGTERM); a second Ctrl-C or
+    SIGTERM kills them (a hang-up can come twice: from the terminal, then from the shell). ``stopped_by`` gets the
+    first signal's name."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be installed from the main thread
         return
 
     def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            silence_terminal()  # the lines below, and the sweep's last ones, would fail with EIO
+            if stopping.is_set():
+                return
         if stopping.is_set():
             print("[cutlab] local: second signal: killing the runs (they resume from their last checkpoint)",
                   file=sys.stderr, flush=True)
@@ -142,7 +148,7 @@ def _stop_on_signals(slots: list, stopping: threading.Event, stopped_by: list[st
         for slot in slots:
             slot.interrupt()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals(signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:

@@ -1,4 +1,5 @@
-"""Turn SIGTERM/SIGUSR2 (SLURM's time-limit and preemption signals) into "checkpoint at the next step, then stop".
+"""Turn SIGTERM/SIGUSR2 (SLURM's time-limit and preemption signals) and SIGHUP (a closed terminal, cutlab/hangup.py)
+into "checkpoint at the next step, then stop".
 Ctrl-C (SIGINT) while a run trains does the same, once: a second Ctrl-C stops at once. Outside the training loop
 (the run's set-up, its evaluation) SIGTERM/SIGUSR2 stop it at once, recorded interrupted (``stop_now_on_signals``).
 
@@ -17,8 +18,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cutlab.core.progress import PREFIX
+from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)  # and SIGHUP, unless ignored (nohup): stop_signals
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; the launchers requeue a run that exits with it
 
 
@@ -37,13 +39,15 @@ class StopFlag:
 
 @contextmanager
 def stop_on_signals() -> Iterator[StopFlag]:
-    """Within the block, SIGTERM/SIGUSR2 set the flag instead of killing the process (main thread only)."""
+    """Within the block, SIGTERM/SIGUSR2/SIGHUP set the flag instead of killing the process (main thread only)."""
     flag = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield flag  # signal handlers can only be installed from the main thread
         return
 
     def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            silence_terminal()
         flag.signal_name = signal.Signals(signum).name
 
     def interrupt(signum, frame) -> None:  # Ctrl-C: as SIGTERM, but the stop is the user's (exit 130, no requeue)
@@ -53,7 +57,7 @@ def stop_on_signals() -> Iterator[StopFlag]:
         print(f"{PREFIX}Ctrl-C: stopping after this step, with a checkpoint (Ctrl-C again stops at once)",
               file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals(*STOP_SIGNALS)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT is ignored (a worker's)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
@@ -74,12 +78,16 @@ def stop_now_on_signals() -> Iterator[None]:
         return
 
     def handler(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            if terminal_closed():
+                return  # the shell's hang-up after the terminal's: already stopping
+            silence_terminal()
         stop = Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
                          "its last checkpoint stands)")
         stop.signum = signum  # sent again if it lands where Python ignores it (cutlab.interrupted)
         raise stop
 
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals(*STOP_SIGNALS)}
     try:
         yield
     finally:

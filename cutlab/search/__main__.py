@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cutlab.core.progress import MODE_ENV
 from cutlab.errors import CutlabError
+from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
 
@@ -253,12 +254,28 @@ def run_workers(args: argparse.Namespace, plan) -> None:
         raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
 
 
+def stop_on(*signals: signal.Signals) -> None:
+    """These signals end the command as SIGTERM does (exit 143; a run in training checkpoints first). SIGHUP, a closed
+    terminal, first sends the streams that were the terminal to /dev/null, where lines no longer fail with EIO."""
+    def stop(signum, frame) -> None:
+        if signum == signal.SIGHUP:
+            if terminal_closed():
+                return  # the shell's hang-up after the terminal's: this one is already stopping
+            silence_terminal()
+        sys.exit(143)
+
+    for sig in signals:
+        signal.signal(sig, stop)
+
+
 def stop_workers(workers: list[subprocess.Popen]) -> None:
     """One SIGTERM each (checkpoint at the next step, re-queue the trial) and wait; a second Ctrl-C or SIGTERM kills
-    them at once (their trials are re-queued once the heartbeat grace has passed)."""
+    them at once (their trials are re-queued once the heartbeat grace has passed). After a hang-up, SIGHUP instead:
+    the workers write to the same closed terminal, and silence it before they stop."""
+    stop_signal = signal.SIGHUP if terminal_closed() else signal.SIGTERM
     for worker in workers:
         if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
+            worker.send_signal(stop_signal)
     try:
         for worker in workers:
             worker.wait()
@@ -342,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         args = with_config_dir(args)
         plan = build_plan(args)
         if args.worker_index is not None:  # one of several workers: run trials, report nothing
-            signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped worker records "interrupted"
+            stop_on(*stop_signals(signal.SIGTERM))  # a stopped worker records "interrupted"
             work(plan, args.worker_index)
             return 0
         say(describe(plan, args.workers))
@@ -357,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         for study in studies.values():
             say(f"{study.study_name}: trials so far {counts_text(trial_counts(study))}")
         started = time.perf_counter()
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped like Ctrl-C: trials resume later
+        stop_on(*stop_signals(signal.SIGTERM))  # stopped like Ctrl-C: trials resume later
         if slurm:
             run_slurm_workers(args, plan, studies)
         elif args.workers == 1:
