@@ -12,7 +12,7 @@ The keys carry submitit's names (cutlab.config.launcher), in a profile file and 
     gpus_per_node: 0
     array_parallelism: 16    # at most this many runs of one job array at a time (--array=0-N%16)
     signal_delay_s: 90       # SIGUSR2 this long before the time limit: checkpoint, then requeue
-    max_requeues: 3          # time-limit requeues per run (preemptions are always requeued)
+    max_requeues: 3          # time-limit requeues per run (a preemption too in the last 20 % of timeout_min)
     setup: []                # shell lines run before each run (module load ..., source .venv/bin/activate)
     additional_parameters: {}  # any other sbatch option, e.g. {comment: paper, exclusive: true}
 
