@@ -1,7 +1,8 @@
 """The paper's published Tables 3 and 4, shipped as package data (see published/SOURCE.md).
 
 ``published_value`` finds the paper's number for one of our cells. Our dataset names map onto the
-paper's (``ucsd_ped2`` -> ``ucsd``). Pretrained models have the depth of their checkpoint, which the
+paper's (``ucsd_ped2`` -> ``ucsd``), and so do model names where ours tell apart what the paper's
+table does not (``ut_text``, the UT on text, is the paper's Table 4 ``ut``). Pretrained models have the depth of their checkpoint, which the
 paper sometimes misreports (DistilBERT "L = 12"): when the paper lists exactly one depth for such a
 model and dataset, that row is matched whatever our L, and the match is marked as such.
 """
@@ -19,6 +20,8 @@ TABLE4 = "table4_text_accuracy_auc.csv"
 #: our dataset name -> the paper's
 PAPER_DATASET = {"ucsd_ped2": "ucsd", "avenue": "avenue", "shanghaitech": "shanghaitech", "imdb": "imdb",
                  "mnli": "mnli"}
+#: our model name -> the paper's, where they differ: Table 4 calls the text UT (paper Sec. 5) plain "UT"
+PAPER_MODEL = {"ut_text": "ut"}
 #: models whose depth comes from a pretrained checkpoint, not from the grid
 PRETRAINED = {"vit", "distilbert", "roberta"}
 
@@ -48,6 +51,7 @@ def published_value(name: str, model: str, dataset: str, L: int, gamma_train: fl
         return None
     table = load_published(name)
     value_column = table.columns[-1]
+    model = PAPER_MODEL.get(model, model)
     rows = table[(table["model"] == model) & (table["dataset"] == paper_dataset)
                  & ((table["gamma_train"] - gamma_train).abs() < 1e-6) & (table["constrained"] == bool(constrained))]
     exact = rows[rows["L"] == L]
