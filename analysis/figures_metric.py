@@ -168,8 +168,15 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
         if len(held):
             group = group[group[other] == held.iloc[0]]
         if group[param].nunique() >= 2:
-            groups.append(group)
+            groups.append(group.assign(_seed=_seed_of(group)))
     return sorted(groups, key=lambda group: cell_order(group.iloc[0]))
+
+
+def _seed_of(runs: pd.DataFrame) -> pd.Series:
+    """Each run's seed, its own name where the record has none: the unit the error bars of Figs 5, 14, 15 are over.
+    Two runs of one seed at one point (a sweep run again elsewhere) are one seed's sample, not two."""
+    own = "run:" + runs["run"].astype(str)
+    return (runs["seed"].astype(object).where(runs["seed"].notna(), own) if "seed" in runs else own).map(str)
 
 
 def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureResult:
@@ -182,12 +189,16 @@ def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureRes
         return result
     hidden = len(groups) - MAX_ROWS
     groups = groups[:MAX_ROWS]
-    seeds = [int(n) for g in groups for n in g.groupby(param).size()]
+    seeds = [int(n) for g in groups for n in g.groupby(param)["_seed"].nunique()]
+    repeats = sum(len(g) - int(g.groupby(param)["_seed"].nunique().sum()) for g in groups)
     metric = groups[0]["metric"].iloc[0]
     result.caption = (f"Test {METRIC_NAME.get(metric, metric)} of the last layer at three γ_test against "
                       f"train.{param}: mean over seeds with ±1 standard deviation as error bars "
                       f"({_count_range(seeds)} seeds per point); the ERM runs of the same cell as a dashed "
-                      "line (mean) and band (±1 std)." + _not_shown(hidden, "cells"))
+                      "line (mean) and band (±1 std)." + _not_shown(hidden, "cells")
+                      + (f" {repeats} runs repeat the seed of another run at their point (the same sweep run again, "
+                         "on another machine or into another folder): each seed's runs are averaged into one value "
+                         "first, so a repeat is not counted as another seed." if repeats else ""))
 
     results = with_settings(runs.results)  # the ERM runs beside each point, in its setting
 
@@ -204,13 +215,15 @@ def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureRes
                           & ((results["steps"] == first["steps"]) | (results["steps"].isna() & pd.isna(first["steps"])))]
             for j, gamma_test in enumerate(gammas[i]):
                 ax = axes[i, j]
-                values = pd.DataFrame({param: group[param].astype(float).to_numpy(),
+                values = pd.DataFrame({param: group[param].astype(float).to_numpy(), "seed": group["_seed"].to_numpy(),
                                        "value": [_at(runs.curve(r), gamma_test) for r in group["run"]]})
-                stats = values.groupby(param)["value"].agg(["mean", "std", "count"]).fillna({"std": 0.0})
+                per_seed = values.groupby([param, "seed"])["value"].mean().reset_index()
+                stats = per_seed.groupby(param)["value"].agg(["mean", "std", "count"]).fillna({"std": 0.0})
                 ax.errorbar(stats.index, stats["mean"], yerr=stats["std"], capsize=3,
                             **{**ARM_STYLE["constrained"], "label": "constrained (mean ± std)"})
                 if len(erm):
-                    erm_values = np.array([_at(runs.curve(r), gamma_test) for r in erm["run"]])
+                    erm_values = pd.Series([_at(runs.curve(r), gamma_test) for r in erm["run"]])
+                    erm_values = erm_values.groupby(_seed_of(erm).to_numpy()).mean().to_numpy()  # one value a seed
                     mean, std = erm_values.mean(), erm_values.std(ddof=1) if len(erm_values) > 1 else 0.0
                     ax.axhline(mean, color=ARM_STYLE["erm"]["color"], linestyle="--",
                                label=f"ERM (n={len(erm_values)})")

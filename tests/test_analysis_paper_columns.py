@@ -19,3 +19,4 @@ def test_the_text_ut_stands_beside_the_papers_ut_row_of_table_4(tmp_path):
     row = row.loc[("ut_text", "imdb", 3, 0.2)]
     assert (row["paper_constrained"], row["paper_erm"]) == (pytest.approx(1.719), pytest.approx(1.714))
     assert row["paper_L"] == 3 and row["diff_erm"] == pytest.approx(row["erm_accuracy_auc"] - 1.714)
+
