@@ -15,7 +15,8 @@ from matplotlib.figure import Figure
 
 from .collect import RunTable
 from . import figure_marks, verdicts
-from .selection import ARM_LABELS, DEFAULT_PRECISION, SETTING, reference_gamma_train, select_best, sort_cells
+from .selection import (ARM_LABELS, DEFAULT_PRECISION, NOT_TRIAL_KEYS, RESULT_NEUTRAL_SECTIONS, SETTING,
+                        reference_gamma_train, select_best, sort_cells)
 
 ARM_STYLE = {
     "constrained": {"color": "#0072B2", "linestyle": "-", "marker": "o", "label": ARM_LABELS["constrained"]},
@@ -100,7 +101,9 @@ def distinguishing(frame: pd.DataFrame, run: pd.Series, limit: int = 3, width: i
                "cfg.eval.", "cfg.model.name", "cfg.data.name", "cfg.L", "cfg.gamma", "cfg.seed", "cfg.model.paper.",
                "cfg.train.alpha", "cfg.train.epsilon", "cfg.threads")
     # a model's _target_ (the class of one's own model) follows from its name, and is long
-    columns = [c for c in frame.columns if c.startswith("cfg.") and not c.startswith(ignored)
+    # keys that do not change a result (launcher.max_parallel, checkpointing) never tell runs apart, as in the tables
+    neutral = tuple(f"cfg.{key}" for key in (*NOT_TRIAL_KEYS, *(f"{s}." for s in RESULT_NEUTRAL_SECTIONS)))
+    columns = [c for c in frame.columns if c.startswith("cfg.") and not c.startswith(ignored + neutral)
                and not c.endswith("._target_") and not isinstance(run[c], tuple) and frame[c].astype(str).nunique() > 1]
     columns.sort(key=lambda c: (not c.startswith("cfg.train."), c))
 

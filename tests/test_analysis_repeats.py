@@ -1,5 +1,6 @@
-"""Seeds in the report: a run repeated with the same seed (the same sweep run on two machines, or copied into
-two folders) is one seed's sample, never two seeds' (Figs 5, 14, 15 error bars)."""
+"""How the report tells runs apart: a run repeated with the same seed (the same sweep run on two machines, or
+copied into two folders) is one seed's sample, never two seeds' (Figs 5, 14, 15 error bars); and a setting that
+does not change a result (the launcher's) never names a difference between runs in a figure's title."""
 
 from __future__ import annotations
 
@@ -24,3 +25,16 @@ def test_an_ablation_counts_a_seed_run_twice_as_one_seed(tmp_path):
     assert "4 runs repeat the seed" in twice.caption and "repeat" not in once.caption
     drawn = {path.suffix: path.read_bytes() for path in twice.paths}  # the same points and error bars, pixel for pixel
     assert drawn[".png"] == next(path for path in once.paths if path.suffix == ".png").read_bytes()
+
+
+def test_a_figure_title_never_tells_runs_apart_by_a_launch_setting():
+    # the dual-variable panels of benchmarks/cpu_paper_budget read "detach_prev=True · max_parallel=2": the sweep's
+    # launcher.max_parallel (how many runs at once) does not change a result, and the tables never count it a trial
+    import pandas as pd
+
+    from analysis.figure_kit import distinguishing
+
+    frame = pd.DataFrame({"cfg.train.detach_prev": [True, "first", True], "cfg.launcher.max_parallel": [2, 2, 1],
+                          "cfg.checkpoint.every_steps": [100, 100, 50]})
+    assert distinguishing(frame, frame.iloc[0]) == "detach_prev=True"
+    assert distinguishing(frame.iloc[[0, 2]], frame.iloc[2]) == ""
