@@ -85,9 +85,11 @@ def _title(ax, text: str) -> None:
     ax.set_title(_math(text))
 
 
-def _ylabel(axes: np.ndarray, i: int, j: int, text: str) -> None:
-    """Y labels on the first column only: the rows share their quantity, and long labels would collide."""
-    if j == 0:
+def _ylabel(axes: np.ndarray, i: int, j: int, text: str, left: str | None = None) -> None:
+    """Y labels on the first column only: the rows share their quantity, and long labels would collide. A panel whose
+    quantity differs from its left neighbour's (``left``: that panel's label; a video panel beside a text one) is
+    labelled too, so that no panel reads its row's label for another quantity."""
+    if j == 0 or (left is not None and left != text):
         axes[i, j].set_ylabel(text)
 
 

@@ -22,6 +22,11 @@ from .figure_kit import (
 )
 
 
+def loss_label(task: str) -> str:
+    """The y label of a layerwise-loss panel: video and text losses are other quantities (Figs 7, 9, 10)."""
+    return LOSS_LABEL.get(task, r"mean test loss $\ell_l$")
+
+
 def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = None) -> FigureResult:
     """Figs 1, 7, 13: mean test loss per layer, constrained vs ERM, in and out of distribution (from eval.csv).
 
@@ -75,7 +80,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.set_xticks(range(int(depth) + 1))
             _title(ax, cell_label({"model": model, "dataset": dataset, "L": depth, "gamma_train": gamma}))
             ax.set_xlabel("layer l (0 = before the first block)")
-            _ylabel(axes, k // cols, k % cols, LOSS_LABEL.get(task, r"mean test loss $\ell_l$"))
+            _ylabel(axes, k // cols, k % cols, loss_label(task), left=loss_label(keys[k - 1][0]) if k else None)
             ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=legend_columns)  # below: curves cross
         for k in range(len(keys), axes.size):
             axes[k // cols, k % cols].set_visible(False)
