@@ -25,6 +25,7 @@ from .collect import RunTable
 from .figures import STEMS, FigureResult, make_figures
 from .html_report import write_html
 from .markdown import inert
+from .provenance import provenance_line
 from .selection import (
     ARM_LABELS, ARMS, CHOSEN_BY, VALIDATION, cell_label, cell_order, dual_setting_label, reference_gamma_train,
     sort_cells,
@@ -154,6 +155,7 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
     wall = pd.to_numeric(frame["wall_time_s"], errors="coerce").fillna(0).sum()
     lines += ["", f"In all: {steps} training steps, {_duration(wall)} of training and evaluation wall time "
               "(summed over runs; failed and partial runs count their steps so far)."]
+    lines += [line for line in [provenance_line(frame[frame["usable"]])] if line]
     for task in ("video", "text"):
         reference = gamma_train if gamma_train is not None else reference_gamma_train(frame, task)
         if reference is not None:

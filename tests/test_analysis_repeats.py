@@ -38,3 +38,25 @@ def test_a_figure_title_never_tells_runs_apart_by_a_launch_setting():
                           "cfg.checkpoint.every_steps": [100, 100, 50]})
     assert distinguishing(frame, frame.iloc[0]) == "detach_prev=True"
     assert distinguishing(frame.iloc[[0, 2]], frame.iloc[2]) == ""
+
+
+def test_the_report_names_the_code_and_devices_its_runs_came_from_where_they_differ(tmp_path, capsys):
+    # a row of Table 3 set a CPU run of one commit beside a GPU run of another, dirty one, and said nothing of it
+    import json
+
+    from helpers.analysis import run_main
+
+    cell = dict(model="dust", dataset="ucsd_ped2", L=3, gamma=0.09, constrained=True, test=14.0, selection=14.0)
+    for name, commit, dirty, device in (("cpu", "88a0230787", False, "cpu"), ("gpu", "ee7bed3716", True, "cuda")):
+        run = write_run(tmp_path / "runs", name, **cell, seed=0)
+        (run / "provenance.json").write_text(json.dumps({"git_commit": commit, "git_dirty": dirty, "device": device,
+                                                         "versions": {"cutlab": "0.1.0"}}))
+    code, err = run_main(str(tmp_path / "runs"), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0, err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert ("Code and machines: the complete runs come from 2 git commits (88a0230, ee7bed3); 1 of 2 with "
+            "uncommitted changes; devices cpu, cuda.") in report
+    (tmp_path / "runs" / "gpu" / "provenance.json").unlink()
+    (tmp_path / "runs" / "gpu" / "summary.json").unlink()  # one clean run of one commit: nothing to say
+    run_main(str(tmp_path / "runs"), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert "Code and machines" not in (tmp_path / "report" / "report.md").read_text()
