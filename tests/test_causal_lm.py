@@ -391,3 +391,28 @@ def test_the_data_and_dtype_are_refused_before_the_hub_is_asked_for_the_model(tm
     result = cutlab(args, tmp_path / "runs", check=False,
                     env={"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"})
     assert result.returncode == 2 and message in result.stderr.strip().splitlines()[-1], result.stderr[-2000:]
+
+
+def test_a_model_larger_than_the_memory_is_refused_naming_the_bound(tmp_path, alpaca_file, tiny_tokenizer):
+    """About 780 B parameters (3 TB in float32): refused from a count on the meta device, in one line naming the
+    GiB needed and available. It was a traceback from torch's allocator (or, with Linux overcommit, a kill by the
+    OOM killer with no message); the address-space limit keeps a regression to that traceback on this machine."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from helpers.contract import cutlab_env
+
+    def limited() -> None:  # 6 GiB of address space: torch imports, the 3 TB model cannot be allocated
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    args = tiny_run(alpaca_file, tiny_tokenizer) + [
+        "L=200", "model.architecture.hidden_size=16384", "model.architecture.intermediate_size=65536",
+        "model.architecture.num_attention_heads=128", "model.architecture.num_key_value_heads=8"]
+    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(tmp_path / "runs"),
+                            capture_output=True, text=True, timeout=120, preexec_fn=limited)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line and not line.startswith("[cutlab]")]
+    assert len(errors) == 1 and errors[0].startswith("cutlab: error: the random-init Llama"), result.stderr[-2000:]
+    assert "GiB of host memory, but this machine has" in errors[0] and "Traceback" not in result.stderr

@@ -20,6 +20,7 @@ import torch
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.errors import CutlabError
 from cutlab.core.extras import optional_import
+from cutlab.core.models.memory_bound import check_weights_fit, host_available_bytes, weight_bytes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -87,6 +88,10 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
             raise CutlabError(f"model.architecture is not a valid LlamaConfig ({error}); e.g. "
                               "model.architecture={hidden_size:64,intermediate_size:128,num_attention_heads:4,"
                               "num_key_value_heads:2}") from None
+        # initialised in float32, then cast: the float32 weights are what must fit
+        count, needed = weight_bytes(lambda: LlamaForCausalLM(config), torch.float32)
+        check_weights_fit(f"the random-init Llama (L={depth}, model.architecture)", count, needed, torch.float32,
+                          host_available_bytes(), halvable=False)
         network = LlamaForCausalLM(config).to(dtype)
     else:
         config = load_pretrained(AutoConfig, model_cfg.pretrained, "model.pretrained")
@@ -101,6 +106,8 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
 
         # the keyword is `dtype` since transformers 4.56 (`torch_dtype` before); loading in dtype halves bf16 memory
         keyword = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+        count, needed = weight_bytes(lambda: AutoModelForCausalLM.from_config(config), dtype)
+        check_weights_fit(f"model.pretrained={model_cfg.pretrained!r}", count, needed, dtype, host_available_bytes())
         network = load_pretrained(AutoModelForCausalLM, model_cfg.pretrained, "model.pretrained", **{keyword: dtype})
     rows = network.get_input_embeddings().num_embeddings
     if vocab_size > rows:

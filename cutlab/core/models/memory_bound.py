@@ -1,0 +1,57 @@
+"""The memory a model's weights need, checked against what the machine has before any weight is allocated.
+
+A causal LM's weights are materialised in host memory first (a random init, or ``from_pretrained`` reading the
+checkpoint), so a model larger than the host's free memory either stops in torch's allocator with a traceback
+or, as Linux overcommits, is killed by the kernel's OOM killer with no message at all. Counting its parameters on
+the meta device costs no memory and a fraction of a second, so the bound can be named before anything is built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from cutlab.core.errors import CutlabError
+
+GIB = 2**30
+MEMINFO = Path("/proc/meminfo")
+CGROUP = Path("/sys/fs/cgroup")  # cgroup v2: a SLURM job's or a container's limit, below the host's MemAvailable
+
+
+def weight_bytes(build, dtype: torch.dtype) -> tuple[int, int]:
+    """(parameter count, bytes in ``dtype``) of the module ``build()`` makes, built on the meta device (no memory)."""
+    with torch.device("meta"):
+        module = build()
+    count = sum(parameter.numel() for parameter in module.parameters())  # tied weights counted once
+    return count, count * torch.empty((), dtype=dtype).element_size()
+
+
+def host_available_bytes() -> int | None:
+    """Memory this process may still allocate: MemAvailable, or less under a cgroup limit; None where unknown."""
+    try:
+        available = next(int(line.split()[1]) * 1024 for line in MEMINFO.read_text().splitlines()
+                         if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    try:
+        limit = (CGROUP / "memory.max").read_text().strip()
+        if limit != "max":
+            available = min(available, int(limit) - int((CGROUP / "memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def check_weights_fit(name: str, count: int, needed: int, dtype: torch.dtype, available: int | None,
+                      halvable: bool = True) -> None:
+    """Refuse, in one line naming the bound, weights that cannot fit in ``available`` bytes (None: no check).
+    ``halvable``: whether model.dtype=bfloat16 would halve what is allocated (not for a float32 random init)."""
+    if available is None or needed <= available:
+        return
+    half = " model.dtype=bfloat16 halves it;" if halvable and dtype == torch.float32 else ""
+    raise CutlabError(
+        f"{name} has {count / 1e9:.2f} B parameters: its {str(dtype).removeprefix('torch.')} weights alone need "
+        f"{needed / GIB:.1f} GiB of host memory, but this machine has {max(available, 0) / GIB:.1f} GiB available "
+        f"(MemAvailable, or the cgroup's limit);{half} use a smaller model, or a machine with more memory"
+    )
