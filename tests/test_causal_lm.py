@@ -416,3 +416,14 @@ def test_a_model_larger_than_the_memory_is_refused_naming_the_bound(tmp_path, al
     errors = [line for line in result.stderr.splitlines() if line and not line.startswith("[cutlab]")]
     assert len(errors) == 1 and errors[0].startswith("cutlab: error: the random-init Llama"), result.stderr[-2000:]
     assert "GiB of host memory, but this machine has" in errors[0] and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("key", ["pretrained", "tokenizer"])
+def test_a_path_that_does_not_exist_is_named_as_such(alpaca_file, tiny_tokenizer, tmp_path, key):
+    """model.pretrained=/no/such/folder was reported as a hub id the hub could not serve, with the advice
+    `hf download /no/such/folder`; a path is now said not to exist."""
+    missing = str(tmp_path / "no" / "such" / "llama")
+    cfg = task_config(alpaca_file, tiny_tokenizer, **{key: missing})
+    with pytest.raises(CutlabError, match=f"model.{key}={missing} does not exist") as error:
+        build(cfg)
+    assert "hf download" not in str(error.value)

@@ -40,6 +40,10 @@ def _offline() -> bool:
 
 def load_pretrained(loader, name: str, key: str, **kwargs):
     """``loader.from_pretrained(name)`` for a hub id or a local folder, with a clear error when it cannot be had."""
+    if str(name).startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(name)):
+        # a path, not a hub id: the hub's advice (`hf download /a/path`) would send the user the wrong way
+        raise CutlabError(f"{key}={name} does not exist; point {key} at a local Hugging Face model folder "
+                          "(config.json, weights and tokenizer files) or give a hub id, e.g. meta-llama/Llama-3.1-8B")
     try:
         return loader.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as error:
