@@ -196,3 +196,31 @@ def test_imdb_data_of_three_classes_is_refused_naming_data_num_labels_and_trains
     cutlab([*args, "data.num_labels=3"], runs)
     summary = json.loads(next(runs.glob("*/summary.json")).read_text())
     assert summary["status"] == "complete" and summary["test_metric_by_gamma"]
+
+
+@pytest.mark.parametrize("model", [["model=hf_encoder", "L=6"], ["model=ut_text", "L=2"]],
+                         ids=["hf_encoder", "ut_text"])
+def test_a_tokenizer_of_another_vocabulary_than_the_pretrained_models_is_refused(tmp_path, model):
+    """MiniLM's own vocabulary with two words' ids swapped: the same size and pad id, so the size and pad checks let
+    it through and the run trained with 'good' reading 'bad''s pretrained embedding. DistilBERT's tokenizer, whose
+    vocabulary is MiniLM's, still runs (test_imdb_records_are_complete covers the model's own)."""
+    from cutlab.core.models.hf_loading import resolve_source
+
+    own = Path(resolve_source("sentence-transformers/all-MiniLM-L6-v2"))
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        (swapped / name).write_bytes((own / name).read_bytes())
+    vocab = (own / "vocab.txt").read_text().split("\n")
+    good, bad = vocab.index("good"), vocab.index("bad")
+    vocab[good], vocab[bad] = vocab[bad], vocab[good]
+    (swapped / "vocab.txt").write_text("\n".join(vocab))
+    short = ["train.epochs=1", "train.max_steps_per_epoch=1"]
+    result = cutlab([*model, f"model.tokenizer={swapped}", *IMDB_TINY, *short], tmp_path / "runs", check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("cutlab: error: ") and "gives 2 of its 30522 tokens other ids" in message, message
+    assert "model.tokenizer=null" in message and "Traceback" not in result.stderr
+    if model[0] == "model=hf_encoder":
+        same = SHARED / "models" / "distilbert-base-uncased"
+        cutlab([*model, f"model.tokenizer={require_shared(same)}", *IMDB_TINY, *short], tmp_path / "runs_same")
