@@ -224,3 +224,13 @@ def test_a_tokenizer_of_another_vocabulary_than_the_pretrained_models_is_refused
     if model[0] == "model=hf_encoder":
         same = SHARED / "models" / "distilbert-base-uncased"
         cutlab([*model, f"model.tokenizer={require_shared(same)}", *IMDB_TINY, *short], tmp_path / "runs_same")
+
+
+def test_a_missing_tokenizer_folder_is_named_by_its_own_key(tmp_path):
+    """model.tokenizer=/no/such/folder said 'pass model.source=...', the key that was right."""
+    missing = tmp_path / "no" / "tokenizer"
+    args = ["model=hf_encoder", "L=6", f"model.tokenizer={missing}", *IMDB_TINY]
+    result = cutlab(args, tmp_path / "runs", check=False)
+    message = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and message == (f"cutlab: error: model folder {missing} does not exist; "
+                                                  "pass model.tokenizer=<an existing folder or a hub id>"), message

