@@ -2,9 +2,10 @@
 
 ``published_value`` finds the paper's number for one of our cells. Our dataset names map onto the
 paper's (``ucsd_ped2`` -> ``ucsd``), and so do model names where ours tell apart what the paper's
-table does not (``ut_text``, the UT on text, is the paper's Table 4 ``ut``). Pretrained models have the depth of their checkpoint, which the
-paper sometimes misreports (DistilBERT "L = 12"): when the paper lists exactly one depth for such a
-model and dataset, that row is matched whatever our L, and the match is marked as such.
+table does not (``ut_text``, the UT on text, is the paper's Table 4 ``ut``). Pretrained models have the
+depth of their checkpoint, which the paper sometimes misreports (DistilBERT "L = 12"): when the paper
+lists exactly one depth for such a model and dataset, that row is matched whatever our L, and the
+match is marked as such.
 """
 
 from __future__ import annotations
