@@ -259,6 +259,18 @@ def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run
     assert folder_fingerprint(earlier_run) == before and set(earlier_run.iterdir()) == folders
 
 
+def test_a_misspelt_progress_mode_is_one_line_not_read_as_unset(earlier_run):
+    # CUTLAB_PROGRESS=banana was read as unset without a word: a run meant to write lines to a log drew a bar
+    before = folder_fingerprint(earlier_run)
+    result = cutlab(["train.epochs=1", "wandb.mode=disabled"], earlier_run, check=False,
+                    env={"CUTLAB_PROGRESS": "lins"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == ("cutlab: error: CUTLAB_PROGRESS='lins' is neither bar nor lines; "
+                                                      "set CUTLAB_PROGRESS=lines (or bar), or unset it for a bar on a "
+                                                      "terminal and lines elsewhere")
+    assert folder_fingerprint(earlier_run) == before
+
+
 @pytest.mark.parametrize("data", [["data=video_folder"], ["data=imdb", "model=ut_text"]], ids=["video", "text"])
 def test_a_missing_data_root_is_refused_before_any_run_record_is_announced(tmp_path, data):
     # the loaders found it out as the task was built: after "run starting; record in runs/<run>/" (and, for text,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -12,6 +13,7 @@ import torch
 from omegaconf import DictConfig
 
 from cutlab.core.iterate_selection import ITERATES
+from cutlab.core.progress import MODE_ENV, MODES
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.core.training import MAX_SEED
@@ -77,6 +79,14 @@ def check_config(cfg: DictConfig, folders: bool = True) -> None:
                           "gives its paper values as paper: {alpha: 0.25, epsilon: 1.0})") from None
 
 
+def _check_progress_mode() -> None:
+    """CUTLAB_PROGRESS, which forces the progress display: a misspelt value was read as unset without a word."""
+    forced = os.environ.get(MODE_ENV, "").strip().lower()
+    if forced and forced not in MODES:
+        raise CutlabError(f"{MODE_ENV}={os.environ[MODE_ENV]!r} is neither {' nor '.join(MODES)}; set {MODE_ENV}=lines "
+                          "(or bar), or unset it for a bar on a terminal and lines elsewhere")
+
+
 def _check_values(cfg: DictConfig, folders: bool) -> None:
     kind = task_kind(cfg)
     if folders:
@@ -87,6 +97,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     check_integer("L", cfg.L, "5", 1)
     check_integer("seed", cfg.seed, "0", 0, MAX_SEED)
     check_flag("progress", cfg.progress, "false")
+    _check_progress_mode()
     _check_wandb(cfg.wandb)
     if cfg.threads is not None:
         check_integer("threads", cfg.threads, "1", 1)

@@ -20,6 +20,7 @@ from typing import Callable, TextIO, Union
 from tqdm import tqdm
 
 MODE_ENV = "CUTLAB_PROGRESS"
+MODES = ("bar", "lines")  # what MODE_ENV may force (unset: a bar on a terminal, lines elsewhere)
 PREFIX = "[cutlab] "
 LINE_EVERY_S = 10.0  # a plain line at most this often: a day-long SLURM run writes ~9000 lines, not 10^5
 # the text after the counts, or a function making it: called only when a line is written or the bar drawn, so a
@@ -30,7 +31,7 @@ Note = Union[str, Callable[[], str]]
 def wants_bar(stream: TextIO) -> bool:
     """A bar on a terminal, lines elsewhere, unless ``CUTLAB_PROGRESS`` says which."""
     forced = os.environ.get(MODE_ENV, "").strip().lower()
-    if forced in ("bar", "lines"):
+    if forced in MODES:
         return forced == "bar"
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
