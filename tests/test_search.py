@@ -581,8 +581,11 @@ def test_ctrl_c_on_a_terminal_stops_each_local_worker_with_one_signal_and_every_
 
     args = ["search=dust_video", "--n-trials", "4", "--workers", "2", "search.pruner=null", *TINY, "train.epochs=40"]
     log = tmp_path / "search.log"
+    # its own group, as a terminal's job, with SIGINT at its default, as from a terminal: a pytest-xdist worker ignores
+    # it once an earlier test has stopped a sweep in-process, and children inherit that (the search ran on to exit 0)
     search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=log.open("w"),
-                              stderr=subprocess.STDOUT, start_new_session=True)  # its own group, as a terminal's job
+                              stderr=subprocess.STDOUT, start_new_session=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     study_dir = tmp_path / "runs" / "search" / "dust_video"
     wait_for(lambda: all((study_dir / f"trial-000{n}" / "checkpoint.pt").exists() for n in (0, 1)), 120,
              "both workers' first checkpoints")

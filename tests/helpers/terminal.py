@@ -63,8 +63,12 @@ class Terminal:
 
 
 def _take_terminal() -> None:
-    """In the child, after setsid: make its stdin (the pty) the session's controlling terminal."""
+    """In the child, after setsid: make its stdin (the pty) the session's controlling terminal, with SIGHUP and SIGINT
+    at their defaults, as a terminal's job has them (a pytest-xdist worker, or one where an earlier test stopped a
+    sweep in-process, may ignore them, and a child inherits that)."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _nohup() -> None:
