@@ -40,6 +40,17 @@ def terminal_closed() -> bool:
     return _closed
 
 
+def repeated_hang_up(signum: int) -> bool:
+    """For a stop handler: on SIGHUP, silence the terminal; True where it had already closed, for the shell's hang-up
+    after the terminal's is no second signal (the handler returns). False for every other signal."""
+    if signum != signal.SIGHUP:
+        return False
+    if _closed:
+        return True
+    silence_terminal()
+    return False
+
+
 def stop_signals(*signals: signal.Signals) -> tuple[signal.Signals, ...]:
     """``signals`` and SIGHUP, unless this process was started to ignore hang-ups (``nohup``): then it goes on."""
     ignored = signal.getsignal(signal.SIGHUP) is signal.SIG_IGN

@@ -22,7 +22,7 @@ from typing import Iterator
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
 from cutlab.errors import CutlabError
-from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
+from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
@@ -157,10 +157,8 @@ def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
     received: list[str] = []
 
     def handler(signum, frame) -> None:
-        if signum == signal.SIGHUP:
-            if terminal_closed():
-                return
-            silence_terminal()
+        if repeated_hang_up(signum):
+            return
         received.append(signal.Signals(signum).name)
         what = ("stopping: its runs checkpoint at their next step" if len(received) == 1
                 else "passed on to the grid again (launcher=local kills its runs on it; an in-process run stops at "

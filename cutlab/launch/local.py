@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cutlab.core.progress import tally
-from cutlab.hangup import silence_terminal, stop_signals
+from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
@@ -131,10 +131,8 @@ def _stop_on_signals(slots: list, stopping: threading.Event, stopped_by: list[st
         return
 
     def handler(signum, frame) -> None:
-        if signum == signal.SIGHUP:
-            silence_terminal()  # the lines below, and the sweep's last ones, would fail with EIO
-            if stopping.is_set():
-                return
+        if repeated_hang_up(signum) or (signum == signal.SIGHUP and stopping.is_set()):
+            return  # a hang-up is never the second signal that kills the runs
         if stopping.is_set():
             print("[cutlab] local: second signal: killing the runs (they resume from their last checkpoint)",
                   file=sys.stderr, flush=True)

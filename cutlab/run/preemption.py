@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from cutlab.core.progress import PREFIX
-from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
+from cutlab.hangup import repeated_hang_up, silence_terminal, stop_signals
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR2)  # and SIGHUP, unless ignored (nohup): stop_signals
 PREEMPTED_EXIT = 75  # EX_TEMPFAIL: "try again later"; the launchers requeue a run that exits with it
@@ -78,10 +78,8 @@ def stop_now_on_signals() -> Iterator[None]:
         return
 
     def handler(signum, frame) -> None:
-        if signum == signal.SIGHUP:
-            if terminal_closed():
-                return  # the shell's hang-up after the terminal's: already stopping
-            silence_terminal()
+        if repeated_hang_up(signum):
+            return
         stop = Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
                          "its last checkpoint stands)")
         stop.signum = signum  # sent again if it lands where Python ignores it (cutlab.interrupted)

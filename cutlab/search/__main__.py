@@ -19,7 +19,7 @@ from pathlib import Path
 
 from cutlab.core.progress import MODE_ENV
 from cutlab.errors import CutlabError
-from cutlab.hangup import silence_terminal, stop_signals, terminal_closed
+from cutlab.hangup import repeated_hang_up, stop_signals, terminal_closed
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
 
@@ -258,10 +258,8 @@ def stop_on(*signals: signal.Signals) -> None:
     """These signals end the command as SIGTERM does (exit 143; a run in training checkpoints first). SIGHUP, a closed
     terminal, first sends the streams that were the terminal to /dev/null, where lines no longer fail with EIO."""
     def stop(signum, frame) -> None:
-        if signum == signal.SIGHUP:
-            if terminal_closed():
-                return  # the shell's hang-up after the terminal's: this one is already stopping
-            silence_terminal()
+        if repeated_hang_up(signum):
+            return
         sys.exit(143)
 
     for sig in signals:
