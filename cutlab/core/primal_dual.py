@@ -263,10 +263,11 @@ class PrimalDual:
             if self.constraints.gradient == "layerwise" and local is not None:  # l_L trains block L alone
                 objective = value_with_gradient_of(objective, local[-1])
             values = self.constraints.values(layer_losses, local) * self.active.to(layer_losses.device)
-            self._check_constraint_values(values)
         else:
             values = torch.zeros_like(layer_losses)
         detached = values.detach().cpu()
+        if self.constraints is not None:
+            self._check_constraint_values(detached)  # on the host copy the record needs anyway: no device sync more
         dual_now = self.constrained and dual_active and self.dual.cadence == "batch"
         alternating = dual_now and self.dual.update == "alternating"
         if alternating:  # lambda steps on this pass's constraint values; the primal step then sees the new lambda
@@ -298,16 +299,17 @@ class PrimalDual:
         )
 
     def _check_constraint_values(self, values: torch.Tensor) -> None:
-        """Finite losses, a non-finite g_l: float32 overflowed in the constraint itself (l_0 - epsilon, l_0 / epsilon
-        for an extreme epsilon; a ratio over a vanishing l_{l-1}), where lowering a learning rate changes nothing."""
-        bad = ~torch.isfinite(values.detach())
+        """Finite losses, a non-finite g_l (``values`` on the host): float32 overflowed in the constraint itself
+        (l_0 - epsilon, l_0 / epsilon for an extreme epsilon; a ratio over a vanishing l_{l-1}), where lowering a
+        learning rate changes nothing. Before any dual step, which would otherwise blame the dual lr."""
+        bad = ~torch.isfinite(values)
         if not bool(bad.any()):
             return
         layer = int(bad.nonzero()[0])
         cause = (f"train.epsilon={self.constraints.epsilon:g} is beyond float32's range next to l_0; give a number "
                  "near l_0 of the untrained model (or train.epsilon=auto)") if layer == 0 else \
             f"l_{layer - 1} is too small to divide by; use train.constraint_form=difference"
-        raise NonFiniteLoss(f"the constraint g_{layer} is {float(values[layer].detach())} at finite layer losses "
+        raise NonFiniteLoss(f"the constraint g_{layer} is {float(values[layer])} at finite layer losses "
                             f"(train.constraint_form={self.constraints.form}): {cause}")
 
     def _divergence_fix(self) -> str:
