@@ -319,6 +319,33 @@ def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_p
         build(cfg)
 
 
+def test_a_tokenizer_with_another_vocabulary_than_the_pretrained_models_is_refused(alpaca_file, tiny_tokenizer,
+                                                                                     tmp_path):
+    """model.tokenizer of as many tokens as the pretrained model embeds but other ids (here the same BPE with its
+    special tokens in another order) passed the size check: each id read another token's pretrained embedding. The
+    encoders refused it (tasks/text.check_same_vocabulary); the causal LM now does too, before the weights load."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder = tmp_path / "pretrained"
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_tokenizer).save_pretrained(folder)
+    moved = Tokenizer.from_file(str(tiny_tokenizer / "tokenizer.json"))
+    swapped = json.loads(moved.to_str())  # <s> and <pad> trade ids: every other token keeps its own
+    vocab = swapped["model"]["vocab"]
+    vocab["<s>"], vocab["<pad>"] = vocab["<pad>"], vocab["<s>"]
+    for added in swapped["added_tokens"]:
+        added["id"] = vocab[added["content"]]
+    other = tmp_path / "other_tokenizer"
+    PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(swapped)), bos_token="<s>",
+                            eos_token="</s>", pad_token="<pad>", unk_token="<unk>").save_pretrained(other)
+    with pytest.raises(CutlabError, match=f"tokenizer {other} gives 2 of its 300 tokens other ids than the "
+                                          f"pretrained model {folder}'s own tokenizer"):
+        build(task_config(alpaca_file, other, pretrained=str(folder)))
+    assert len(build(task_config(alpaca_file, folder, pretrained=str(folder))).train_set) > 0  # its own passes
+
+
 @pytest.mark.parametrize("override, message", [
     ({"dtype": "float16"}, "float16 is not supported"),
     ({"device_map": "auto"}, "device_map is not supported"),

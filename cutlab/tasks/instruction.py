@@ -11,6 +11,7 @@ from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
 from cutlab.tasks.models import instantiate_model
+from cutlab.tasks.vocabulary import check_same_vocabulary
 
 
 def tokenizer_name(model_cfg) -> str:
@@ -29,6 +30,9 @@ def build_instruction_task(cfg: DictConfig) -> Task:
     torch_dtype(cfg.model.dtype)
     name = tokenizer_name(cfg.model)
     tokenizer = load_tokenizer(name, "model.tokenizer" if cfg.model.tokenizer is not None else "model.pretrained")
+    if cfg.model.tokenizer is not None and cfg.model.pretrained is not None:  # before the weights: an 8B model loads
+        check_same_vocabulary(tokenizer, cfg.model.tokenizer, cfg.model.pretrained,  # for minutes
+                              lambda source: load_tokenizer(source, "model.pretrained"))
     splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress, examples=examples)
     model = instantiate_model(cfg.model, depth=cfg.L, vocab_size=len(tokenizer))
     return Task(

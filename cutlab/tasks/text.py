@@ -22,6 +22,7 @@ from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
 from cutlab.tasks.models import instantiate_model
+from cutlab.tasks.vocabulary import check_same_vocabulary
 
 READERS = {"imdb": read_imdb, "mnli": read_mnli}
 MNLI_CLASSES = 3  # read_mnli's labels: 0 entailment, 1 neutral, 2 contradiction
@@ -92,27 +93,6 @@ def check_tokenizer_fits(tokenizer, embedding_rows: int, pad_id: int | None, cfg
         )
 
 
-def check_same_vocabulary(tokenizer, cfg: DictConfig) -> None:
-    """Stop a model.tokenizer whose ids name other tokens than the pretrained model's own tokenizer does: each id
-    would fetch another token's pretrained embedding, and the run would train on scrambled text without a word
-    (the size and pad checks above let through e.g. a cased vocabulary of fewer rows with an uncased model)."""
-    model_cfg = cfg.model
-    if model_cfg.tokenizer is None or not model_cfg.get("pretrained", True):
-        return  # the model's own tokenizer, or random-init embeddings that any vocabulary may index
-    try:
-        own = load_tokenizer(model_cfg.source)
-    except CutlabError:
-        return  # the model ships no tokenizer to compare with
-    ours, theirs = own.get_vocab(), tokenizer.get_vocab()
-    moved = sum(1 for token, index in theirs.items() if ours.get(token) != index)
-    if moved:
-        raise CutlabError(
-            f"tokenizer {model_cfg.tokenizer} gives {moved} of its {len(theirs)} tokens other ids than the pretrained "
-            f"model {model_cfg.source}'s own tokenizer, so they would read other tokens' embeddings: set "
-            "model.tokenizer=null (the model's own), or a tokenizer with the same vocabulary"
-        )
-
-
 def build_text_task(cfg: DictConfig) -> Task:
     model_cfg, data = cfg.model, cfg.data
     check_text_data(data)
@@ -122,7 +102,8 @@ def build_text_task(cfg: DictConfig) -> Task:
     model = instantiate_model(model_cfg, depth=cfg.L, num_labels=data.num_labels)
     table = model.input_embeddings().weight
     check_tokenizer_fits(tokenizer, table.shape[0], model.pad_token_id, cfg)
-    check_same_vocabulary(tokenizer, cfg)
+    if model_cfg.tokenizer is not None and model_cfg.get("pretrained", True):  # a random init reads any vocabulary
+        check_same_vocabulary(tokenizer, model_cfg.tokenizer, model_cfg.source, load_tokenizer)
     _log(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready ({time.perf_counter() - started:.1f} s)")
 
     train, val, test = read_splits(cfg)
