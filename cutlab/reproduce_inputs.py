@@ -3,9 +3,10 @@
 A dataset is available when ``--data`` points at it, or when its config's default location holds it (UCSD Ped2
 and IMDb ship in the shared data folder). Its layout is checked with the loader's own locating code, without
 decoding anything, so a wrong folder is named now and not hours into a cluster job. A pretrained checkpoint
-(ViT, DistilBERT, RoBERTa, Llama) is available only when ``--weights`` names it: a local folder must hold a
-Hugging Face checkpoint (config.json and weights); a hub id is used as given (downloaded at run time or read
-from the local Hugging Face cache). Every missing input is reported with the flag that supplies it.
+(ViT, DistilBERT, RoBERTa, Llama) is available only when ``--weights`` names it: a local folder, or a folder of
+that name in the models folder ($CUTLAB_MODELS_DIR), must hold a Hugging Face checkpoint (config.json and weights);
+a hub id must be in the local Hugging Face cache (runs are not counted on to reach the hub: a cluster's compute nodes
+often cannot). Every missing input is reported with the flag that supplies it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from cutlab.config.paths import CONFIG_DIR, data_dir
+from cutlab.config.paths import CONFIG_DIR, MODELS_ENV, data_dir, models_dir
 from cutlab.errors import CutlabError
 
 CONF_DATA = CONFIG_DIR / "data"
@@ -66,6 +67,8 @@ class Inputs:
     data: dict[str, str] = field(default_factory=dict)
     weights: dict[str, str] = field(default_factory=dict)
     data_dir: Path = field(default_factory=data_dir)
+    models_dir: Path = field(default_factory=models_dir)
+    hub_cache: Path | None = None  # the Hugging Face cache folder; None: huggingface_hub's own (HF_HUB_CACHE, HF_HOME)
 
     def for_data(self, name: str) -> tuple[list[str], str | None]:
         """(overrides pointing the runs at the dataset, None) or ([], why it is skipped, with the flag)."""
@@ -92,13 +95,39 @@ class Inputs:
         spec, value = WEIGHTS[flag], self.weights.get(flag)
         if value is None:
             return [], f"model={model} needs its pretrained checkpoint: pass --weights {flag}=HUB_ID|PATH, e.g. {spec.example}"
-        if Path(value).expanduser().exists() or value.startswith(("/", ".", "~")):
-            folder = Path(value).expanduser().resolve()
+        local = Path(value).expanduser()
+        if not (local.exists() or value.startswith(("/", ".", "~"))) and (self.models_dir / value).is_dir():
+            local = self.models_dir / value  # a checkpoint kept in the models folder, named by its folder's name
+        if local.exists() or value.startswith(("/", ".", "~")):
+            folder = local.resolve()
             problem = check_checkpoint(folder, spec.tokenizer)
             if problem:
                 return [], f"--weights {flag}={value}: {problem}"
             value = str(folder)
+        elif not in_hub_cache(value, self.hub_cache):
+            return [], (f"--weights {flag}={value}: looked for a folder {local.resolve()}, a folder "
+                        f"{self.models_dir / value} (the models folder, ${MODELS_ENV}) and the hub id {value} in the "
+                        f"Hugging Face cache {self.hub_cache or hub_cache_default()}, and none is there; the runs "
+                        f"do not download it: put the checkpoint in the models folder (e.g. `hf download {value} "
+                        f"--local-dir {self.models_dir / value.split('/')[-1]}` where the hub is reachable) and pass "
+                        f"--weights {flag}={value.split('/')[-1]}")
         return [f"{spec.key}={value}"], None
+
+
+def hub_cache_default() -> str:
+    from huggingface_hub import constants
+
+    return constants.HF_HUB_CACHE
+
+
+def in_hub_cache(repo_id: str, cache: Path | None) -> bool:
+    """Whether the Hugging Face cache holds ``repo_id``'s config.json (what loading it offline reads first)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", cache_dir=cache), str)
+    except ValueError:  # not a valid repo id (huggingface_hub's HFValidationError)
+        return False
 
 
 def describe(name: str) -> str:

@@ -225,12 +225,36 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     assert reason.startswith(f"--data avenue={tmp_path / 'empty'}: ") and "not the Avenue layout" in reason
     _, reason = Inputs(weights={"vit": str(tmp_path / "empty")}).for_model("vit")
     assert reason.startswith("--weights vit=") and "lacks config.json, weights" in reason
-    assert Inputs(weights={"roberta": "roberta-base"}).for_model("roberta") == (["model.source=roberta-base"], None)
     # a key the grids sweep or split on: gamma=0.2 replaced every grid's gamma (UT's gamma-0 grid ran at 0.2) silently
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "gamma=0.2"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "gamma is set by the smoke scale's grids (they set or sweep " in error, error
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=2"]) == 0  # a budget
+
+
+def test_weights_found_nowhere_are_one_line_naming_where_they_were_looked_for(tmp_path, monkeypatch):
+    """--weights vit=nosuch was passed on as a hub id (model.pretrained=nosuch) and failed in each run, after
+    huggingface_hub's retries, with no network; a checkpoint in the models folder was not found by its name."""
+    from conftest import SHARED, require_shared
+    from cutlab.reproduce_inputs import Inputs
+
+    dinov2 = require_shared(SHARED / "models" / "dinov2-small").resolve()
+    monkeypatch.setenv("CUTLAB_MODELS_DIR", str(dinov2.parent))
+    assert Inputs(weights={"vit": "dinov2-small"}).for_model("vit") == ([f"model.pretrained={dinov2}"], None)
+    _, reason = Inputs(weights={"vit": "nosuch"}).for_model("vit")
+    assert reason and "\n" not in reason, reason
+    assert reason.startswith(f"--weights vit=nosuch: looked for a folder {Path.cwd() / 'nosuch'}")
+    assert f"a folder {dinov2.parent / 'nosuch'} (the models folder, $CUTLAB_MODELS_DIR)" in reason
+    assert "the hub id nosuch in the Hugging Face cache " in reason and "none is there" in reason
+    models, hub = tmp_path / "models", tmp_path / "hub"
+    models.mkdir()
+    snapshot = hub / "models--roberta-base" / "snapshots" / "0123abc"  # the cache's own layout, as hf download fills it
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    (hub / "models--roberta-base" / "refs").mkdir()
+    (hub / "models--roberta-base" / "refs" / "main").write_text("0123abc")
+    assert Inputs(weights={"roberta": "roberta-base"}, models_dir=models, hub_cache=hub).for_model("roberta") == \
+        (["model.source=roberta-base"], None)
 
 
 def test_an_input_no_grid_reads_is_refused_and_the_plans_commands_paste_into_a_shell(tmp_path, capsys):
