@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from cutlab.atomic import os_reason, unwritable
+from cutlab.run.records import linked
 
 from .collect import AnalysisError, RunTable, collect_runs
 from .out_folder import symbolic_links
@@ -107,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
         links = symbolic_links(out)
         if links:
-            raise AnalysisError(f"{links[0]} is a symbolic link (to {links[0].readlink()}): the report writes only "
-                                f"its own files in --out; remove the link or pass another --out")
+            raise AnalysisError(f"{linked(links[0])}: the report writes only its own files in --out; remove the link "
+                                "or pass another --out")
         problem = unwritable(out)  # before the runs are read (minutes for a sweep, or a W&B download)
         if problem:
             raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")

@@ -31,9 +31,8 @@ import yaml
 
 from .consistency import mismatch
 from .selection import VALIDATION, arm_of
-from .record_values import CONFIG as CONFIG_RULES
-from .record_values import MAX_DEPTH, checked
-from .record_values import SUMMARY as SUMMARY_RULES
+from .record_files import refused_problem
+from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY_RULES, checked, flatten
 from .history import lost_steps, read_history
 from .run_numbers import headline, summary_columns
 from cutlab.config.data_settings import settings_apart, named_with
@@ -210,6 +209,11 @@ def _run_ids(run_dirs: list[Path]) -> list[str]:
 
 def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.DataFrame | None]:
     """One run folder: its row for ``runs``, its eval.csv (or None) and its history.csv (or None)."""
+    refused = refused_problem(run_dir)
+    if refused:  # a link or a FIFO among its record files: none of them is read (analysis.record_files)
+        row = {"path": str(run_dir), **_config_columns({}), **summary_columns(None), "has_history": False,
+               "has_sample_losses": False, "state": "unsupported", "problem": refused}
+        return {**row, **headline(row, None)}, None, None
     config, config_problem = _read_config(run_dir)
     flat_config, bad_values = checked(flatten(config), CONFIG_RULES, CONFIG)
     summary, summary_problem = _read_summary(run_dir)
@@ -283,18 +287,6 @@ def _checked_summary(summary: dict | None) -> tuple[dict | None, list[str]]:
     layers = kept.pop("feasibility.violated_layers", None)
     kept["feasibility"] = {**(kept.get("feasibility") or {}), "violated_layers": layers}
     return kept, problems
-
-
-def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    """``{"train": {"alpha": 0.25}}`` -> ``{"train.alpha": 0.25}``; lists become tuples (hashable)."""
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{name}."))
-        else:
-            out[name] = tuple(value) if isinstance(value, list) else value
-    return out
 
 
 def _config_columns(flat: dict[str, Any]) -> dict[str, Any]:

@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from cutlab.run.records import PROVENANCE
+from cutlab.run.records import PROVENANCE, not_a_file
 
 
-def _read(path) -> dict | None:
+def read_provenance(path) -> dict | None:
+    """The run folder ``path``'s provenance.json; None where it is absent, unreadable or not a regular file."""
+    if not_a_file(Path(path) / PROVENANCE):  # a link or a FIFO (analysis.record_files)
+        return None
     try:
         data = json.loads((Path(path) / PROVENANCE).read_text())
     except (OSError, ValueError, TypeError):
@@ -26,7 +29,7 @@ def _read(path) -> dict | None:
 def provenance_line(runs: pd.DataFrame) -> str | None:
     """One sentence naming the code versions and devices of ``runs`` (complete runs) where they are not all one;
     None where every run with a record came from one clean commit on one device."""
-    records = [_read(path) for path in runs["path"].dropna()]
+    records = [read_provenance(path) for path in runs["path"].dropna()]
     known = [r for r in records if r is not None]
     commits = sorted({str(r.get("git_commit"))[:7] for r in known if r.get("git_commit")})
     dirty = sum(1 for r in known if r.get("git_dirty") is True)

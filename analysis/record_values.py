@@ -89,3 +89,15 @@ def checked(values: dict[str, Any], rules: dict[str, Check], file: str) -> tuple
 def _shown(value: Any, width: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
+    """``{"train": {"alpha": 0.25}}`` -> ``{"train.alpha": 0.25}``; lists become tuples (hashable)."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = tuple(value) if isinstance(value, list) else value
+    return out

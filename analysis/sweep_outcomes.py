@@ -19,6 +19,7 @@ import pandas as pd
 from .collect import SKIP_DIRS, RunTable
 from .record_values import OUTCOME, checked
 from cutlab.launch.outcome import OUTCOME_FILE, SWEEP_RECORDS
+from cutlab.run.records import not_a_file
 
 REQUIRED = ("run_id", "status")
 
@@ -93,6 +94,8 @@ def _stamp(record: str) -> str:
 
 def _read(path: Path) -> tuple[list[dict], str | None]:
     """(the record's runs, None) or ([], why it is not one cutlab wrote)."""
+    if not_a_file(path):  # a link or a FIFO: reading it would read another file, or never end
+        return [], f"{not_a_file(path)}, not a sweep record cutlab wrote"
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -27,6 +27,7 @@ from .markdown import inert
 from .selection import ARM_LABELS
 from .verdicts import CAPTION, mark
 from cutlab.config.data_settings import settings_apart
+from cutlab.run.records import not_a_file
 from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD, data_label
 
 STEM = "transfer"  # tables/transfer.{md,csv}, figures/transfer_<data>.{png,pdf}
@@ -39,6 +40,10 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
     complete = runs.runs[runs.runs["usable"]] if "usable" in runs.runs else runs.runs.iloc[0:0]
     for _, run in complete.iterrows():
         for path in sorted(Path(run["path"]).glob(f"{EVALUATIONS}/*/{RECORD}")):
+            irregular = not_a_file(path) or not_a_file(path.parent / METRICS)
+            if irregular:  # a link or a FIFO: reading it would read another file, or never end
+                problems.append(f"{irregular}: not an evaluation record cutlab-eval wrote")
+                continue
             try:
                 record = json.loads(path.read_text())
                 frame = pd.read_csv(path.parent / METRICS)

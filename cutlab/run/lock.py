@@ -13,6 +13,7 @@ import socket
 from pathlib import Path
 
 from cutlab.errors import CutlabError
+from cutlab.run.records import linked
 
 LOCK = ".lock"
 
@@ -101,8 +102,8 @@ class RunLock:
             if error.errno != errno.ELOOP:
                 raise
             self._remove_created_folders()
-            raise CutlabError(f"{self.path} is a symbolic link (to {os.readlink(self.path)}), not a lock file cutlab "
-                              "wrote; remove it and run the same command again") from None
+            raise CutlabError(f"{linked(self.path)}, not a lock file cutlab wrote; remove it and run the same command "
+                              "again") from None
 
     def _remove_stale_temporaries(self) -> None:
         """The temporary files of record writes that a kill cut short (cutlab.atomic): with the lock held, no writer of

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,6 +34,28 @@ SAMPLE_LOSSES = "sample_losses.csv"
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
 CHECKPOINT = "checkpoint.pt"
+
+
+def linked(path: Path) -> str | None:
+    """``"<path> is a symbolic link (to <target>)"`` where ``path`` is one, else None: a record file or folder from
+    elsewhere that links out would have its target read or written as the run's own."""
+    return f"{path} is a symbolic link (to {os.readlink(path)})" if os.path.islink(path) else None
+
+
+def not_a_file(path: Path) -> str | None:
+    """Why ``path`` is not a record file cutlab wrote: a symbolic link, or no regular file (a FIFO, a device, a folder);
+    None for a regular file or nothing there. Every record is written as a regular file (cutlab.atomic); reading
+    another kind never ends (a link to /dev/zero) or waits for a writer for ever (a FIFO)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(mode):
+        return linked(path)
+    if stat.S_ISREG(mode):
+        return None
+    kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
+    return f"{path} is {kind}, not a regular file"
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 
 from cutlab.config.data_settings import apart_from_default, named_with
 from cutlab.errors import CutlabError
-from cutlab.run.records import evaluation_rows, read_mapping, write_atomic, write_json, write_sample_losses
+from cutlab.run.records import evaluation_rows, linked, read_mapping, write_atomic, write_json, write_sample_losses
 
 EVALUATIONS = "evaluations"
 RECORD = "evaluation.json"
@@ -34,9 +33,9 @@ def check_not_linked(run_dir: Path, folder: Path) -> None:
     links elsewhere had it written there (over another run's evaluation of the same data, say) and had that one
     reported as this run's, "already done"."""
     for path in (run_dir / EVALUATIONS, folder):
-        if path.is_symlink():
-            raise CutlabError(f"{path} is a symbolic link (to {os.readlink(path)}): an evaluation is kept only inside "
-                              "its run's folder; remove the link and run the same command again")
+        if linked(path):
+            raise CutlabError(f"{linked(path)}: an evaluation is kept only inside its run's folder; remove the link "
+                              "and run the same command again")
 
 
 def request_key(request: dict) -> str:
