@@ -30,6 +30,7 @@ import pandas as pd
 import yaml
 
 from .consistency import mismatch
+from .copies import mark_copies
 from .selection import VALIDATION, arm_of
 from .record_files import refused_problem
 from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY_RULES, checked, flatten
@@ -145,7 +146,7 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
             metrics.append(evaluation.assign(run=run_id))
         if history is not None:
             histories.append(history.assign(run=run_id))
-    runs = label_data_settings(_runs_frame(rows))
+    runs = mark_copies(label_data_settings(_runs_frame(rows)))
     metric_frame = (pd.concat(metrics, ignore_index=True)[["run", *EVAL_COLUMNS]] if metrics
                     else pd.DataFrame(columns=["run", *EVAL_COLUMNS]))
     history_frame = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["run", "step"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.cli import cutlab
+from helpers.cli import as_another_run, cutlab
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
         "progress=false", "threads=1"]
@@ -24,7 +24,8 @@ def finished(tmp_path_factory) -> Path:
 
 
 def copied(run: Path, tmp_path: Path, name: str) -> Path:
-    return Path(shutil.copytree(run, tmp_path / "runs" / name))
+    """A copy of ``run`` that stands for another run (its own run_uid): the tests tamper with it as such."""
+    return as_another_run(Path(shutil.copytree(run, tmp_path / "runs" / name)))
 
 
 def eval_error(run: Path, capsys) -> str:
@@ -239,3 +240,27 @@ def test_the_search_report_reads_each_trial_from_its_study_folder_not_the_path_a
     best = write_report({None: study}, study_dir)["search"]["best"]
     assert best["run_dir"] == str(study_dir / "trial-0000")
     assert best["test_mean_metric"] == summary["test_mean_metric"] and best["verdict"] == summary["verdict"]
+
+
+def test_a_run_folder_copied_whole_is_counted_once_and_named(finished, tmp_path):
+    """Before: a run folder copied whole (summary, eval, history, config, provenance) was counted as another seed of
+    its cell: Table 3's cell said ``runs (c/e) 3/0`` for one run trained once. Now each run draws an identity when
+    its folder is first written (provenance.json's run_uid) and the copies are named, not counted. Runs recorded
+    before it (no run_uid) are each still read as a run of their own."""
+    import json
+
+    from analysis.collect import collect_runs
+
+    uid = json.loads((finished / "provenance.json").read_text())["run_uid"]
+    assert len(uid) == 32 and int(uid, 16) >= 0
+    for name in ("a", "b", "c"):
+        shutil.copytree(finished, tmp_path / "runs" / name)
+    runs = collect_runs(tmp_path / "runs").runs
+    assert list(runs.loc[runs["usable"], "run"]) == ["a"]
+    assert [f"{run}: {problem}" for run, problem in zip(runs["run"], runs["problem"]) if run != "a"] == [
+        f"{name}: a copy of run a (the same run_uid in its provenance.json), counted once, as a; move the copy out of "
+        "the analysed folders" for name in ("b", "c")]
+    for name in ("a", "b", "c"):  # records written before the identity existed
+        record = tmp_path / "runs" / name / "provenance.json"
+        record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "run_uid"}))
+    assert collect_runs(tmp_path / "runs").runs["usable"].all()

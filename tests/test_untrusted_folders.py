@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import PED2_TINY, ROOT, require_shared, unavailable
-from helpers.cli import cutlab, folder_fingerprint
+from helpers.cli import as_another_run, cutlab, folder_fingerprint
 from helpers.contract import cutlab_env
 
 # six steps on the embedded synthetic video, a few seconds
@@ -55,9 +55,10 @@ def complete_run(tmp_path_factory) -> Path:
 
 
 def copied(run_dir: Path, tmp_path: Path, name: str = "base") -> Path:
+    """A copy of ``run_dir`` that stands for another run (its own run_uid): the tests tamper with it as such."""
     target = tmp_path / "runs" / name
     shutil.copytree(run_dir, target)
-    return target
+    return as_another_run(target)
 
 
 # ------------------------------------------------------------------------------ 1. safe loading

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from pathlib import Path
 
 import torch
@@ -32,8 +33,8 @@ from cutlab.run.progress import ProgressReporter, announce_start, print_line
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
-    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, SUMMARY, HistoryWriter, read_mapping, read_summary,
-    write_atomic, write_json,
+    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, read_mapping,
+    read_summary, write_atomic, write_json,
 )
 from cutlab.run.results import evaluate_and_write
 from cutlab.run.tracking import ServiceStart, Tracker
@@ -140,7 +141,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         _record_resumption(run_dir, trainer.progress.step, cfg.seed, device)
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
-        write_json(run_dir / PROVENANCE, {**provenance(cfg.seed, device), "data_files": data_fingerprint(resolved)})
+        write_json(run_dir / PROVENANCE, {**provenance(cfg.seed, device), RUN_UID: uuid.uuid4().hex,
+                                          "data_files": data_fingerprint(resolved)})
     return task, trainer, reference
 
 

@@ -3,7 +3,8 @@
 Files, all readable by pandas without cutlab:
 
 - ``config.yaml``         the resolved config (written once, when the run starts)
-- ``provenance.json``     git commit and dirty flag, source digest, seed, host, device, versions, command line
+- ``provenance.json``     the run's identity (run_uid), git commit and dirty flag, source digest, seed, host, device,
+                          versions, command line
 - ``history.csv``         one row per training step: every layer's loss, multiplier, slack, constraint value,
                           the Lagrangian, gradient norm, learning rates, step time
 - ``eval.csv``            long format: split, gamma_test, layer, metric, value (metric = rmse|accuracy|loss)
@@ -34,6 +35,9 @@ SAMPLE_LOSSES = "sample_losses.csv"
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
 CHECKPOINT = "checkpoint.pt"
+#: provenance.json's key for the run's own identity, drawn once when its folder is first written (kept when it
+#: resumes): a folder copied whole from another run holds the same one, so the analysis counts the two as one run
+RUN_UID = "run_uid"
 
 
 def linked(path: Path) -> str | None:

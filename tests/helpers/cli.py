@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 from conftest import ROOT
@@ -21,6 +22,14 @@ def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True
     if check and result.returncode != 0:
         raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result
+
+
+def as_another_run(run_dir: Path) -> Path:
+    """``run_dir``, a copy of a run, given an identity of its own (provenance.json's run_uid): it stands for a run
+    trained apart, not for a copy of the one it was copied from (which the analysis counts once: analysis.copies)."""
+    record = run_dir / "provenance.json"
+    record.write_text(json.dumps({**json.loads(record.read_text()), "run_uid": uuid.uuid4().hex}))
+    return run_dir
 
 
 def wandb_history(run_dir: Path) -> list[dict]:
