@@ -32,6 +32,7 @@ from .selection import (
 )
 from .sweep_outcomes import sweep_outcomes, with_not_started
 from .tables import TABLES, Table, build_tables
+from .unknown_setting import known_settings
 from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
     percent,
@@ -135,8 +136,7 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
     lines += ["| task | model | dataset | " + " | ".join(ARM_LABELS[arm] for arm in ARMS)
               + " | failed | partial / unreadable | pruned | steps | wall time |",
               "|---|---|---|" + "---:|" * (len(ARMS) + 5)]
-    keyed = frame.assign(task=frame["task"].fillna("?"), model=frame["model"].fillna("?"),
-                         dataset=frame["dataset"].fillna("?"))
+    keyed, unknown = known_settings(frame)  # runs refused before they started: counted under the table
     keys = [row for _, row in keyed.drop_duplicates(["task", "model", "dataset"]).iterrows()]
     keys.sort(key=lambda row: (TASK_ORDER.index(row["task"]) if row["task"] in TASK_ORDER else 9, cell_order(row)))
     for key in keys:
@@ -153,7 +153,7 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
             f"{_duration(pd.to_numeric(group['wall_time_s'], errors='coerce').fillna(0).sum())} |")
     steps = int(pd.to_numeric(frame["steps"], errors="coerce").fillna(0).sum())
     wall = pd.to_numeric(frame["wall_time_s"], errors="coerce").fillna(0).sum()
-    lines += ["", f"In all: {steps} training steps, {_duration(wall)} of training and evaluation wall time "
+    lines += [*unknown, "", f"In all: {steps} training steps, {_duration(wall)} of training and evaluation wall time "
               "(summed over runs; failed and partial runs count their steps so far)."]
     lines += [line for line in [provenance_line(frame[frame["usable"]])] if line]
     for task in ("video", "text"):

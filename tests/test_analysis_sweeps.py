@@ -48,8 +48,31 @@ def test_a_run_refused_before_it_started_is_a_failed_run_of_the_report(tmp_path,
     assert ("no run record (sweep sweep-a-20260102T000000.000000Z): gamma must be a number, got "
             "'&lt;b&gt;x&lt;/b&gt; \\| y'") in rows[1], "record text is escaped like any other"
     assert "the old reason" not in report and "Sweep records not read" not in report
+    what_ran = section(report, "What ran")  # its setting is unknown (it has no config): counted under the table
+    assert "| ? |" not in what_ran and "Not in this table: 1 run whose task" in what_ran, what_ran
+
+
+def test_runs_whose_setting_is_unknown_are_counted_under_what_ran_not_shown_as_question_marks(tmp_path, capsys):
+    """Before: runs a sweep refused before they started (and other runs of unknown task, model and data set) made a
+    row ``| ? | ? | ? | 0 | 0 | 0 | 2 | 1 | ...`` of the report's "What ran" table. Now they are left out of it and
+    counted under it, by why; each stays listed with its reason in Failed runs or Partial and unreadable runs."""
+    runs = tmp_path / "runs"
+    write_run(runs, "done", **CELL)
+    (runs / "unread").mkdir()
+    (runs / "unread" / "summary.json").write_text(json.dumps({"record_version": 1, "status": "running"}))
+    record(runs, "sweep-f-20260101T000000.000000Z", [
+        Outcome("done", "complete", metric="rmse", value=15.0), Outcome("refused", "failed", error="gamma: not a number"),
+        Outcome("refused_too", "failed", error="L: not a number"), Outcome("stopped", "interrupted", error="SIGINT")])
+    code, _ = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    report = (tmp_path / "report" / "report.md").read_text()
     what_ran = section(report, "What ran")
-    assert "| ? | ? | ? | 0 | 0 | 0 | 1 |" in what_ran, what_ran  # its setting is unknown: it has no config
+    rows = [line for line in what_ran.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert code == 0 and [row.split(" | ")[:3] for row in rows] == [["| video", "dust", "ucsd_ped2"]], what_ran
+    assert ("Not in this table: 4 runs whose task, model and data set are unknown: 2 failed before writing a run "
+            "folder (refused at the start), 1 stopped by a sweep before writing a run folder, 1 with a run folder "
+            "whose config.yaml is missing or was not read; each is listed below, under Failed runs or Partial and "
+            "unreadable runs, with why.") in what_ran, what_ran
+    assert "2 run folders and 3 sweep runs that left none: 1 complete" in what_ran
 
 
 def test_a_sweep_record_that_is_not_cutlabs_is_named_and_not_read(tmp_path, capsys):
