@@ -208,6 +208,10 @@ def corrupt_npz(folder: Path) -> Path:
         # ("Overflow when unpacking long long") after the run's folder and record were made
         # Adam's first step is lr / (1 - beta1): a float32 overflow, the optimiser's traceback after the record was made
         (["train.lr=3e38"], "train.lr must be < 3.40282e+37, got 3e+38; e.g. train.lr=1e-3"),
+        # float32 rounds such a rate, and every step it scales, to 0: the run trained nothing and ended complete
+        (["train.lr=1e-300"], "train.lr=1e-300 is below float32's smallest normal number 1.17549e-38, so torch's "
+                              "optimiser rounds every step it scales to 0 and nothing trains; e.g. train.lr=1e-3"),
+        (["train.dual_lr=1e-39"], "train.dual_lr=1e-39 is below float32's smallest normal number"),
         (["seed=9223372036854775807"], "seed must be from 0 to 140737488355327, got 9223372036854775807"),
         (["eval.gamma_test=[0.5,0.1,0.1]"], "eval.gamma_test lists 0.1 more than once"),
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
@@ -237,7 +241,8 @@ def corrupt_npz(folder: Path) -> Path:
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
-         "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "seed-beyond-64-bits",
+         "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "lr-below-float32",
+         "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
          "sweep-runs-dir-a-file", "runs-dir-in-proc", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "sweep-without-m",

@@ -22,8 +22,11 @@ from cutlab.errors import CutlabError
 from cutlab.config.groups import task_kind
 
 WANDB_MODES = ("offline", "online", "disabled")
-# torch's optimisers turn a learning rate into a float32 step factor, Adam's first step lr / (1 - beta1) = 10 lr: a
-# larger one stopped the first step with a traceback ("value cannot be converted to type float without overflow")
+# torch's optimisers turn a learning rate into a float32 step factor (check_rate holds the two bounds). Adam's first
+# step is lr / (1 - beta1) = 10 lr: a larger one stopped the first step with a traceback ("value cannot be converted to
+# type float without overflow"). Below float32's smallest normal number a rate is 0 or subnormal there, and so is
+# every step it scales: train.lr=1e-300 trained nothing and ended complete, without a word
+SMALLEST_RATE = float(torch.finfo(torch.float32).tiny)
 LARGEST_RATE = float(torch.finfo(torch.float32).max) / 10
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name"), and
 WANDB_PROJECT_MAX = 128               # a name longer than this
@@ -42,6 +45,15 @@ def check_number(key: str, value: Any, example: str, minimum: float | None = Non
     if below is not None and value >= below:
         raise CutlabError(f"{key} must be < {below:g}, got {value:g}; e.g. {key}={example}")
     return value
+
+
+def check_rate(key: str, value: Any, example: str) -> float:
+    """A learning rate (primal, dual, slack) that float32 holds as a normal number: SMALLEST_RATE to LARGEST_RATE."""
+    rate = check_number(key, value, example, minimum=0.0, exclusive=True, below=LARGEST_RATE)
+    if rate < SMALLEST_RATE:
+        raise CutlabError(f"{key}={rate:g} is below float32's smallest normal number {SMALLEST_RATE:g}, so torch's "
+                          f"optimiser rounds every step it scales to 0 and nothing trains; e.g. {key}={example}")
+    return rate
 
 
 def check_integer(key: str, value: Any, example: str, minimum: int, maximum: int | None = None) -> int:
@@ -122,7 +134,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     check_integer("train.batch_size", train.batch_size, "4", 1)
     if train.max_steps_per_epoch is not None:
         check_integer("train.max_steps_per_epoch", train.max_steps_per_epoch, "50", 1)
-    check_number("train.lr", train.lr, "1e-3", minimum=0.0, exclusive=True, below=LARGEST_RATE)
+    check_rate("train.lr", train.lr, "1e-3")
     if train.grad_clip is not None:
         check_number("train.grad_clip", train.grad_clip, "1.0 (or null: no clipping)", minimum=0.0, exclusive=True)
     check_number("train.alpha", train.alpha, "0.25 (the paper's 1 - alpha of 0.75)", minimum=0.0, exclusive=True, below=1.0)
@@ -130,7 +142,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_number("train.epsilon", train.epsilon, "auto (or 6.5, or null for off)", minimum=0.0, exclusive=True)
     check_integer("train.warmup_epochs", train.warmup_epochs, "1", 0)
     if train.constrained:
-        check_number("train.dual_lr", train.dual_lr, "1e-2", minimum=0.0, exclusive=True, below=LARGEST_RATE)
+        check_rate("train.dual_lr", train.dual_lr, "1e-2")
         check_number("train.resilience_c", train.resilience_c, "1.0", minimum=0.0)
         _choice("train.constraint_form", train.constraint_form, CONSTRAINT_FORMS)
         check_detach_prev(train.detach_prev)
@@ -140,8 +152,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_flag("train.dual_restarts", train.dual_restarts, "false")
         check_flag("train.resilience_restarts", train.resilience_restarts, "true")
         if train.get("slack_lr") is not None:
-            check_number("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)", minimum=0.0, exclusive=True,
-                         below=LARGEST_RATE)
+            check_rate("train.slack_lr", train.slack_lr, "0.01 (or null: train.dual_lr)")
         check_number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
         check_number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         check_number("train.nu", train.nu, "0.0", minimum=0.0)
