@@ -159,3 +159,28 @@ def test_rmse_is_on_the_0_255_scale():
     out = [clean + 10 / 255]
     _, sums, count = DenoisingObjective().evaluation_terms(out, clean)
     assert math.isclose(float(DenoisingObjective().metric_from_sums(sums, count)[0]), 10.0, rel_tol=1e-5)
+
+
+def test_a_depth_whose_weights_cannot_fit_is_refused_in_one_line_before_building(tmp_path) -> None:
+    """L=100000 of DUST built for minutes without a word (a power iteration per layer's dictionary), then filled the
+    host's memory; 10^7 layers' float32 dictionaries (4.9 TiB) fit no machine. The address-space limit only keeps a
+    build that is not refused (the code before this bound) from taking this shared machine's memory."""
+    import resource
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from helpers.contract import cutlab_env
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    runs = tmp_path / "runs"
+    result = subprocess.run([sys.executable, "-m", "cutlab", "L=10000000", "threads=1", "wandb.mode=disabled"],
+                            cwd=ROOT, env=cutlab_env(runs), preexec_fn=limit, capture_output=True, text=True,
+                            timeout=120)
+    message = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert message.startswith("cutlab: error: model=dust at L=10000000 has 1310.72 B parameters: its float32 "
+                              "weights alone need 4882.8 GiB of host memory") and "; use L <= " in message, message
+    assert not list(runs.glob("*/summary.json"))  # refused before a step: no run is recorded

@@ -15,6 +15,7 @@ import traceback
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.models import LayerwiseModel
+from cutlab.tasks.depth_bound import check_depth_fits
 from cutlab.errors import CutlabError
 
 
@@ -51,6 +52,9 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if missing:
         raise CutlabError(f"model._target_={target} needs {', '.join(missing)}, which neither the model config nor "
                           f"the task gives; add them to the model's yaml")
+    depth = supplied.get("depth")
+    if depth is not None and depth > 2 and "depth" in given and "pretrained" not in model_cfg:
+        check_depth_fits(model_cfg.get("name"), lambda layers: build(**{**given, "depth": layers}), depth)
     try:
         model = build(**given)
     except (ValueError, TypeError) as error:  # a model refuses a value (or a type) of its own config
@@ -58,7 +62,6 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if not isinstance(model, LayerwiseModel):
         raise CutlabError(f"model._target_={target} built a {type(model).__name__}, not a LayerwiseModel; subclass "
                           "cutlab.core.models.LayerwiseModel (its forward returns the L+1 representations Phi_0..Phi_L)")
-    depth = supplied.get("depth")
     if depth is not None and getattr(model, "depth", depth) != depth:
         raise CutlabError(f"model={model_cfg.get('name')} was asked for L={depth} blocks and built model.depth="
                           f"{model.depth}; build the depth it is given")

@@ -9,6 +9,7 @@ the meta device costs no memory and a fraction of a second, so the bound can be 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -43,8 +44,23 @@ def host_available_bytes() -> int | None:
     return available
 
 
+def weights_at_depth(build_at: Callable[[int], torch.nn.Module], depth: int) -> tuple[int, int, int]:
+    """(parameter count, bytes, bytes each further layer adds) of ``build_at(depth)``, without building it: from real
+    builds at depths 1 and 2, since an unrolled model repeats its block once per layer (the paper's Sec. 2), so each
+    layer adds the same weights. Not on the meta device: DUST's init runs its power iteration, 5 s there at L=1. The
+    generator's state is put back, so the model built next draws the init it would have drawn."""
+    with torch.random.fork_rng(devices=[]):
+        (count_1, bytes_1), (count_2, bytes_2) = [_sizes(build_at(layers)) for layers in (1, 2)]
+    return count_1 + (depth - 1) * (count_2 - count_1), bytes_1 + (depth - 1) * (bytes_2 - bytes_1), bytes_2 - bytes_1
+
+
+def _sizes(module: torch.nn.Module) -> tuple[int, int]:
+    parameters = list(module.parameters())  # tied weights counted once
+    return sum(p.numel() for p in parameters), sum(p.numel() * p.element_size() for p in parameters)
+
+
 def check_weights_fit(name: str, count: int, needed: int, dtype: torch.dtype, available: int | None,
-                      halvable: bool = True) -> None:
+                      halvable: bool = True, fix: str = "use a smaller model, or a machine with more memory") -> None:
     """Refuse, in one line naming the bound, weights that cannot fit in ``available`` bytes (None: no check).
     ``halvable``: whether model.dtype=bfloat16 would halve what is allocated (not for a float32 random init)."""
     if available is None or needed <= available:
@@ -53,5 +69,5 @@ def check_weights_fit(name: str, count: int, needed: int, dtype: torch.dtype, av
     raise CutlabError(
         f"{name} has {count / 1e9:.2f} B parameters: its {str(dtype).removeprefix('torch.')} weights alone need "
         f"{needed / GIB:.1f} GiB of host memory, but this machine has {max(available, 0) / GIB:.1f} GiB available "
-        f"(MemAvailable, or the cgroup's limit);{half} use a smaller model, or a machine with more memory"
+        f"(MemAvailable, or the cgroup's limit);{half} {fix}"
     )
