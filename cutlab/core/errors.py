@@ -4,3 +4,7 @@ class CutlabError(Exception):
 
 class NonFiniteLoss(CutlabError):
     """A loss became NaN or infinite, in training or on held-out data: the parameters diverged."""
+
+
+class OutOfMemory(CutlabError):
+    """An allocation failed as the run trained or evaluated: the message names the settings to lower."""

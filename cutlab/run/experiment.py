@@ -17,6 +17,7 @@ from cutlab.config.paths import with_absolute_root
 from cutlab.core.evaluation import buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
+from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.core.precision import check_precision, configure_matmul
 from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
@@ -194,7 +195,8 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     try:
         with stop_now_on_signals():  # set-up and evaluation stop at once, the loop at its next step (inside)
             with stop_on_signals() as recorder.stop:
-                trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
+                with settings_named_on_out_of_memory("a training step", "train.batch_size (or L)"):
+                    trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
                 recorder.stop_if_requested()
             history.close()
             slacks = trainer.primal_dual.effective_slacks()
@@ -207,8 +209,9 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
                 summary.update(iterate=selector.summary(cfg.eval.check_every_steps))
             else:
                 summary.update(iterate={"mode": "last"})
-            summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter,
-                                              constraints, slacks))
+            with settings_named_on_out_of_memory("the evaluation", "eval.batch_size"):
+                summary.update(evaluate_and_write(cfg, run_dir, evaluator, trainer.primal_dual, tracker, reporter,
+                                                  constraints, slacks))
         # time to feasibility: the first step of the met streak that lasted to the end (None: never reached)
         summary.update(steps_to_feasibility=clock.since, steps_to_strict_feasibility=clock.strictly_since)
         summary.update(status="complete", steps=trainer.progress.step, epochs=trainer.progress.epoch,
