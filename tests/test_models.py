@@ -184,3 +184,15 @@ def test_a_depth_whose_weights_cannot_fit_is_refused_in_one_line_before_building
     assert message.startswith("cutlab: error: model=dust at L=10000000 has 1310.72 B parameters: its float32 "
                               "weights alone need 4882.8 GiB of host memory") and "; use L <= " in message, message
     assert not list(runs.glob("*/summary.json"))  # refused before a step: no run is recorded
+
+
+def test_a_model_that_cannot_be_built_shallower_is_not_stopped_by_the_depth_bound() -> None:
+    """The bound measures builds at L=1 and 2; a model of one's own that refuses those depths in its own way (here an
+    assert) must still be built at the depth asked, not end in the probe's traceback."""
+    from cutlab.tasks.depth_bound import check_depth_fits
+
+    def deep_only(layers: int) -> torch.nn.Module:
+        assert layers >= 3, "this model needs at least 3 layers"
+        return torch.nn.Linear(layers, 1)
+
+    check_depth_fits("deep_only", deep_only, depth=4)  # no error: the real build speaks for itself
