@@ -187,18 +187,18 @@ def _start_tally(plan) -> None:
 def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = False) -> None:
     """The in-process sweep's summary (stderr and its record); exit 1 when any run failed (a stopped sweep keeps
     the exit status of its stop)."""
-    from cutlab.launch.outcome import NOT_STARTED, Outcome, summary_text
+    from cutlab.launch.outcome import DONE, NOT_STARTED, Outcome, skipped_total, summary_text
     from cutlab.launch.sweep import finish_record
 
-    skipped = plan.completed
     ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run + plan.busy}]
+    skipped = skipped_total(plan.completed, ran)
     if stopped:  # the runs it never began are listed too, as the local launcher lists them
         reported = {o.run_id for o in ran}
         ran += [Outcome(run.run_id, "interrupted", error=NOT_STARTED) for run in plan.to_run
                 if run.run_id not in reported]
     finish_record(record, [o.as_dict() for o in ran], skipped, seconds)
     print(summary_text(plan.name, ran, skipped, seconds), file=sys.stderr, flush=True)
-    if not stopped and any(o.status != "complete" for o in SWEEP_OUTCOMES):
+    if not stopped and any(o.status not in DONE for o in SWEEP_OUTCOMES):
         raise SystemExit(1)
 
 

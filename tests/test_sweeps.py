@@ -19,7 +19,7 @@ import torch
 from conftest import GOLDEN, ROOT
 from helpers.analysis import run_main
 from helpers.cli import cutlab
-from helpers.contract import assert_same_records
+from helpers.contract import assert_same_records, cutlab_env
 from helpers.sweeps import plan_ids, result_config, sweep_outcome
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
@@ -371,6 +371,31 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
     statuses = {run["run_id"].split("train.epochs=")[1].split(",")[0]: run["status"]
                 for run in sweep_outcome(runs)["runs"]}
     assert statuses == {"400": "busy", "2": "complete"}, statuses
+
+
+def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(tmp_path):
+    """Two identical sweeps started together: the runs one found complete when their turn came (the other had just
+    finished them) were counted complete, and its last line said "0 skipped". Made deterministic here: the sweep is
+    paused (SIGSTOP) in its first run while the same command's second run is run to its end by hand."""
+    runs = tmp_path / "runs"
+    grid = ["L=2", "train.epochs=1", "eval.gamma_test=[0]", "wandb.mode=disabled", "progress=false", "threads=1"]
+    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", "train.max_steps_per_epoch=40,2", *grid], cwd=ROOT,
+                             env=cutlab_env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    first = runs / "L=2,eval.gamma_test=_0_,train.epochs=1,train.max_steps_per_epoch=40" / "history.csv"
+    try:
+        deadline = time.time() + 300
+        while not first.exists() or len(pd.read_csv(first)) < 1:
+            assert sweep.poll() is None and time.time() < deadline, "the sweep ended before it could be paused"
+            time.sleep(0.05)
+        sweep.send_signal(signal.SIGSTOP)
+        cutlab(["train.max_steps_per_epoch=2", *grid], runs)  # the second run, finished as by an identical sweep
+    finally:
+        sweep.send_signal(signal.SIGCONT)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, stderr[-2000:]
+    assert "1 complete, 0 failed, 0 interrupted, 1 skipped (already complete)" in stderr, stderr[-2000:]
+    outcome = sweep_outcome(runs)
+    assert outcome["skipped"] == 1 and sorted(run["status"] for run in outcome["runs"]) == ["complete", "skipped"]
 
 
 # -------------------------------------------------------------------------------------------- bad input

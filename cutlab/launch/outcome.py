@@ -7,8 +7,10 @@ from typing import Callable
 
 SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
 OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what became of it (analysis reads it)
-# busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one
-STATUSES = ("complete", "failed", "interrupted", "busy")
+# busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one;
+# skipped: complete when its turn came (an identical sweep started with this one finished it), so nothing ran
+STATUSES = ("complete", "failed", "interrupted", "busy", "skipped")
+DONE = ("complete", "skipped")  # a sweep whose every run is one of these exits 0
 BUSY_ADVICE = "left to the process writing it; run the same command again when that one ends"
 # a run a stopped sweep never began: counted interrupted, since the same command runs it
 NOT_STARTED = "not started, the sweep was stopped; run it again to resume"
@@ -62,12 +64,14 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
             return Outcome(run_id, "interrupted", error=TIMED_OUT_ADVICE, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
     from cutlab.core.objectives import headline_of, objective_of_metric  # here: importing them imports torch (~1 s)
+    from cutlab.run.records import SkippedSummary
 
     # the headline's own name: a text run's is the AUC of its accuracy over gamma_test, not an accuracy
     objective = objective_of_metric(summary["metric"]) if summary.get("metric") else None
     value = headline_of(summary, objective) if objective else None
     name = objective.headline_name() if objective else None
-    return Outcome(run_id, summary.get("status") or "complete", name, value, job_id=job_id)
+    status = "skipped" if isinstance(summary, SkippedSummary) else summary.get("status") or "complete"
+    return Outcome(run_id, status, name, value, job_id=job_id)
 
 
 def ended(outcomes: list[Outcome]) -> int:
@@ -99,7 +103,14 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else "unknown error"
 
 
+def skipped_total(planned: int, outcomes: list[Outcome]) -> int:
+    """The runs a sweep skipped as complete: those its plan found complete, and those found complete when their turn
+    came (finished meanwhile by an identical sweep)."""
+    return planned + sum(o.status == "skipped" for o in outcomes)
+
+
 def summary_text(name: str, outcomes: list[Outcome], skipped: int, seconds: float) -> str:
+    """``skipped``: skipped_total's count."""
     counts = {status: sum(o.status == status for o in outcomes) for status in STATUSES}
     busy = f", {counts['busy']} busy (being written by another process)" if counts["busy"] else ""
     head = (f"sweep {name}: {counts['complete']} complete, {counts['failed']} failed, {counts['interrupted']} "

@@ -71,7 +71,7 @@ def _profile(plan: Plan):
 
 def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     from cutlab.launch.job import RunCommand
-    from cutlab.launch.outcome import summary_text
+    from cutlab.launch.outcome import DONE, skipped_total, summary_text
 
     started = time.perf_counter()
     threads = plan.launcher.get("threads")
@@ -92,13 +92,13 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
         outcomes, stopped_by = slurm.wait(jobs, commands, stopped_by=stopped_by)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
-    skipped = plan.completed
+    skipped = skipped_total(plan.completed, outcomes)
     text = summary_text(plan.name, outcomes, skipped, elapsed)
     finish_record(record, [o.as_dict() for o in outcomes], skipped, elapsed)
     print(text, file=sys.stderr, flush=True)
     if stopped_by is not None:  # as the in-process launcher ends on the same signal
         return stopped_exit(stopped_by)
-    return 0 if all(o.status == "complete" for o in outcomes) else 1
+    return 0 if all(o.status in DONE for o in outcomes) else 1
 
 
 def stopped_exit(signal_name: str) -> int:

@@ -34,8 +34,8 @@ from cutlab.run.progress import ProgressReporter, announce_start, print_line
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
-    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, read_mapping,
-    read_summary, write_atomic, write_json,
+    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, SkippedSummary,
+    read_mapping, read_summary, write_atomic, write_json,
 )
 from cutlab.run.results import evaluate_and_write
 from cutlab.run.tracking import ServiceStart, Tracker
@@ -80,7 +80,7 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
         existing = read_summary(run_dir, resumable=True)
         if existing and existing.get("status") == "complete":
             log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
-            return existing
+            return SkippedSummary(existing)
         if cfg.train.constrained:  # about to train: what the config checks leave to training time (old records pass)
             DualSettings.of(cfg.train).check_trainable()
         checkpoint = load_checkpoint(run_dir)

@@ -110,6 +110,11 @@ def read_summary(run_dir: Path, resumable: bool = False, fix: str | None = None)
     return summary
 
 
+class SkippedSummary(dict):
+    """A complete run's summary as ``python -m cutlab`` found it and returned it, training nothing: a sweep counts the
+    run skipped, not complete (an identical sweep started at the same time may have finished it after the plan)."""
+
+
 def layer_columns(prefix: str, layers: int) -> list[str]:
     return [f"{prefix}_{layer}" for layer in range(layers)]
 
