@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import hydra
@@ -24,11 +25,12 @@ from cutlab.interrupted import ctrl_c_held, ctrl_c_released, interrupted_exit
 from cutlab.launch.outcome import BUSY_ADVICE
 from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
-from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
+from cutlab.run.preemption import PREEMPTED_EXIT, Preempted, stops_held_between_runs
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter, the ids it has yet to
 # count and the outcomes it counted)
+HELD_STOP: list = []  # an in-process sweep's stop signal held between its runs (cutlab.run.preemption.HeldStop)
 NEW_FOLDERS: list[Path] = []  # a single run's paths.runs_dir and the parents Hydra is to create, the deepest first
 
 register_resolvers()
@@ -45,6 +47,11 @@ def app(cfg: DictConfig) -> float | None:
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
+    if in_sweep and HELD_STOP and HELD_STOP[0].signal_name:  # it came as Hydra composed this run: none of it ran
+        _remove_if_empty(run_dir)
+        print(f"cutlab: {HELD_STOP[0].signal_name} as the sweep readied its next run: it stops before {run_dir.name}; "
+              "run the same command again to resume it", file=sys.stderr)
+        raise SystemExit(PREEMPTED_EXIT)
     try:
         with ctrl_c_released():  # the run handles Ctrl-C itself; Hydra's composition, before and after, holds it
             summary = run_experiment(cfg, run_dir)
@@ -154,12 +161,16 @@ def main() -> None:
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *argv]
     try:
-        with ctrl_c_held():
+        with ctrl_c_held(), (stops_held_between_runs() if sweep is not None else nullcontext()) as held:
+            HELD_STOP[:] = [held] if sweep is not None else []
             app()
     except (SystemExit, KeyboardInterrupt):  # a signal stopped the sweep (in a run, or as Hydra readied the next):
         if sweep is not None:  # its record still gets the outcomes so far
             _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
         raise
+    if sweep is not None and held.signal_name:  # it came after the last run began: the sweep ends stopped
+        _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
+        raise SystemExit(PREEMPTED_EXIT)
     _show_launcher_info(argv)
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)

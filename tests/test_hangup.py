@@ -6,6 +6,7 @@ left 'running'), a local sweep's runs were recorded failed with 'BrokenPipeError
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 import pytest
@@ -46,6 +47,31 @@ def test_a_run_started_under_nohup_goes_on_after_the_terminal_closes_and_keeps_w
     assert terminal.process.poll() is None, log.read_text()[-3000:]  # still training
     terminal.process.terminate()  # stopped as SLURM or a user would: a checkpoint at the next step
     assert terminal.wait(120) == 75, log.read_text()[-3000:]
+
+
+def test_a_closed_terminal_between_two_runs_of_an_in_process_sweep_still_writes_its_record(tmp_path):
+    """The hang-up while Hydra composes the next run, where no run's handler is installed: the sweep died at once
+    (SIGHUP's default action) without its record. Made exact by pausing it (SIGSTOP) once its first run is complete
+    and before its second run's folder exists; the hang-up lands as it goes on (SIGCONT)."""
+    runs = tmp_path / "runs"
+    args = ["-m", "seed=1,2", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]",
+            "threads=1", "wandb.mode=disabled"]
+    terminal = Terminal([sys.executable, "-m", "cutlab", *args], ROOT, cutlab_env(runs))
+    first, second = (f"L=2,eval.gamma_test=_0_,seed={seed},train.epochs=1,train.max_steps_per_epoch=2"
+                     for seed in (1, 2))
+    done = runs / first / "summary.json"
+    wait_for(lambda: done.exists() and summary(runs / first)["status"] == "complete", 120, "the first run's end",
+             poll=0.01)
+    terminal.process.send_signal(signal.SIGSTOP)
+    try:
+        assert not (runs / second).exists(), "paused too late: the second run had begun"
+        terminal.hang_up()
+    finally:
+        terminal.process.send_signal(signal.SIGCONT)
+    assert terminal.wait(120) == 75  # PREEMPTED_EXIT, as a sweep stopped within a run
+    outcome = {run["run_id"]: run for run in sweep_outcome(runs)["runs"]}
+    assert {run_id: run["status"] for run_id, run in outcome.items()} == {first: "complete", second: "interrupted"}
+    assert not (runs / second).exists(), "the run it never began leaves no folder"
 
 
 @pytest.mark.slow

@@ -91,3 +91,35 @@ def stop_now_on_signals() -> Iterator[None]:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+class HeldStop:
+    """The stop signal that came between two runs of an in-process sweep, if any (``stops_held_between_runs``)."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+
+@contextmanager
+def stops_held_between_runs() -> Iterator[HeldStop]:
+    """Within the block, SIGTERM/SIGUSR2/SIGHUP only note their name (main thread only): for an in-process sweep,
+    whose process Hydra keeps between its runs (it composes the next one there). There, with no run's handler
+    installed, the signal's default action ended the sweep before it wrote its record, though its runs had
+    checkpointed. Each run installs its own handlers within the block and restores these after it; the caller stops
+    the sweep before its next run (or after its last) when a signal was noted."""
+    held = HeldStop()
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+
+    def hold(signum, frame) -> None:
+        if repeated_hang_up(signum):
+            return
+        held.signal_name = held.signal_name or signal.Signals(signum).name
+
+    previous = {sig: signal.signal(sig, hold) for sig in stop_signals(*STOP_SIGNALS)}
+    try:
+        yield held
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
