@@ -7,13 +7,13 @@ missing are planned too and listed as ``skipped``, with the flag that supplies t
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
 from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
+from cutlab.launch.pasted import pasted_command
 from cutlab.launch.plan import Plan, _duration, expand, format_plan, parse_command
 from cutlab.launch.sweep import sbatch_preview
 from cutlab.reproduce_grids import SCALES, Grid, grids, sweep_params
@@ -96,7 +96,7 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
         tally = _Tally()
         lines.append(f"## {entry.label} (sweeps/{entry.sweep}.yaml)")
         for item in items:
-            lines.append("# command: python -m cutlab " + shlex.join(item.argv))  # pasted into a shell as printed
+            lines.append("# command: " + pasted_command(item.argv))  # pasted into a shell as printed
             # e.g. Fig 3's L in {3, 5, 7} cells are Table 3's runs: one folder, run once
             first_seen = [run for run in item.plan.runs if run.run_dir not in counted]
             counted |= {run.run_dir for run in item.plan.runs}

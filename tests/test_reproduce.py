@@ -279,6 +279,28 @@ def test_an_input_no_grid_reads_is_refused_and_the_plans_commands_paste_into_a_s
         in text and "estimated 0 s" not in text
 
 
+def test_the_plans_commands_carry_the_users_pythonpath_so_a_model_of_their_own_imports(tmp_path, capsys, monkeypatch):
+    """A model of the user's own is imported from their PYTHONPATH (README, "A new model"): the plan's "to calibrate"
+    command left it out (and its overrides unquoted, eval.gamma_test=[0,0.5] a shell glob), so pasted into a new
+    shell it failed on that import."""
+    import shlex
+
+    from cutlab.reproduce import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "my_project")  # relative, as the README writes it
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "wandb.mode=disabled"]) == 0
+    text = capsys.readouterr().out
+    calibrate = [line.split("to calibrate, run one of each first, e.g. ", 1)[1] for line in text.splitlines()
+                 if "to calibrate, run one of each first" in line]
+    grids = [line.removeprefix("# command: ") for line in text.splitlines() if line.startswith("# command: ")]
+    assert calibrate and grids
+    for command in calibrate + grids:
+        words = shlex.split(command)
+        assert words[:4] == [f"PYTHONPATH={tmp_path / 'my_project'}", "python", "-m", "cutlab"], command
+    assert any(word.startswith("eval.gamma_test=[") for word in shlex.split(calibrate[0])), calibrate[0]
+
+
 @pytest.mark.slow
 def test_a_paper_plan_on_slurm_without_a_gpu_profile_says_so(tmp_path, capsys):
     """The README's example planned every paper run, Llama 8B's among them, as a 1-core, 4 GB CPU job, unsaid."""

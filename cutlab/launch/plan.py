@@ -24,6 +24,7 @@ from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
 from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
+from cutlab.launch.pasted import pasted_command
 from cutlab.run.records import read_summary
 from cutlab.run.identity import check_same_run
 from cutlab.run.lock import live_holder
@@ -267,7 +268,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
                        *(o for o in next(iter(kinds.values())).overrides
                           if not o.startswith("wandb.group=") and not is_launcher_override(o))]
             lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "
-                         f"of each first, e.g. python -m cutlab {' '.join(example)}")
+                         f"of each first, e.g. {pasted_command(example)}")
     return "\n".join(lines)
 
 
