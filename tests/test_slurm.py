@@ -241,6 +241,33 @@ def test_a_run_that_slurm_stops_with_sigterm_is_interrupted_and_the_same_command
     assert len(pd.read_csv(history)) > stopped_at > 2  # resumed after the steps it had, not from the start
 
 
+@pytest.mark.slow
+def test_a_requeued_task_cancelled_while_pending_is_interrupted_not_failed(cluster, tmp_path):
+    """scancel of a task that SLURM requeued after its checkpoint (SIGUSR2, the time limit's signal) and that waits to
+    start again: no result file, SLURM says CANCELLED. It was reported failed, though its run stands at its
+    checkpoint and the same command resumes it."""
+    runs = tmp_path / "runs"
+    sweep = start_slurm_sweep(["gamma=0", *LONG_RUN], profile(tmp_path), tmp_path)
+    run_dir = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60"
+    wait_for_steps(run_dir, 3, sweep)
+    [task] = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                            check=True).stdout.split()
+    subprocess.run(["scancel", "--signal=USR2", task], check=True)
+    deadline = time.time() + 120
+    while scontrol(task).get("JobState") != "PENDING":  # requeued: SLURM holds it ~2 min before it may start
+        assert time.time() < deadline and sweep.poll() is None, scontrol(task)
+        time.sleep(0.2)
+    subprocess.run(["scancel", task], check=True)
+    _, stderr = sweep.communicate(timeout=300)
+    assert scontrol(task)["JobState"] == "CANCELLED"
+    assert sweep.returncode == 1 and "0 complete, 0 failed, 1 interrupted" in stderr, stderr[-3000:]
+    [outcome] = sweep_outcome(runs)["runs"]
+    assert outcome["status"] == "interrupted", outcome
+    assert outcome["error"].endswith("run the same command again to resume it"), outcome
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert (run_dir / "checkpoint.pt").exists()
+
+
 def test_ctrl_c_on_the_submitting_command_stops_the_waiting_not_the_job_and_the_record_says_so(cluster, tmp_path):
     """Ctrl-C while the sweep waits on its job: one line naming the job and how to stop it, exit 130, the run
     recorded busy (left to its job) in outcome.json, and the job goes on. It was a traceback,

@@ -24,6 +24,7 @@ from cutlab.errors import CutlabError
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, ended, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
+from cutlab.run.records import stopped_at_checkpoint
 
 POLL_S = 1.0
 VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one ...
@@ -84,7 +85,7 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
                 error = vanished(time.monotonic() - first, lambda: final_state(job_id), job.paths)
                 if error is None:
                     continue
-                outcome = Outcome(command.run_id, "failed", job_id=job_id, error=error)
+                outcome = without_result(command, job_id, error, final_state(job_id))
             else:
                 missing_since.pop(job_id, None)
                 continue
@@ -152,6 +153,17 @@ def vanished(missing_s: float, state, paths) -> str | None:
                 "nodes share")
     how = f"SLURM state {ended}" if ended else "killed or lost"
     return f"the job ended without a result ({how}; see {paths.stderr})"
+
+
+def without_result(command: RunCommand, job_id: str, error: str, state: str | None) -> Outcome:
+    """A task that ended without a result (``error``: why, from ``vanished``; ``state``: SLURM's): failed, unless it
+    was cancelled after its run had stopped at a checkpoint, as a task requeued after its checkpoint (SIGUSR2) and
+    cancelled while it waited to start again was: the same command resumes that run, so it is interrupted, as a task
+    stopped by SIGTERM is. A task killed otherwise (OOM, a node lost) stays failed."""
+    if state != "CANCELLED" or not stopped_at_checkpoint(Path(command.run_dir)):
+        return Outcome(command.run_id, "failed", job_id=job_id, error=error)
+    return Outcome(command.run_id, "interrupted", job_id=job_id, error=f"{error}, after its run had stopped at its "
+                   "checkpoint; run the same command again to resume it")
 
 
 def slurm_state(job_id: str) -> str | None:

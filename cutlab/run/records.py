@@ -110,6 +110,16 @@ def read_summary(run_dir: Path, resumable: bool = False, fix: str | None = None)
     return summary
 
 
+def stopped_at_checkpoint(run_dir: Path) -> bool:
+    """Whether the run stopped on a signal with a checkpoint (its summary says interrupted): the same command resumes
+    it from there. False for an unreadable summary (the command then says why)."""
+    try:
+        summary = read_summary(run_dir)
+    except CutlabError:
+        return False
+    return bool(summary) and summary.get("status") == "interrupted" and (run_dir / CHECKPOINT).exists()
+
+
 class SkippedSummary(dict):
     """A complete run's summary as ``python -m cutlab`` found it and returned it, training nothing: a sweep counts the
     run skipped, not complete (an identical sweep started at the same time may have finished it after the plan)."""
