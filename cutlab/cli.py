@@ -146,13 +146,13 @@ def main() -> None:
         check_overrides(argv)
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
-            from cutlab.launch.sweep import run_sweep, with_sweep_group
+            from cutlab.launch.sweep import hydra_sweep_dir, run_sweep, with_sweep_group
 
             command = with_sweep_group(command)
             status, sweep = run_sweep(command)
             if status is not None:
                 raise SystemExit(status)
-            argv = ["-m", *command.hydra_argv()]
+            argv = ["-m", *command.hydra_argv(), hydra_sweep_dir(*sweep)]
             _start_tally(sweep[0])
         elif command is not None:  # one run: composed once here, so that what Hydra would report in many lines is one
             NEW_FOLDERS[:] = _missing_folders(check_run(command))

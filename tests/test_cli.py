@@ -111,9 +111,8 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
 
 
 def test_rerunning_a_complete_command_skips_it_and_touches_nothing(ped2_sweep):
-    # every -m call adds its own sweep record (_sweeps/, where Hydra's earlier multirun.yaml is kept); runs are untouched
-    runs_only = lambda: {k: v for k, v in folder_fingerprint(ped2_sweep).items()
-                         if k != "multirun.yaml" and not k.startswith("_sweeps/")}
+    # every -m call adds its own sweep record (_sweeps/, with Hydra's multirun.yaml); runs are untouched
+    runs_only = lambda: {k: v for k, v in folder_fingerprint(ped2_sweep).items() if not k.startswith("_sweeps/")}
     before = runs_only()
     result = cutlab(["-m", "model=dust,ut", "train=erm,constrained", *TINY_PED2], ped2_sweep)
     assert (result.stdout + result.stderr).count("complete; skipped") == 4
@@ -533,7 +532,7 @@ def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
     assert sorted(p.name for p in (tmp_path / where).iterdir()) == [
         "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=1",
-        "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=1", "_sweeps", "multirun.yaml"]
+        "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=1", "_sweeps"]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == (["runs"] if value == "" else [])
 
 

@@ -144,7 +144,6 @@ def test_runs_of_a_sweep_share_a_wandb_group_named_after_the_sweep_and_are_named
 
 def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_record(inprocess_sweep, tmp_path):
     runs, _ = inprocess_sweep
-    first_multirun = (runs / "multirun.yaml").read_text()
     plan = cutlab(["--plan", "-m", "gamma=0,0.09,0.15", *TINY, "wandb.mode=offline"], runs)
     assert [line.split()[1] for line in plan.stdout.splitlines() if not line.startswith("#")] == ["complete"] * 2 + ["new"]
     assert "2 complete (skipped), 1 to run" in plan.stdout
@@ -157,9 +156,30 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert estimate and estimate.group(1) == estimate.group(2), parallel.stdout
     rerun = cutlab(["-m", "gamma=0,0.09", *TINY, "wandb.mode=offline"], runs)
     assert (rerun.stdout + rerun.stderr).count("complete; skipped") == 2
-    kept = list((runs / "_sweeps").glob("multirun-*.yaml"))
-    assert len(kept) == 1 and kept[0].read_text() == first_multirun, "Hydra's earlier multirun.yaml is kept"
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
+
+
+def test_each_in_process_sweep_keeps_hydras_multirun_yaml_in_its_own_record(tmp_path):
+    """Hydra writes multirun.yaml into its sweep folder, which was paths.runs_dir for every sweep: each sweep into the
+    same folder rewrote the last one's (two started together kept one; an earlier one was moved aside under its file's
+    time, apart from its sweep's record). Each sweep's record is now Hydra's sweep folder; the runs stay where they
+    were. A space in the folder: the record's override is written for Hydra's grammar."""
+    import yaml
+
+    runs = tmp_path / "my runs"
+    for gamma in ("0", "0.09"):
+        cutlab(["-m", f"gamma={gamma}", *TINY, "wandb.mode=disabled"], runs)
+    assert sorted(p.name for p in runs.iterdir()) == [
+        "L=2,eval.gamma_test=_0,0.5_,gamma=0,train.epochs=1,train.max_steps_per_epoch=2",
+        "L=2,eval.gamma_test=_0,0.5_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=2", "_sweeps"]
+    records = list((runs / "_sweeps").iterdir())
+    swept = set()
+    for record in records:
+        task = yaml.safe_load((record / "multirun.yaml").read_text())["hydra"]["overrides"]["task"]
+        [gamma] = [override for override in task if override.startswith("gamma=")]
+        assert f",{gamma},train." in (record / "plan.txt").read_text(), "the multirun.yaml of the record's own sweep"
+        swept.add(gamma)
+    assert len(records) == 2 and swept == {"gamma=0", "gamma=0.09"}
 
 
 def test_a_sweep_records_the_plan_it_printed_with_its_parallel_slots(tmp_path):

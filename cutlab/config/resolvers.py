@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from omegaconf import OmegaConf
 
 from cutlab.config.naming import run_name
@@ -26,6 +28,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cutlab_run_name", run_name)
     if not OmegaConf.has_resolver("cutlab_folder_neutral_keys"):
         OmegaConf.register_new_resolver("cutlab_folder_neutral_keys", lambda: list(FOLDER_NEUTRAL_KEYS))
+    if not OmegaConf.has_resolver("cutlab_absolute"):  # hydra.sweep.subdir (conf/config.yaml)
+        OmegaConf.register_new_resolver("cutlab_absolute", os.path.abspath)
     if not OmegaConf.has_resolver("cutlab_if_deep"):
         OmegaConf.register_new_resolver("cutlab_if_deep", if_deep)
     # paths.data_dir / paths.models_dir: the same functions cutlab-reproduce calls, so both read one rule

@@ -2,13 +2,15 @@
 
 Every sweep invocation gets its own folder ``<runs_dir>/_sweeps/<name>-<UTC time>/`` holding the plan,
 the composed sweep config and the outcome of every run, so nothing an earlier invocation wrote is
-lost (Hydra's own ``multirun.yaml`` is moved there too before Hydra would overwrite it).
+lost. An in-process sweep makes it Hydra's sweep folder too (``hydra_sweep_dir``), so Hydra's own ``multirun.yaml``
+is written there, not rewritten by each sweep in ``<runs_dir>/``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime, timezone
@@ -57,7 +59,6 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
           f"(skipped), {len(plan.to_run)} to run with launcher={launcher}{busy}; record in {record}", file=sys.stderr,
           flush=True)
     if launcher == "inprocess":
-        _keep_earlier_multirun_yaml(plan.runs_dir, record)
         return None, (plan, record)
     return _launch(plan, launcher, profile, record), None
 
@@ -145,10 +146,9 @@ def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: flo
     write_atomic(record / OUTCOME_FILE, json.dumps({"skipped": skipped, "seconds": seconds, "runs": outcomes}, indent=1))
 
 
-def _keep_earlier_multirun_yaml(runs_dir: Path, record: Path) -> None:
-    """Hydra rewrites <sweep dir>/multirun.yaml on every multirun: move the earlier one into its own record."""
-    earlier = runs_dir / "multirun.yaml"
-    if earlier.exists():
-        stamp = datetime.fromtimestamp(earlier.stat().st_mtime, timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
-        target = runs_dir / SWEEP_RECORDS / f"multirun-{stamp}.yaml"
-        os.replace(earlier, target)
+def hydra_sweep_dir(plan: Plan, record: Path) -> str:
+    """The override that makes ``record`` Hydra's sweep folder, where it writes the sweep's multirun.yaml (into
+    paths.runs_dir, each sweep rewrote the last one's). Written from ``${paths.runs_dir}``, as Hydra reads it, with
+    the characters its override grammar reserves escaped in the record's own name."""
+    name = re.sub(r"([\\()\[\]{}:=, \t])", r"\\\1", record.relative_to(plan.runs_dir).as_posix())
+    return "hydra.sweep.dir=${paths.runs_dir}/" + name
