@@ -30,7 +30,7 @@ from cutlab.run.preemption import PREEMPTED_EXIT, Preempted, stops_held_between_
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter, the ids it has yet to
 # count and the outcomes it counted)
-HELD_STOP: list = []  # an in-process sweep's stop signal held between its runs (cutlab.run.preemption.HeldStop)
+HELD_STOP: list = []  # an in-process sweep's stop signal held between its runs (a cutlab.run.preemption.StopFlag)
 NEW_FOLDERS: list[Path] = []  # a single run's paths.runs_dir and the parents Hydra is to create, the deepest first
 
 register_resolvers()
@@ -47,7 +47,7 @@ def app(cfg: DictConfig) -> float | None:
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-    if in_sweep and HELD_STOP and HELD_STOP[0].signal_name:  # it came as Hydra composed this run: none of it ran
+    if in_sweep and HELD_STOP and HELD_STOP[0].requested:  # it came as Hydra composed this run: none of it ran
         _remove_if_empty(run_dir)
         print(f"cutlab: {HELD_STOP[0].signal_name} as the sweep readied its next run: it stops before {run_dir.name}; "
               "run the same command again to resume it", file=sys.stderr)
@@ -168,7 +168,7 @@ def main() -> None:
         if sweep is not None:  # its record still gets the outcomes so far
             _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
         raise
-    if sweep is not None and held.signal_name:  # it came after the last run began: the sweep ends stopped
+    if sweep is not None and held.requested:  # it came after the last run began: the sweep ends stopped
         _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
         raise SystemExit(PREEMPTED_EXIT)
     _show_launcher_info(argv)

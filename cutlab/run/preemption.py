@@ -93,21 +93,14 @@ def stop_now_on_signals() -> Iterator[None]:
             signal.signal(sig, old)
 
 
-class HeldStop:
-    """The stop signal that came between two runs of an in-process sweep, if any (``stops_held_between_runs``)."""
-
-    def __init__(self) -> None:
-        self.signal_name: str | None = None
-
-
 @contextmanager
-def stops_held_between_runs() -> Iterator[HeldStop]:
+def stops_held_between_runs() -> Iterator[StopFlag]:
     """Within the block, SIGTERM/SIGUSR2/SIGHUP only note their name (main thread only): for an in-process sweep,
     whose process Hydra keeps between its runs (it composes the next one there). There, with no run's handler
     installed, the signal's default action ended the sweep before it wrote its record, though its runs had
     checkpointed. Each run installs its own handlers within the block and restores these after it; the caller stops
     the sweep before its next run (or after its last) when a signal was noted."""
-    held = HeldStop()
+    held = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield held
         return
