@@ -91,6 +91,10 @@ def app(cfg: DictConfig) -> float | None:
         from cutlab.launch.outcome import outcome_of
 
         _add_outcome(outcome_of(run_dir.name, lambda: summary, job_id=None))
+    else:  # a local or SLURM launcher's run: it tells the launcher whether it trained or found the run complete
+        from cutlab.launch.skipped import say_if_skipped
+
+        say_if_skipped(summary)
     return summary.get("selection_metric") if summary else None
 
 

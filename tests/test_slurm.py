@@ -503,3 +503,31 @@ def test_a_task_slurm_says_completed_is_waited_for_until_its_result_shows():
     assert vanished(RESULT_VISIBLE_S - 1, state("COMPLETED"), paths) is None
     assert vanished(RESULT_VISIBLE_S, state("COMPLETED"), paths).startswith(
         "SLURM says the job COMPLETED, but its result /shared/logs/7_0_result.pkl has not appeared here in 120 s")
+
+
+def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(cluster, tmp_path):
+    """Two identical SLURM sweeps: a task that found its run complete when it started (the other sweep's job had
+    just finished it) was counted complete, and the sweep's last line said "0 skipped". Made deterministic here: one
+    task at a time, the second held while its run is run to its end by hand (cutlab/launch/skipped.py)."""
+    runs = tmp_path / "runs"
+    grid = ["train.max_steps_per_epoch=40,2", "L=2", "train.epochs=1", "eval.gamma_test=[0]", "wandb.mode=disabled",
+            "progress=false"]
+    sweep = start_slurm_sweep(grid, profile(tmp_path, array_parallelism=1), tmp_path)
+    first = next(iter(runs.glob("*max_steps_per_epoch=*")), None)
+    deadline = time.time() + 300
+    while first is None or not (first / "history.csv").exists():
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.1)
+        first = next(iter(runs.glob("*max_steps_per_epoch=*")), None)
+    array = sweep_outcome_folder(runs).joinpath("submitit").glob("*_submission.sh").__next__().name.split("_")[0]
+    subprocess.run(["scontrol", "hold", f"{array}_1"], check=True, capture_output=True)
+    try:
+        other = "2" if first.name.endswith("=40") else "40"
+        cutlab([f"train.max_steps_per_epoch={other}", *grid[1:]], runs)  # finished as by an identical sweep
+    finally:
+        subprocess.run(["scontrol", "release", f"{array}_1"], check=True, capture_output=True)
+    _, stderr = sweep.communicate(timeout=300)
+    assert sweep.returncode == 0, stderr[-3000:]
+    assert "1 complete, 0 failed, 0 interrupted, 1 skipped (already complete)" in stderr, stderr[-3000:]
+    outcome = sweep_outcome(runs)
+    assert outcome["skipped"] == 1 and sorted(run["status"] for run in outcome["runs"]) == ["complete", "skipped"]

@@ -393,12 +393,17 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
     assert statuses == {"400": "busy", "2": "complete"}, statuses
 
 
-def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(tmp_path):
+@pytest.mark.parametrize("launcher", [["launcher=inprocess"], ["launcher=local", "launcher.max_parallel=1"],
+                                      ["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"]],
+                         ids=["inprocess", "local-warm-workers", "local-process-per-run"])
+def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(tmp_path, launcher):
     """Two identical sweeps started together: the runs one found complete when their turn came (the other had just
     finished them) were counted complete, and its last line said "0 skipped". Made deterministic here: the sweep is
-    paused (SIGSTOP) in its first run while the same command's second run is run to its end by hand."""
+    paused (SIGSTOP) in its first run while the same command's second run is run to its end by hand. The local
+    launcher's run processes are not paused with it: they say the run was skipped (cutlab/launch/skipped.py)."""
     runs = tmp_path / "runs"
-    grid = ["L=2", "train.epochs=1", "eval.gamma_test=[0]", "wandb.mode=disabled", "progress=false", "threads=1"]
+    grid = ["L=2", "train.epochs=1", "eval.gamma_test=[0]", "wandb.mode=disabled", "progress=false", "threads=1",
+            *launcher]
     sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", "train.max_steps_per_epoch=40,2", *grid], cwd=ROOT,
                              env=cutlab_env(runs), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     first = runs / "L=2,eval.gamma_test=_0_,train.epochs=1,train.max_steps_per_epoch=40" / "history.csv"

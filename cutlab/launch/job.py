@@ -22,8 +22,9 @@ from pathlib import Path
 from cutlab.config.paths import PACKAGE_ROOT
 from cutlab.errors import CutlabError
 from cutlab.launch.outcome import RunFailed, RunInterrupted
+from cutlab.launch.skipped import SKIPPED_ENV, SKIPPED_MARKER
 from cutlab.run.preemption import PREEMPTED_EXIT
-from cutlab.run.records import read_summary
+from cutlab.run.records import SkippedSummary, read_summary
 
 try:  # submitit only matters under SLURM; the local launcher works without it
     from submitit.helpers import Checkpointable, DelayedSubmission
@@ -80,7 +81,7 @@ class RunCommand(Checkpointable):
         echo.join(timeout=5)
         if self.module != "cutlab" and self._child.returncode == 0:  # a search worker's trials are in its storage
             return {"status": "complete"}
-        return run_result(self.run_id, self.run_dir, self._child.returncode, output.tail)
+        return run_result(self.run_id, self.run_dir, self._child.returncode, output)
 
     def checkpoint(self, *args, **kwargs):
         """submitit's hook on SIGUSR2: let the child checkpoint and stop, then requeue this same command."""
@@ -94,24 +95,28 @@ class RunCommand(Checkpointable):
 
 
 def child_env(threads: int | None) -> dict:
-    """The environment of a run's process: this checkout importable, and OMP's threads = the run's torch threads."""
+    """The environment of a run's process: this checkout importable, OMP's threads = the run's torch threads, and
+    a run that skips says so (cutlab/launch/skipped.py)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")])))
+    env[SKIPPED_ENV] = "1"
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
-def run_result(run_id: str, run_dir: str, code: int, tail: deque) -> dict:
-    """What ``python -m cutlab``'s exit status means: 0 the run's summary, 75 (PREEMPTED_EXIT) interrupted after
-    checkpointing, anything else failed with its error line (``tail``: its last lines of stderr)."""
+def run_result(run_id: str, run_dir: str, code: int, output: EchoedOutput) -> dict:
+    """What ``python -m cutlab``'s exit status means: 0 the run's summary (a SkippedSummary when the run said it
+    skipped), 75 (PREEMPTED_EXIT) interrupted after checkpointing, anything else failed with its error line (from
+    ``output.tail``, its last lines of stderr)."""
     if code == 0:
         try:
-            return read_summary(Path(run_dir)) or {"status": "unknown"}
+            summary = read_summary(Path(run_dir)) or {"status": "unknown"}
+            return SkippedSummary(summary) if output.skipped else summary
         except CutlabError as error:  # replaced since the run ended: say so rather than fail the whole sweep
             return {"status": "unknown", "error": str(error)}
     if code == PREEMPTED_EXIT:
         raise RunInterrupted(f"{run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
-    raise RunFailed(f"{run_id}: exit {code}: {error_line(tail)}")
+    raise RunFailed(f"{run_id}: exit {code}: {error_line(output.tail)}")
 
 
 END_OF_RUN = "\x1e[cutlab worker] end of run"  # a warm worker's marker after each run; \x1e: no run prints it
@@ -120,20 +125,25 @@ END_OF_RUN = "\x1e[cutlab worker] end of run"  # a warm worker's marker after ea
 class EchoedOutput:
     """A child's stderr, echoed line by line with the current run's prefix; the current run's last lines kept
     for its error line. A warm worker (cutlab/launch/worker.py) runs many runs: ``begin`` switches the prefix,
-    and its END_OF_RUN line sets ``run_done`` instead of being echoed."""
+    and its END_OF_RUN line sets ``run_done`` instead of being echoed. A run's SKIPPED_MARKER line sets ``skipped``
+    (cutlab/launch/skipped.py)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix, self.tail = prefix, deque(maxlen=40)
         self.run_done, self.closed = threading.Event(), threading.Event()
+        self.skipped = False
 
     def begin(self, run_id: str) -> None:
-        self.prefix, self.tail = f"[{run_id}] ", deque(maxlen=40)
+        self.prefix, self.tail, self.skipped = f"[{run_id}] ", deque(maxlen=40), False
         self.run_done.clear()
 
     def echo(self, stream) -> None:
         for line in stream:
             if line.rstrip("\n") == END_OF_RUN:
                 self.run_done.set()
+                continue
+            if line.rstrip("\n") == SKIPPED_MARKER:
+                self.skipped = True
                 continue
             self.tail.append(line.rstrip("\n"))
             sys.stderr.write(self.prefix + line)

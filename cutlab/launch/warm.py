@@ -47,7 +47,7 @@ class WarmWorker:
         if not answer:
             raise WorkerDied(f"{command.run_id}: {self._died(output)}")
         output.run_done.wait(timeout=10)  # its last lines are echoed and in the tail
-        return run_result(command.run_id, command.run_dir, json.loads(answer)["exit"], output.tail)
+        return run_result(command.run_id, command.run_dir, json.loads(answer)["exit"], output)
 
     def interrupt(self) -> None:
         """SIGTERM: a run stops at its next step with a checkpoint (an idle worker just exits)."""
