@@ -1,9 +1,11 @@
 """A run that runs out of memory as it trains: one line naming the settings to lower, the run recorded failed, its
-last checkpoint kept. It was torch's traceback (exit 1), "DefaultCPUAllocator: can't allocate memory"."""
+last checkpoint kept. It was torch's traceback (exit 1), "DefaultCPUAllocator: can't allocate memory". So is one in
+the run's set-up (its data, the untrained model's evaluation), the run failed as a refused configuration is."""
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -43,3 +45,40 @@ def test_out_of_memory_in_training_is_one_line_with_the_run_failed_and_its_check
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"].startswith("OutOfMemory: out of host memory")
     assert load_checkpoint(run_dir)["trainer"]["progress"]["step"] == summary["steps"] >= 1  # the last step's
+
+
+def capped_run(runs: Path, args: list[str], spare: int = 2 * 2**30) -> subprocess.CompletedProcess:
+    """``python -m cutlab`` whose address space may grow ``spare`` bytes past this test's (torch imported in both):
+    room for the set-up of a small run, none for an allocation of gigabytes."""
+    limit = address_space(os.getpid()) + spare
+    return subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs), text=True,
+                          capture_output=True, timeout=120,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)))
+
+
+SMALL = ["threads=1", "train.epochs=1", "train.max_steps_per_epoch=3", "wandb.mode=disabled", "progress=false",
+         "eval.gamma_test=[0.1]"]
+
+
+def test_out_of_memory_in_the_auto_epsilon_evaluation_names_train_batch_size_and_the_sweep_records_it_failed(
+        tmp_path) -> None:
+    # train.epsilon=auto evaluates the untrained model on the training windows in batches of train.batch_size:
+    # 32 (all 35 windows, 10240 tokens each at patch 2) asks for an attention map of 10240^2 floats per window,
+    # gigabytes. It was torch's traceback, and the sweep's record named a RuntimeError
+    runs = tmp_path / "runs"
+    result = capped_run(runs, ["-m", *SMALL, "data.patch=2", "train.batch_size=32"])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    line = "out of host memory in the untrained model's evaluation (train.epsilon=auto) allocating "
+    assert f"cutlab: error: {line}" in result.stderr and "; lower train.batch_size\n" in result.stderr, result.stderr
+    (outcome,) = [json.loads(path.read_text()) for path in runs.glob("_sweeps/*/outcome.json")]
+    (run,) = outcome["runs"]
+    assert run["status"] == "failed" and run["error"].startswith(line), run
+
+
+def test_out_of_memory_loading_the_video_clips_names_the_data_keys(tmp_path) -> None:
+    # generated clips of 32768^2 pixels: one frame is 8 GiB. It was a traceback of numpy's MemoryError
+    result = capped_run(tmp_path / "runs", [*SMALL, "data.image_size=32768"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == ("cutlab: error: out of host memory in the loading of the video "
+                                                       "clips; lower data.image_size or data.training_clips")
+    assert not (tmp_path / "runs").exists()  # nothing was written: the set-up failed, as a refused config does

@@ -15,6 +15,7 @@ from cutlab.core.perturbation import Perturbation
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.core.constraints import Constraints
 from cutlab.core.models.base import supports_local_prev
+from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, SampleSource, Trainer
 from cutlab.errors import CutlabError
@@ -123,17 +124,20 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
     count = min(len(task.train_set), batches * cfg.train.batch_size)
     first = torch.utils.data.Subset(task.train_set, range(count))
     evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device, precision_of(cfg))
-    initial = evaluator(first, [float(cfg.gamma)])
-    epsilon = float(initial.mean_loss[0, 0])
-    largest = float(initial.mean_loss[0].max())
     ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
-    if cfg.train.constrained and epsilon <= SUSPICIOUSLY_SMALL * largest:
-        # is l_0 a round-off of 0? Judged against the data's loss scale, l under unit noise (gamma 1), since untrained
-        # layers near the identity can be nearly as small as l_0's round-off (another evaluation pass, and DUST's
-        # power iteration moves at every forward, so only runs whose l_0 looks this small pay for it; the difference
-        # form, which asked nothing of it before, keeps its buffers as they were, so its training is unchanged)
-        with (contextlib.nullcontext() if ratio_form else buffers_kept(task.model)):
-            largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
+    # the batches are train.batch_size samples (the Evaluator above), so that is the setting a failed allocation names
+    with settings_named_on_out_of_memory("the untrained model's evaluation (train.epsilon=auto)", "train.batch_size"):
+        initial = evaluator(first, [float(cfg.gamma)])
+        epsilon = float(initial.mean_loss[0, 0])
+        largest = float(initial.mean_loss[0].max())
+        if cfg.train.constrained and epsilon <= SUSPICIOUSLY_SMALL * largest:
+            # is l_0 a round-off of 0? Judged against the data's loss scale, l under unit noise (gamma 1), since
+            # untrained layers near the identity can be nearly as small as l_0's round-off (another evaluation pass,
+            # and DUST's power iteration moves at every forward, so only runs whose l_0 looks this small pay for it;
+            # the difference form, which asked nothing of it before, keeps its buffers as they were, so its training
+            # is unchanged)
+            with (contextlib.nullcontext() if ratio_form else buffers_kept(task.model)):
+                largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
     if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
         raise CutlabError(
             f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
