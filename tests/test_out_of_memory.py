@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
 from helpers.contract import cutlab_env
 
@@ -82,3 +84,24 @@ def test_out_of_memory_loading_the_video_clips_names_the_data_keys(tmp_path) -> 
     assert result.stderr.strip().splitlines()[-1] == ("cutlab: error: out of host memory in the loading of the video "
                                                        "clips; lower data.image_size or data.training_clips")
     assert not (tmp_path / "runs").exists()  # nothing was written: the set-up failed, as a refused config does
+
+
+@pytest.mark.parametrize("warmup, steps", [("0", 1), ("1", 2)], ids=["check-in-the-loop", "final-check"])
+def test_out_of_memory_in_a_validation_check_names_eval_batch_size(tmp_path, warmup, steps) -> None:
+    # eval.iterate=best checks each iterate on the 42 validation windows, in one batch of eval.batch_size=64: an
+    # attention map of 2560^2 floats per window, where a training step of train.batch_size=1 needs one. The checks in
+    # the loop (the primal-dual steps: warm-up 0) said "lower train.batch_size (or L)"; the check of the last iterate
+    # after it (a warm-up that covers the run leaves only that one) was torch's traceback
+    runs = tmp_path / "runs"
+    result = capped_run(runs, [*SMALL, "train.max_steps_per_epoch=2", "data.patch=4", "train.batch_size=1",
+                               "eval.batch_size=64", "data.training_clips=12", "data.val_clips=6", "eval.iterate=best",
+                               "eval.check_every_steps=1", "train.epsilon=1.0", f"train.warmup_epochs={warmup}"],
+                        spare=2**30)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("cutlab: error: out of host memory in a validation check allocating "), last
+    assert last.endswith("; lower eval.batch_size"), last
+    (run_dir,) = runs.iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["steps"] == steps, summary
+    assert summary["error"] == f"OutOfMemory: {last.removeprefix('cutlab: error: ')}", summary

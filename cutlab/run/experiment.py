@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 from cutlab.config.checks import check_config
 from cutlab.config.naming import check_run_folder_name
 from cutlab.config.paths import with_absolute_root
-from cutlab.core.evaluation import buffers_kept
+from cutlab.core.evaluation import Evaluation, buffers_kept
 from cutlab.core.feasibility_clock import FeasibilityClock
 from cutlab.core.iterate_selection import IterateSelector
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
@@ -105,10 +105,18 @@ def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: 
         return None
     gamma = float(cfg.gamma)
     selector = IterateSelector(task.model, constraints if trainer.primal_dual.constrained else None,
-                               cfg.eval.feasibility_tol, lambda: evaluator(task.val_set, [gamma]).mean_loss[0])
+                               cfg.eval.feasibility_tol, lambda: _validation(evaluator, task, gamma).mean_loss[0])
     if checkpoint and "iterate_selection" in checkpoint:
         selector.load_state_dict(checkpoint["iterate_selection"])
     return selector
+
+
+def _validation(evaluator: Evaluator, task: Task, gamma: float) -> Evaluation:
+    """The validation split at gamma_train: an iterate's check (eval.iterate=best) or a search's pruning metric. It
+    runs inside the training loop, whose failed allocations name train.batch_size, yet its batches are
+    eval.batch_size."""
+    with settings_named_on_out_of_memory("a validation check", "eval.batch_size"):
+        return evaluator(task.val_set, [gamma])
 
 
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, tuple]:
@@ -187,7 +195,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
 
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
         with buffers_kept(task.model):  # validating must not change the training that follows
-            return float(evaluator(task.val_set, [float(cfg.gamma)]).metric[0, cfg.L])
+            return float(_validation(evaluator, task, float(cfg.gamma)).metric[0, cfg.L])
 
     selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
