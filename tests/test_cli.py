@@ -199,6 +199,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["progress=1"], "progress must be true or false, got 1; e.g. progress=false"),
         (["model.patch=8"], "model.patch=8 but data.patch=16: model=dust reads the data's patch tokens; set data.patch=8"),
         (["model.atoms=0"], "model=dust cannot be built: a DCT dictionary needs at least 256 atoms"),
+        # a 1x1 patch's DCT atoms other than the constant one are 0 after their mean is removed: a NaN dictionary,
+        # and torch's SVD traceback as epsilon=auto evaluated the untrained model
+        (["data.patch=1"], "model=dust cannot be built: a DCT dictionary needs patches of at least 2x2 pixels"),
         (["model=ut", "model.attention_step=-1"], "model=ut cannot be built: attention_step (beta) and"),
         (["model=ut", "gamma=0"], "Phi_0 already equals the target"),  # the ratio form would divide by l_0 = 0
         (["train.dual_lr=inf"], "train.dual_lr must be a finite number, got inf; e.g. train.dual_lr=1e-2"),
@@ -239,7 +242,7 @@ def corrupt_npz(folder: Path) -> Path:
     ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
-         "model-patch-not-the-data's", "too-few-atoms", "negative-attention-step",
+         "model-patch-not-the-data's", "too-few-atoms", "one-pixel-patch", "negative-attention-step",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "lr-below-float32",
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",

@@ -22,6 +22,9 @@ def dct_2d_dictionary(patch: int, atoms: int) -> torch.Tensor:
     ``atoms`` must be a perfect square k*k with k >= patch (d = 2n is not a square for n = 256, so the
     2-D frame takes k = ceil(sqrt(atoms)) per axis and keeps the ``atoms`` lowest-frequency products).
     """
+    if patch < 2:  # dct_1d's non-constant atoms are zero-mean: over one pixel, all 0, and their unit norm NaN
+        raise ValueError(f"a DCT dictionary needs patches of at least 2x2 pixels, got {patch}x{patch}; "
+                         "set data.patch=2 or more")
     per_axis = math.ceil(math.sqrt(atoms))
     if per_axis < patch:
         raise ValueError(f"a DCT dictionary needs at least {patch * patch} atoms for {patch}x{patch} patches, got {atoms}")
