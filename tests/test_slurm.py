@@ -505,6 +505,7 @@ def test_a_task_slurm_says_completed_is_waited_for_until_its_result_shows():
         "SLURM says the job COMPLETED, but its result /shared/logs/7_0_result.pkl has not appeared here in 120 s")
 
 
+@pytest.mark.slow  # about 20 s
 def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(cluster, tmp_path):
     """Two identical SLURM sweeps: a task that found its run complete when it started (the other sweep's job had
     just finished it) was counted complete, and the sweep's last line said "0 skipped". Made deterministic here: one

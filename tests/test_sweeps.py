@@ -393,9 +393,11 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
     assert statuses == {"400": "busy", "2": "complete"}, statuses
 
 
-@pytest.mark.parametrize("launcher", [["launcher=inprocess"], ["launcher=local", "launcher.max_parallel=1"],
-                                      ["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"]],
-                         ids=["inprocess", "local-warm-workers", "local-process-per-run"])
+@pytest.mark.parametrize("launcher", [
+    ["launcher=inprocess"],  # the local variants (13-15 s each) in the slow sample: the default run stays < 20 min
+    pytest.param(["launcher=local", "launcher.max_parallel=1"], marks=pytest.mark.slow),
+    pytest.param(["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"], marks=pytest.mark.slow),
+], ids=["inprocess", "local-warm-workers", "local-process-per-run"])
 def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(tmp_path, launcher):
     """Two identical sweeps started together: the runs one found complete when their turn came (the other had just
     finished them) were counted complete, and its last line said "0 skipped". Made deterministic here: the sweep is
