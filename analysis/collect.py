@@ -31,6 +31,7 @@ import yaml
 
 from .consistency import mismatch
 from .copies import mark_copies
+from .provenance import read_provenance
 from .selection import VALIDATION, arm_of
 from .record_files import refused_problem
 from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY_RULES, checked, flatten
@@ -213,7 +214,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     refused = refused_problem(run_dir)
     if refused:  # a link or a FIFO among its record files: none of them is read (analysis.record_files)
         row = {"path": str(run_dir), **_config_columns({}), **summary_columns(None), "has_history": False,
-               "has_sample_losses": False, "state": "unsupported", "problem": refused}
+               "has_sample_losses": False, "provenance": None, "state": "unsupported", "problem": refused}
         return {**row, **headline(row, None)}, None, None
     config, config_problem = _read_config(run_dir)
     flat_config, bad_values = checked(flatten(config), CONFIG_RULES, CONFIG)
@@ -227,6 +228,7 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
     history = read_history(run_dir)
     row["has_history"] = history is not None
     row["has_sample_losses"] = (run_dir / SAMPLE_LOSSES).exists()
+    row["provenance"] = read_provenance(run_dir)  # read once: its run_uid (analysis.copies) and the report's line
     if evaluation is not None and len(evaluation):
         if row.get("L") is None:
             row["L"] = int(evaluation["layer"].max())  # pretrained models may leave L to the model

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .provenance import read_provenance
 from cutlab.run.records import PROVENANCE, RUN_UID
 
 
 def run_uids(runs: pd.DataFrame) -> list[str | None]:
-    """Each run's identity from its provenance.json; None where it has none (an older record, or not a text)."""
-    uids = [(read_provenance(path) or {}).get(RUN_UID) if isinstance(path, str) else None for path in runs["path"]]
+    """Each run's identity from its provenance.json (as read by analysis.collect); None where it has none (an older
+    record, or not a text)."""
+    uids = [(record or {}).get(RUN_UID) if isinstance(record, dict) else None for record in runs["provenance"]]
     return [uid if isinstance(uid, str) and uid else None for uid in uids]
 
 

@@ -27,9 +27,10 @@ def read_provenance(path) -> dict | None:
 
 
 def provenance_line(runs: pd.DataFrame) -> str | None:
-    """One sentence naming the code versions and devices of ``runs`` (complete runs) where they are not all one;
-    None where every run with a record came from one clean commit on one device."""
-    records = [read_provenance(path) for path in runs["path"].dropna()]
+    """One sentence naming the code versions and devices of ``runs`` (complete runs, each with its provenance.json
+    as read by analysis.collect) where they are not all one; None where every run with a record came from one clean
+    commit on one device."""
+    records = [record if isinstance(record, dict) else None for record in runs["provenance"]]
     known = [r for r in records if r is not None]
     commits = sorted({str(r.get("git_commit"))[:7] for r in known if r.get("git_commit")})
     dirty = sum(1 for r in known if r.get("git_dirty") is True)

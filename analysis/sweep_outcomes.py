@@ -94,8 +94,9 @@ def _stamp(record: str) -> str:
 
 def _read(path: Path) -> tuple[list[dict], str | None]:
     """(the record's runs, None) or ([], why it is not one cutlab wrote)."""
-    if not_a_file(path):  # a link or a FIFO: reading it would read another file, or never end
-        return [], f"{not_a_file(path)}, not a sweep record cutlab wrote"
+    refused = not_a_file(path)  # a link or a FIFO: reading it would read another file, or never end
+    if refused:
+        return [], f"{refused}, not a sweep record cutlab wrote"
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
