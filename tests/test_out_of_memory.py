@@ -1,6 +1,7 @@
 """A run that runs out of memory as it trains: one line naming the settings to lower, the run recorded failed, its
 last checkpoint kept. It was torch's traceback (exit 1), "DefaultCPUAllocator: can't allocate memory". So is one in
-the run's set-up (its data, the untrained model's evaluation), the run failed as a refused configuration is."""
+the run's set-up (its data, its model, the untrained model's evaluation), the run failed as a refused configuration
+is."""
 
 from __future__ import annotations
 
@@ -95,6 +96,14 @@ def test_out_of_memory_loading_the_video_clips_names_the_data_keys(tmp_path) -> 
     assert result.stderr.strip().splitlines()[-1] == ("cutlab: error: out of host memory in the loading of the video "
                                                        "clips; lower data.image_size or data.training_clips")
     assert not (tmp_path / "runs").exists()  # nothing was written: the set-up failed, as a refused config does
+
+
+def test_out_of_memory_building_the_model_names_its_sizes(tmp_path) -> None:
+    # UT's feed-forward weight is model.atoms squared per layer: 200000 atoms ask 160 GB. It was torch's traceback
+    result = capped_run(tmp_path / "runs", [*SMALL, "model=ut", "L=1", "model.atoms=200000"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == ("cutlab: error: out of host memory in the building of model=ut "
+                                                       "allocating 160000000000 bytes; lower L or model.atoms")
 
 
 @pytest.mark.parametrize("warmup, steps", [("0", 1), ("1", 2)], ids=["check-in-the-loop", "final-check"])

@@ -27,7 +27,8 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 @contextmanager
 def settings_named_on_out_of_memory(where: str, settings: str) -> Iterator[None]:
-    """Inside, a failed allocation becomes OutOfMemory: ``where`` it failed, the size asked, ``settings`` to lower."""
+    """Inside, a failed allocation becomes OutOfMemory: ``where`` it failed, the size asked, ``settings`` to lower
+    (or, where lowering a setting is not the fix, what to do: a ``settings`` that starts with "use ")."""
     try:
         yield
     except (MemoryError, RuntimeError) as error:
@@ -36,4 +37,5 @@ def settings_named_on_out_of_memory(where: str, settings: str) -> Iterator[None]
         asked = re.search(r"(?:tried|Tried) to allocate ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", str(error))
         amount = f" allocating {asked.group(1)}" if asked else ""
         device = "GPU" if isinstance(error, torch.OutOfMemoryError) else "host"
-        raise OutOfMemory(f"out of {device} memory in {where}{amount}; lower {settings}") from None
+        fix = settings if settings.startswith("use ") else f"lower {settings}"
+        raise OutOfMemory(f"out of {device} memory in {where}{amount}; {fix}") from None

@@ -15,6 +15,7 @@ import traceback
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.models import LayerwiseModel
+from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.tasks.depth_bound import check_depth_fits
 from cutlab.errors import CutlabError
 
@@ -56,7 +57,8 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if depth is not None and depth > 2 and "depth" in given and "pretrained" not in model_cfg:
         check_depth_fits(model_cfg.get("name"), lambda layers: build(**{**given, "depth": layers}), depth)
     try:
-        model = build(**given)
+        with settings_named_on_out_of_memory(f"the building of model={model_cfg.get('name')}", _sizes(model_cfg)):
+            model = build(**given)
     except (ValueError, TypeError) as error:  # a model refuses a value (or a type) of its own config
         raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
     if not isinstance(model, LayerwiseModel):
@@ -71,6 +73,18 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has no trainable parameters; register them as "
                           "torch.nn.Parameter (or submodules) in its __init__")
     return model
+
+
+def _sizes(model_cfg: DictConfig) -> str:
+    """What sizes a model's weights, for the line a failed allocation ends in: L and the model's own whole-number keys
+    (UT's and DUST's model.atoms, ...); pretrained weights are sized by their checkpoint (and model.dtype)."""
+    values = OmegaConf.to_container(model_cfg, resolve=True)
+    if values.get("pretrained"):
+        dtype = " or a smaller model.dtype (e.g. bfloat16)" if "dtype" in values else ""
+        return f"use a smaller pretrained model{dtype}"
+    own = [f"model.{key}" for key, value in values.items()
+           if isinstance(value, int) and not isinstance(value, bool) and key not in CUTLAB_MODEL_KEYS]
+    return " or ".join(["L", *own]) if len(own) < 2 else f"L, {', '.join(own[:-1])} or {own[-1]}"
 
 
 def builds_a_model(target: str) -> bool:
