@@ -6,6 +6,7 @@ import json
 import logging
 import time
 import uuid
+from contextlib import ExitStack
 from pathlib import Path
 
 import torch
@@ -88,14 +89,18 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
             check_same_data(run_dir, resolved)
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
-        try:
-            with stop_now_on_signals():
+        # one block from the set-up to the end of the evaluation, closed by _train_and_record before the complete
+        # record is written: between two blocks SIGTERM killed the run as its W&B run started, and a signal
+        # re-posted there (cutlab.interrupted) was dropped
+        with ExitStack() as stop_now:
+            stop_now.enter_context(stop_now_on_signals())
+            try:
                 task, trainer, reference = _prepare(cfg, run_dir, checkpoint, resolved)
-        except BaseException:
-            wandb_service.abandon()
-            raise
-        return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, reference, on_epoch_end,
-                                 wandb_service)
+            except BaseException:
+                wandb_service.abandon()
+                raise
+            return _train_and_record(cfg, run_dir, task, trainer, checkpoint, resolved, reference, on_epoch_end,
+                                     wandb_service, stop_now)
 
 
 def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: Evaluator, constraints,
@@ -166,7 +171,9 @@ def _record_resumption(run_dir: Path, step: int, seed: int, device: torch.device
 
 def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Trainer, checkpoint: dict | None,
                       resolved: dict, reference: tuple, on_epoch_end: EpochEndHook | None,
-                      wandb_service: ServiceStart) -> dict:
+                      wandb_service: ServiceStart, stop_now: ExitStack) -> dict:
+    """Train, evaluate and write the run record; ``stop_now`` holds stop_now_on_signals from the run's set-up on, and
+    is closed once the evaluation ends: a stop after it would record a complete run as interrupted."""
     epsilon, at_target = reference
     # first: a history that lost rows of the checkpoint's steps stops the resume before any record file is written
     history = HistoryWriter(run_dir / HISTORY, cfg.L + 1, trainer.progress.step if checkpoint else 0)
@@ -201,7 +208,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,
                             started, validate, on_epoch_end, selector, cfg.eval.check_every_steps, at_target)
     try:
-        with stop_now_on_signals():  # set-up and evaluation stop at once, the loop at its next step (inside)
+        with stop_now:  # set-up and evaluation stop at once, the loop at its next step (inside)
             with stop_on_signals() as recorder.stop:
                 with settings_named_on_out_of_memory("a training step", "train.batch_size (or L)"):
                     trainer.run(on_step=recorder.on_step, on_epoch_end=recorder.on_epoch_end)
