@@ -30,8 +30,8 @@ from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY
 
 TINY = ["-m", "train=erm,constrained", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2",
         "eval.gamma_test=[0,0.5]", "progress=false"]
-# columns that differ by construction: where the folder lies, and the file W&B never receives
-LOCAL_ONLY = ["path", "has_sample_losses"]
+# columns that differ by construction: where the folder lies, and the files W&B never receives
+LOCAL_ONLY = ["path", "has_sample_losses", "provenance"]
 
 
 @pytest.fixture(scope="module")
