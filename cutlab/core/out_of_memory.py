@@ -26,9 +26,9 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 @contextmanager
-def settings_named_on_out_of_memory(where: str, settings: str) -> Iterator[None]:
+def settings_named_on_out_of_memory(where: str, settings: str, *, fix: str | None = None) -> Iterator[None]:
     """Inside, a failed allocation becomes OutOfMemory: ``where`` it failed, the size asked, ``settings`` to lower
-    (or, where lowering a setting is not the fix, what to do: a ``settings`` that starts with "use ")."""
+    (or ``fix``, said instead where lowering a setting is not the way out: a pretrained model's checkpoint)."""
     try:
         yield
     except (MemoryError, RuntimeError) as error:
@@ -37,5 +37,4 @@ def settings_named_on_out_of_memory(where: str, settings: str) -> Iterator[None]
         asked = re.search(r"(?:tried|Tried) to allocate ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", str(error))
         amount = f" allocating {asked.group(1)}" if asked else ""
         device = "GPU" if isinstance(error, torch.OutOfMemoryError) else "host"
-        fix = settings if settings.startswith("use ") else f"lower {settings}"
-        raise OutOfMemory(f"out of {device} memory in {where}{amount}; {fix}") from None
+        raise OutOfMemory(f"out of {device} memory in {where}{amount}; {fix or f'lower {settings}'}") from None

@@ -56,8 +56,9 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     depth = supplied.get("depth")
     if depth is not None and depth > 2 and "depth" in given and "pretrained" not in model_cfg:
         check_depth_fits(model_cfg.get("name"), lambda layers: build(**{**given, "depth": layers}), depth)
+    settings, fix = _sizes(model_cfg)
     try:
-        with settings_named_on_out_of_memory(f"the building of model={model_cfg.get('name')}", _sizes(model_cfg)):
+        with settings_named_on_out_of_memory(f"the building of model={model_cfg.get('name')}", settings, fix=fix):
             model = build(**given)
     except (ValueError, TypeError) as error:  # a model refuses a value (or a type) of its own config
         raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
@@ -75,16 +76,17 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     return model
 
 
-def _sizes(model_cfg: DictConfig) -> str:
-    """What sizes a model's weights, for the line a failed allocation ends in: L and the model's own whole-number keys
-    (UT's and DUST's model.atoms, ...); pretrained weights are sized by their checkpoint (and model.dtype)."""
+def _sizes(model_cfg: DictConfig) -> tuple[str, str | None]:
+    """What sizes a model's weights, for the line a failed allocation ends in (settings_named_on_out_of_memory's
+    settings and fix): L and the model's own whole-number keys (UT's and DUST's model.atoms, ...); pretrained weights
+    are sized by their checkpoint, and model.dtype where the model takes one."""
     values = OmegaConf.to_container(model_cfg, resolve=True)
     if values.get("pretrained"):
         dtype = " or a smaller model.dtype (e.g. bfloat16)" if "dtype" in values else ""
-        return f"use a smaller pretrained model{dtype}"
+        return "", f"use a smaller pretrained model{dtype}"
     own = [f"model.{key}" for key, value in values.items()
            if isinstance(value, int) and not isinstance(value, bool) and key not in CUTLAB_MODEL_KEYS]
-    return " or ".join(["L", *own]) if len(own) < 2 else f"L, {', '.join(own[:-1])} or {own[-1]}"
+    return (" or ".join(["L", *own]) if len(own) < 2 else f"L, {', '.join(own[:-1])} or {own[-1]}"), None
 
 
 def builds_a_model(target: str) -> bool:
