@@ -523,6 +523,22 @@ def test_a_signal_landing_in_a_weakref_callback_is_not_lost(tmp_path, where, sen
     assert "Exception ignored" not in ended.stderr
 
 
+def test_sigterm_as_a_sweeps_run_starts_its_record_stops_that_run_not_after_its_training(tmp_path):
+    """An in-process sweep holds a stop between its runs; a run's own stop-at-once must hold from its set-up on. Old:
+    SIGTERM as the first run started its record was only held, the run trained and evaluated to the end (complete),
+    and the sweep stopped after it."""
+    from helpers.contract import cutlab_env
+    from helpers.signals import signal_in_a_weakref_callback
+
+    ended = signal_in_a_weakref_callback(("cutlab.run.experiment", "_train_and_record"), "SIGTERM", "cutlab",
+                                         ["-m", "gamma=0,0.09", *TINY_RUN], cwd=tmp_path, env=cutlab_env(tmp_path / "runs"))
+    (outcome,) = [json.loads(path.read_text()) for path in (tmp_path / "runs").glob("_sweeps/*/outcome.json")]
+    assert ended.returncode == 75 and [run["status"] for run in outcome["runs"]] == ["interrupted"] * 2, \
+        ended.stderr[-3000:]
+    assert "outside the training loop" in outcome["runs"][0]["error"]  # stopped at once, not after its training
+    assert not list((tmp_path / "runs").glob("*/eval.csv"))
+
+
 @pytest.mark.parametrize("value, where", [("~/my_runs", "home/my_runs"), ("", "work/runs")], ids=["tilde", "empty"])
 def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path, value, where):
     """As CUTLAB_DATA_DIR does. It was taken as written: './~/my_runs' made here, and an empty one (an unset variable
