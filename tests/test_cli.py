@@ -531,7 +531,8 @@ def test_sigterm_as_a_sweeps_run_starts_its_record_stops_that_run_not_after_its_
     from helpers.signals import signal_in_a_weakref_callback
 
     ended = signal_in_a_weakref_callback(("cutlab.run.experiment", "_train_and_record"), "SIGTERM", "cutlab",
-                                         ["-m", "gamma=0,0.09", *TINY_RUN], cwd=tmp_path, env=cutlab_env(tmp_path / "runs"))
+                                         ["-m", "gamma=0,0.09", *TINY_RUN], cwd=tmp_path,
+                                         env=cutlab_env(tmp_path / "runs"))
     (outcome,) = [json.loads(path.read_text()) for path in (tmp_path / "runs").glob("_sweeps/*/outcome.json")]
     assert ended.returncode == 75 and [run["status"] for run in outcome["runs"]] == ["interrupted"] * 2, \
         ended.stderr[-3000:]
