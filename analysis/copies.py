@@ -18,7 +18,7 @@ from cutlab.run.records import PROVENANCE, RUN_UID
 def run_uids(runs: pd.DataFrame) -> list[str | None]:
     """Each run's identity from its provenance.json (as read by analysis.collect); None where it has none (an older
     record, or not a text)."""
-    uids = [(record or {}).get(RUN_UID) if isinstance(record, dict) else None for record in runs["provenance"]]
+    uids = [record.get(RUN_UID) if isinstance(record, dict) else None for record in runs["provenance"]]
     return [uid if isinstance(uid, str) and uid else None for uid in uids]
 
 

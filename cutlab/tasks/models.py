@@ -43,8 +43,8 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has key(s) {', '.join(unread)} that {target} does not take "
                           f"(its parameters: {', '.join(parameters) or 'none'}); fix the spelling in the model's yaml "
                           "or remove them")
-    given = {key: value for key, value in OmegaConf.to_container(model_cfg, resolve=True).items()
-             if key in parameters and key != "_target_"}
+    values = OmegaConf.to_container(model_cfg, resolve=True)
+    given = {key: value for key, value in values.items() if key in parameters and key != "_target_"}
     given.update({key: value for key, value in supplied.items() if key in parameters})
     if "model_cfg" in parameters:
         given["model_cfg"] = model_cfg
@@ -56,7 +56,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     depth = supplied.get("depth")
     if depth is not None and depth > 2 and "depth" in given and "pretrained" not in model_cfg:
         check_depth_fits(model_cfg.get("name"), lambda layers: build(**{**given, "depth": layers}), depth)
-    settings, fix = _sizes(model_cfg)
+    settings, fix = _sizes(values)
     try:
         with settings_named_on_out_of_memory(f"the building of model={model_cfg.get('name')}", settings, fix=fix):
             model = build(**given)
@@ -76,11 +76,10 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     return model
 
 
-def _sizes(model_cfg: DictConfig) -> tuple[str, str | None]:
+def _sizes(values: dict) -> tuple[str, str | None]:
     """What sizes a model's weights, for the line a failed allocation ends in (settings_named_on_out_of_memory's
     settings and fix): L and the model's own whole-number keys (UT's and DUST's model.atoms, ...); pretrained weights
-    are sized by their checkpoint, and model.dtype where the model takes one."""
-    values = OmegaConf.to_container(model_cfg, resolve=True)
+    are sized by their checkpoint, and model.dtype where the model takes one. ``values``: the model config, resolved."""
     if values.get("pretrained"):
         dtype = " or a smaller model.dtype (e.g. bfloat16)" if "dtype" in values else ""
         return "", f"use a smaller pretrained model{dtype}"
