@@ -199,17 +199,18 @@ def test_a_signalled_task_requeues_within_the_profiles_signal_delay_when_its_run
 
     assert SlurmProfile(signal_delay_s=30).stop_grace_s == 30 - REQUEUE_MARGIN_S
     assert SlurmProfile(signal_delay_s=5).stop_grace_s == 1.0  # never a deadline already past
-    (tmp_path / "stubborn.py").write_text("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                                          "time.sleep(60)\n")
+    (tmp_path / "stubborn.py").write_text("import pathlib, signal, time\n"
+                                          "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                                          f"pathlib.Path({str(tmp_path / 'ready')!r}).touch()\ntime.sleep(60)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     command = RunCommand([], "stubborn", str(tmp_path), str(tmp_path), module="stubborn",
                          stop_grace_s=SlurmProfile(signal_delay_s=12).stop_grace_s)
     ended = []
     job = threading.Thread(target=lambda: ended.append(_ended(command)), daemon=True)
     job.start()
-    while command._child is None or command._child.poll() is not None:
+    while command._child is None or not (tmp_path / "ready").exists():  # the child has installed its handler
+        assert not ended, ended
         time.sleep(0.05)
-    time.sleep(1.0)  # the child has installed its handler
     started = time.monotonic()
     again = command.checkpoint()
     waited = time.monotonic() - started
