@@ -224,10 +224,20 @@ def corrupt_npz(folder: Path) -> Path:
         (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
                                            "folder named ~ here); write the path out: paths.runs_dir="),
         (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
-        (["train.alhpa=0.3"], "the command's config cannot be composed: Could not override 'train.alhpa'; check the key"),
+        (["train.alhpa=0.3"], "the command's config cannot be composed: Could not override 'train.alhpa'; did you "
+                              "mean train.alpha? check the key"),
         (["+train.alhpa=0.3"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by "
-                               "nothing"),
+                               "nothing; did you mean train.alpha?"),
+        (["data.batch_size=2"], "Could not override 'data.batch_size'; did you mean eval.batch_size or "
+                                "train.batch_size?"),
         (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
+        (["data.root=vidéo", "folder"], "'folder' is not a setting: settings are KEY=VALUE (e.g. model=ut L=5); quote "
+                                        "a value with spaces or other characters for Hydra"),
+        # a run folder given to resume it: Hydra's "mismatched input 'max_steps_per_epoch' expecting ID"
+        (["RUN"], "is a run folder, not a setting (settings are KEY=VALUE, e.g. model=ut L=5): to resume it, run the "
+                  "command that started it again"),
+        (["eval.gamma_test=[0,-1]"], "eval.gamma_test must list finite numbers >= 0, got -1 in it; e.g. "
+                                     "'eval.gamma_test=[0,0.1,0.2]'"),  # it named a key 'eval.gamma_test[...]'
         (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
@@ -247,7 +257,9 @@ def corrupt_npz(folder: Path) -> Path:
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
          "sweep-runs-dir-a-file", "runs-dir-in-proc", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
-         "unknown-key-added-with-plus", "unquoted-value", "plus-on-a-key-that-is-there", "sweep-without-m",
+         "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
+         "run-folder-as-a-setting",
+         "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-without-m",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team"],
 )
@@ -258,6 +270,8 @@ def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run
     a_file = earlier_run.parent / "not_a_folder"
     a_file.write_text("")
     args = [f"paths.runs_dir={a_file}" if a == "paths.runs_dir=FILE" else a for a in args]
+    args = [str(next(p for p in earlier_run.iterdir() if (p / "summary.json").is_file())) if a == "RUN" else a
+            for a in args]
     result = cutlab(args, earlier_run, check=False)
     assert result.returncode == 2
     message = result.stderr.strip().splitlines()[-1]

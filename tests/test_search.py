@@ -79,7 +79,8 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     (["search.study=.."], "search.study='..' is not a single folder name"),
     (["--study", "."], "search.study='.' is not a single folder name"),
     # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
-    (["train.alhpa=1"], "Could not override 'train.alhpa'; check the key against conf/"),
+    (["train.alhpa=1"], "Could not override 'train.alhpa'; did you mean train.alpha? check the key against conf/"),
+    (["runs"], "'runs' is not a setting: settings are KEY=VALUE"),  # Hydra's "Error parsing override 'runs'"
     (["+train.alhpa=1"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by nothing"),
     (["searc.n_trials=3"], "searc.n_trials is not a key of cutlab's config; did you mean search.n_trials=3?"),
     (["+search.study=x"], "+search.study is not a key of cutlab's config; did you mean search.study=x?"),

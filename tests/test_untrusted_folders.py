@@ -403,7 +403,7 @@ def test_a_strangers_records_are_reported_unsupported_and_the_report_goes_on(com
     (["device=cuda"], "no usable CUDA GPU"),
     (["device=cuda:3"], "CUDA GPU"),
     (["device=banana"], "device='banana' is not a device"),
-    (["eval.gamma_test=[0,inf]"], "must be a finite number, got inf"),
+    (["eval.gamma_test=[0,inf]"], "eval.gamma_test must list finite numbers >= 0, got inf in it"),
 ], ids=["cuda", "cuda3", "banana", "inf-gamma"])
 def test_unusable_devices_and_infinite_gamma_test_stop_at_the_door(tmp_path, args, expected):
     """Before: tracebacks leaving an empty run folder; ``gamma_test=[0,inf]`` ended "complete" with RMSE nan."""

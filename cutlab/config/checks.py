@@ -116,8 +116,10 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     gammas = cfg.eval.gamma_test
     if not gammas or isinstance(gammas, (str, int, float)):
         raise CutlabError(f"eval.gamma_test must be a non-empty list of numbers, got {gammas!r}; e.g. 'eval.gamma_test=[0,0.1,0.2]'")
-    for gamma in gammas:
-        check_number("eval.gamma_test[...]", gamma, "[0,0.1,0.2]", minimum=0.0)  # noise of std inf: NaN
+    for gamma in gammas:  # noise of std inf: NaN
+        if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0 <= gamma < math.inf:
+            raise CutlabError(f"eval.gamma_test must list finite numbers >= 0, got {gamma!r} in it; e.g. "
+                              "'eval.gamma_test=[0,0.1,0.2]'")
     repeated = sorted(g for g, times in Counter(float(g) for g in gammas).items() if times > 1)
     if repeated:  # a repeated level would count twice in the mean over the grid (Table 3's number)
         raise CutlabError(f"eval.gamma_test lists {', '.join(f'{g:g}' for g in repeated)} more than once; give each "

@@ -9,6 +9,7 @@ through ``hydra.main`` on the same packages.
 from __future__ import annotations
 
 import copy
+import re
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -16,7 +17,7 @@ from typing import Iterator
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cutlab.config.groups import check_added_keys, check_group_choices
+from cutlab.config.groups import check_added_keys, check_group_choices, did_you_mean
 from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import run_name
 from cutlab.config.paths import CONFIG_MODULE
@@ -74,6 +75,31 @@ def check_overrides(overrides: list[str]) -> None:
         check_added_keys(overrides)
 
 
+def check_is_override(argument: str) -> None:
+    """A word that is no Hydra override (KEY=VALUE, +KEY=VALUE, ~KEY): one line saying what it seems to be, where
+    Hydra would say only "Error parsing override" (a run folder given to resume it, half of an unquoted value)."""
+    key = argument.partition("=")[0]
+    if "=" in argument and "/" not in key:  # a run folder's name is its overrides (L=3): with no '/', one is meant
+        return
+    path = Path(argument).expanduser()
+    try:
+        a_run = (path / "config.yaml").is_file() and (path / "summary.json").is_file()
+    except OSError:  # a name too long for a path
+        a_run = False
+    if not a_run and (argument.startswith("~") or "=" in argument):  # ~KEY deletes; hydra/launcher=NAME, a group
+        return
+    if a_run:
+        raise CutlabError(f"{argument} is a run folder, not a setting (settings are KEY=VALUE, e.g. model=ut L=5): to "
+                          "resume it, run the command that started it again (its provenance.json holds it as "
+                          "'command'); to evaluate it: cutlab-eval RUN")
+    if path.suffix in (".yaml", ".yml"):
+        hint = ("a sweep file of your own is named without its .yaml, with its folder: --config-dir FOLDER "
+                "--config-name NAME")
+    else:
+        hint = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
+    raise CutlabError(f"{argument!r} is not a setting: settings are KEY=VALUE (e.g. model=ut L=5); {hint}")
+
+
 def compose_run_config(overrides: list[str]) -> DictConfig:
     """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node)."""
     from hydra.core.hydra_config import HydraConfig
@@ -81,6 +107,8 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    for override in overrides:
+        check_is_override(override)
     check_overrides(overrides)
     try:
         with main_hydra() as hydra:
@@ -111,8 +139,10 @@ def composition_message(error: Exception) -> str:
     elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
         fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
     else:
-        fix = ("check the key against conf/ (python -m cutlab --cfg job shows every key); a parameter of a model's "
-               "class that its yaml does not list is added as +model.KEY=VALUE")
+        unknown = re.search(r"Could not override '([^']+)'", text)
+        fix = (f"{did_you_mean(unknown[1]) if unknown else ''}check the key against conf/ (python -m cutlab --cfg "
+               "job shows every key); a parameter of a model's class that its yaml does not list is added as "
+               "+model.KEY=VALUE")
     return f"{text}; {fix}"
 
 

@@ -6,6 +6,7 @@ A group's choices are the yaml files in conf/<group>/ and in every folder the co
 
 from __future__ import annotations
 
+import difflib
 import functools
 from pathlib import Path
 
@@ -71,7 +72,8 @@ def check_added_keys(arguments: list[str]) -> None:
             unread = not inner and node not in _known_keys(None, folders) and not any((f / node).is_dir() for f in folders)
         if unread:
             raise CutlabError(f"{key} is not a key of cutlab's config, and a key added with '+' would be read by "
-                              "nothing; check its spelling against conf/ (python -m cutlab --cfg job shows every key)")
+                              f"nothing; {did_you_mean(key)}check its spelling against conf/ (python -m cutlab --cfg "
+                              "job shows every key)")
 
 
 def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
@@ -84,6 +86,35 @@ def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
     for path in (path for folder in folders for path in (folder / node).glob("*.yaml")):
         keys |= set(OmegaConf.load(path))
     return keys
+
+
+def did_you_mean(key: str) -> str:
+    """``"did you mean train.alpha? "`` for a misspelt ``train.alhpa``, or for ``data.batch_size`` the node that has
+    the key (train.batch_size, eval.batch_size); empty when nothing of conf/ is near."""
+    known = _dotted_keys()
+    node, _, name = key.rpartition(".")
+    near = [other for other in known if other.rpartition(".")[2] == name and other != key]
+    if not near:  # a close spelling in the same section
+        names = [other.rpartition(".")[2] for other in known if other.rpartition(".")[0] == node and other != key]
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+        near = [f"{node}.{other}" if node else other for other in close]
+    return f"did you mean {' or '.join(near)}? " if near else ""
+
+
+@functools.cache
+def _dotted_keys() -> list[str]:
+    """Every key of conf/ as a command line names it: config.yaml's (one level into its sections) and each group's
+    configs' (``model.atoms``, ``train.epsilon``, ...)."""
+    config = OmegaConf.load(CONFIG_DIR / "config.yaml")
+    keys = set()
+    for key, value in config.items():
+        if key in ("defaults", "hydra"):
+            continue
+        keys |= {f"{key}.{inner}" for inner in value} if isinstance(value, DictConfig) else {str(key)}
+    for group in GROUPS:
+        keys |= {f"{group}.{inner}" for path in (CONFIG_DIR / group).glob("*.yaml")
+                 for inner in OmegaConf.load(path) if inner != "defaults"}
+    return sorted(keys)
 
 
 def choices(group: str, folders: list[Path] | None = None) -> list[str]:

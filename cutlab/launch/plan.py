@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from cutlab.config.checks import check_config, check_runs_dir
-from cutlab.config.compose import JobComposer, composition_message, main_hydra
+from cutlab.config.compose import JobComposer, check_is_override, composition_message, main_hydra
 from cutlab.config.launcher import is_launcher_override
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
@@ -67,6 +67,7 @@ def parse_command(argv: list[str]) -> Command | None:
         elif arg.startswith("-"):
             return None
         else:
+            check_is_override(arg)
             command.overrides.append(arg)
     return command
 
