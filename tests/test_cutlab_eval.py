@@ -107,6 +107,22 @@ def test_a_second_call_skips_and_the_run_record_stays_byte_identical(evaluated):
     assert fingerprint(run) == before
 
 
+def test_a_data_config_of_ones_own_from_config_dir_is_the_same_evaluation(evaluated, tmp_path):
+    """``--config-dir`` as python -m cutlab takes it: the unknown-data line advised it, and cutlab-eval refused it
+    ("unrecognized arguments"). The same data, named by a yaml of one's own, is the evaluation already done."""
+    run, footage, before, _ = evaluated
+    own = OmegaConf.load(ROOT / "conf" / "data" / "video_folder.yaml")
+    for override in [*PED2_FOLDER[1:], f"data.root={footage}"]:
+        key, _, value = override.partition("=")
+        OmegaConf.update(own, key.removeprefix("data."), int(value) if value.isdigit() else value)
+    (tmp_path / "conf" / "data").mkdir(parents=True)
+    OmegaConf.save(own, tmp_path / "conf" / "data" / "ped2_pngs.yaml")
+    again = run_command("cutlab.transfer.cli", [str(run), "data=ped2_pngs", WIDER, "--config-dir",
+                                                str(tmp_path / "conf")], run.parent)
+    assert again.returncode == 0 and "already done, skipped" in again.stdout, again.stderr[-2000:]
+    assert len(list((run / "evaluations").iterdir())) == 1 and fingerprint(run) == before
+
+
 @pytest.mark.slow  # two evaluations of a copied run (about 1.5 min on 2 cores)
 def test_another_evaluation_batch_size_is_another_evaluation_not_a_skip(trained, tmp_path):
     # the evaluation noise is drawn batch by batch: another batch size draws other noise, so other numbers

@@ -91,6 +91,13 @@ def config_dir_path(folder: str | None) -> str:
     return str(Path(folder).resolve())
 
 
+def searchpath_override(config_dir: str | None) -> str:
+    """``--config-dir DIR`` as the override a command composes with when it has no Hydra app of its own (cutlab-search,
+    cutlab-eval): Hydra's search path, quoted so that a folder name with ',' '=' or brackets stays one path."""
+    quoted = config_dir_path(config_dir).replace("\\", "\\\\").replace("'", "\\'")
+    return f"hydra.searchpath=['file://{quoted}']"
+
+
 @dataclass
 class PlannedRun:
     index: int

@@ -73,13 +73,11 @@ def with_config_dir(args: argparse.Namespace) -> argparse.Namespace:
     """``--config-dir DIR`` as the override that every trial and worker composes with: Hydra's search path."""
     if args.config_dir is None:
         return args
-    from cutlab.launch.plan import config_dir_path
+    from cutlab.launch.plan import searchpath_override
 
     if any(o.lstrip("+").startswith("hydra.searchpath=") for o in args.overrides):
         raise CutlabError("give your configs' folder once: --config-dir DIR or hydra.searchpath=[file://DIR], not both")
-    # quoted, so that a folder name with ',' '=' or brackets stays one path to Hydra's override parser
-    quoted = config_dir_path(args.config_dir).replace("\\", "\\\\").replace("'", "\\'")
-    searchpath = f"hydra.searchpath=['file://{quoted}']"
+    searchpath = searchpath_override(args.config_dir)
     return argparse.Namespace(**{**vars(args), "config_dir": None, "overrides": [searchpath, *args.overrides]})
 
 

@@ -3,6 +3,7 @@
     cutlab-eval runs/my_run data=video_folder data.root=~/footage 'eval.gamma_test=[0,0.5,1,1.5,2]'
     cutlab-eval 'runs/*model=dust*' data=ucsd_ped2            # a glob, on Ped2's test split
     cutlab-eval runs/ 'eval.gamma_test=[0,0.2,0.4,0.6,0.8,1,1.5,2]'  # every run under runs/, its own data, wider grid
+    cutlab-eval runs/my_run data=my_footage --config-dir my_project/conf  # my_project/conf/data/my_footage.yaml
 
 RUN: a run folder, a folder of runs (a sweep's), or a quoted glob. Without ``data=`` each run is evaluated on its own
 data. Each evaluation is written to ``<run>/evaluations/<data>-<key>/`` (cutlab.transfer.record), never over the
@@ -42,6 +43,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="sigma_x the noise gamma_test * sigma_x is scaled by: data = the evaluated data's own "
                              "(gamma keeps its meaning, noise relative to the signal; default), run = the run's "
                              "training data's (the same absolute noise as in training)")
+    parser.add_argument("--config-dir", "-cd", dest="config_dir", default=None,
+                        help="a folder of your own configs (e.g. data/NAME.yaml for data=NAME), as python -m cutlab "
+                             "takes it")
     return parser.parse_intermixed_args(argv)  # runs and settings in any order, around the options
 
 
@@ -69,6 +73,10 @@ def _evaluate_all(argv: list[str]) -> int:
         from cutlab.transfer.config import compose_settings
         from cutlab.transfer.runs import find_runs
 
+        if args.config_dir is not None:
+            from cutlab.launch.plan import searchpath_override
+
+            overrides = [searchpath_override(args.config_dir), *overrides]
         settings = compose_settings(overrides)
         runs = find_runs(patterns)
     except CutlabError as error:

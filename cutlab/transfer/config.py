@@ -18,7 +18,7 @@ from cutlab.errors import CutlabError
 
 #: the keys a cutlab-eval override may set (``data=NAME`` and ``data.KEY=...`` included)
 SETTABLE = ("data", "eval.gamma_test", "eval.batch_size", "device", "threads", "progress", "paths.data_dir",
-            "paths.cache_dir")
+            "paths.cache_dir", "hydra.searchpath")  # the last: --config-dir, for a data config of one's own
 OVERRIDE = re.compile(r"^[+~]?(?P<key>[A-Za-z_][\w.]*)=")
 USAGE = ("data=NAME, data.KEY=VALUE, eval.gamma_test=[...], eval.batch_size=N, device=..., threads=N, progress=false, "
          "paths.data_dir=..., paths.cache_dir=...")
