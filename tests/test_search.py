@@ -5,6 +5,7 @@ The helpers at the top are shared with test_search_postgres.py.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -415,6 +416,53 @@ def test_storage_in_a_wrong_form_stops_with_one_line_naming_the_fix(tmp_path, ca
     lines = [line for line in error.splitlines() if line.startswith("cutlab-search: error:")]
     assert len(lines) == 1 and fix in lines[0], error
     assert "secret" not in error and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("where, fix", [
+    ("FOLDER", "is a folder, not a journal file; give a file's path, e.g. --storage "),
+    ("/proc/cutlab/study.journal", "cannot be written: /proc: no such file or directory; give a journal file in a "
+                                   "folder you can write"),
+    ("FILE/study.journal", "is a file; give a journal file in a folder you can write"),
+])
+def test_a_journal_that_cannot_be_a_file_stops_in_one_line_with_dry_run_and_without(tmp_path, capsys, monkeypatch,
+                                                                                    where, fix):
+    """Optuna's IsADirectoryError or FileNotFoundError traceback as the search began, and --dry-run said nothing."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("")
+    storage = where.replace("FOLDER", str(tmp_path / "folder")).replace("FILE", str(tmp_path / "file"))
+    for dry_run in (["--dry-run"], []):
+        assert main(["search=dust_video", "--storage", storage, "--n-trials", "1", *dry_run, *TINY]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cutlab-search: error:")]
+        assert len(lines) == 1 and fix in lines[0], lines
+    assert not (tmp_path / "runs").exists() and not any((tmp_path / "folder").iterdir())
+
+
+def test_a_journal_path_with_a_tilde_is_in_the_home_folder_not_in_a_folder_named_tilde(tmp_path, monkeypatch):
+    """A quoted --storage '~/study.journal' (or one from $CUTLAB_STORAGE) made a folder named ~ in the current one."""
+    from cutlab.search.storage import open_storage
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    open_storage("~/searches/study.journal", {"interval_s": 10, "grace_s": 60})
+    assert (tmp_path / "home" / "searches" / "study.journal").is_file() and not (tmp_path / "~").exists()
+
+
+def test_a_mysql_storage_without_its_driver_names_the_driver_and_hides_the_password(tmp_path, capsys, monkeypatch):
+    """It named PostgreSQL's driver (pip install 'cutlab[postgres]') for a MySQL address."""
+    from cutlab.search.__main__ import main
+
+    pytest.importorskip("sqlalchemy")
+    if importlib.util.find_spec("MySQLdb") or importlib.util.find_spec("pymysql"):
+        pytest.skip("a MySQL driver is installed here: the address would be tried, not refused")
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    storage = "mysql://cutlab:secret@dbhost/optuna"
+    assert main(["search=dust_video", "--storage", storage, "--n-trials", "1", *TINY]) == 2
+    error = capsys.readouterr().err
+    assert "needs its database driver: pip install pymysql and write mysql+pymysql://" in error
+    assert "secret" not in error
 
 
 def test_a_plain_cutlab_run_never_imports_optuna():

@@ -25,6 +25,7 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
+from cutlab.atomic import os_reason, unwritable
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact, scrub, with_encoded_password
 
@@ -40,6 +41,8 @@ HEARTBEAT_ATTR = "cutlab:heartbeat"  # wall-clock time of the last heartbeat of 
 FORMS = ("a journal file's path (default: optuna.journal in the study folder), sqlite:///PATH, or "
          "postgresql://USER@HOST:PORT/DB")
 DATABASES = ("sqlite:", "postgresql:", "postgresql+psycopg2:", "mysql:", "mysql+pymysql:")
+JOURNAL_FIX = ("give a journal file in a folder you can write (--storage PATH), or drop --storage for the study "
+               "folder's optuna.journal")
 
 
 class JournalLock(JournalFileSymlinkLock):
@@ -125,9 +128,13 @@ def open_storage(url: str, heartbeat: dict):
     retry = RetryCallback(max_retry=heartbeat.get("max_retry", 3))
     check_form(url)
     if not url.startswith(DATABASES):
-        path = Path(url[len("journal:"):] if url.startswith("journal:") else url)
+        path = _journal_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
-        backend = JournalFileBackend(str(path), lock_obj=JournalLock(str(path)))
+        try:
+            backend = JournalFileBackend(str(path), lock_obj=JournalLock(str(path)))
+        except OSError as error:  # checked by check_form; here what changed since, or what only trying tells
+            raise CutlabError(f"the search storage {path} cannot be opened ({os_reason(error)}); "
+                              f"{JOURNAL_FIX}") from None
         return HeartbeatJournalStorage(backend, interval, grace, retry)
     engine_kwargs = {}
     given, url = url, _with_postgres_driver(with_encoded_password(url))
@@ -138,8 +145,10 @@ def open_storage(url: str, heartbeat: dict):
     try:
         return _open_database(url, engine_kwargs, interval, grace, retry)
     except ImportError:
-        raise CutlabError(f"the storage {redact(given)} needs its database driver: for PostgreSQL "
-                          "pip install 'cutlab[postgres]' (psycopg2)") from None
+        driver = ("pip install 'cutlab[postgres]' (psycopg2)" if url.startswith("postgresql") else
+                  "pip install pymysql and write mysql+pymysql://USER@HOST:PORT/DB (Optuna's MySQL form; cutlab's "
+                  "tests run PostgreSQL, not MySQL)")
+        raise CutlabError(f"the storage {redact(given)} needs its database driver: {driver}") from None
     except Exception as error:
         reason = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
         raise CutlabError(f"cannot open the search storage {redact(given)}: {scrub(reason, given)}. Start the database and check "
@@ -152,7 +161,8 @@ def check_form(url: str) -> None:
     address is quoted: the rest may hold a password."""
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
     if scheme is None or url.startswith("journal:") or len(scheme.group(1)) == 1 and "://" not in url:
-        return  # a journal file's path (C:\\... is a drive letter, not a scheme)
+        # a journal file's path (C:\\... is a drive letter, not a scheme)
+        return _check_journal_path(_journal_path(url))
     name = scheme.group(1).lower()
     if url.startswith(DATABASES):
         if name == "sqlite" and not url.startswith("sqlite:///"):
@@ -166,6 +176,21 @@ def check_form(url: str) -> None:
            "file": "the journal file's path itself, without file://"}.get(name, FORMS)
     raise CutlabError(f"unknown search storage scheme {scheme.group(0)} (the rest of the address is not shown: it "
                       f"may hold a password); use {fix}")
+
+
+def _journal_path(url: str) -> Path:
+    return Path(url[len("journal:"):] if url.startswith("journal:") else url).expanduser()
+
+
+def _check_journal_path(path: Path) -> None:
+    """A journal that is a folder, or whose folder cannot be made or written (a read-only mount, /proc): one line
+    (it was Optuna's IsADirectoryError or FileNotFoundError traceback as the search began). Makes nothing."""
+    if path.is_dir():
+        raise CutlabError(f"the search storage {path} is a folder, not a journal file; give a file's path, e.g. "
+                          f"--storage {path / 'optuna.journal'}")
+    problem = unwritable(path.parent)
+    if problem:
+        raise CutlabError(f"the search storage {path} cannot be written: {problem}; {JOURNAL_FIX}")
 
 
 def _open_database(url: str, engine_kwargs: dict, interval: int, grace: int, retry, attempts: int = 5) -> RDBStorage:
