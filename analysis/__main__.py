@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     prog = command_name()
     args = parse_args(argv, prog)
     try:
+        if not args.out.strip():  # Path('') is the current folder: an unset variable would put the report there
+            raise AnalysisError("--out is empty; pass a folder for the report, e.g. --out report")
         out = Path(args.out)
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")

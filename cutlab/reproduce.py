@@ -60,7 +60,7 @@ def notes(scale: str) -> dict[str, str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cutlab-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="smoke")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: reproduce-<scale>)")
+    parser.add_argument("--out", default=None, help="output folder (default: reproduce-<scale>)")
     parser.add_argument("--plan", action="store_true", help="print every run, its state and cost; start nothing")
     parser.add_argument("--data", nargs="+", action="extend", default=[], metavar="NAME=PATH",
                         help=f"where a dataset is ({', '.join(dataset_names())})")
@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a pretrained checkpoint ({', '.join(WEIGHTS)})")
     parser.add_argument("overrides", nargs="*", help="extra cutlab overrides for every run, e.g. wandb.mode=disabled")
     args = parser.parse_args(argv)
-    out = (args.out or Path(f"reproduce-{args.scale}")).resolve()
     try:
+        if args.out is not None and not args.out.strip():  # Path('') is the current folder, not the default
+            raise CutlabError(f"--out is empty; pass a folder, or leave --out out for reproduce-{args.scale}")
+        out = Path(args.out or f"reproduce-{args.scale}").resolve()
         inputs = Inputs(parse_pairs(args.data, "--data", dataset_names()),
                         parse_pairs(args.weights, "--weights", list(WEIGHTS)), data_dir())
         planned = resolve(args.scale, inputs, out / "runs", args.overrides)

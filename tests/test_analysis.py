@@ -297,6 +297,14 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # nothing written on bad input
 
 
+def test_an_empty_out_is_one_line_not_the_current_folder(golden_runs, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # --out "$OUT" with OUT unset wrote report.md, tables/ and figures/ here
+    code, err = run_main(str(golden_runs), "--out", "", capsys=capsys)
+    assert code == 2 and err == ("cutlab-analysis: error: --out is empty; pass a folder for the report, e.g. --out "
+                                 "report\n")
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("out", ["read_only_mount", "/proc/zz", "/sys/kernel/zz", "under_a_file", "read_only_tables"])
 def test_a_report_folder_that_cannot_be_written_is_one_line_before_the_runs_are_read(golden_runs, tmp_path, capsys,
                                                                                        out):

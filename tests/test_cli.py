@@ -221,6 +221,10 @@ def corrupt_npz(folder: Path) -> Path:
         # os.access says yes to root there: it was Hydra's traceback as it made the folder
         (["paths.runs_dir=/proc/cutlab_runs"], "cannot hold run folders: /proc: no such file or directory; give a "
                                                "folder you can write"),
+        # paths.runs_dir=$RUNS with RUNS unset: the run folders went into the current folder (Path('') is '.')
+        (["paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders, e.g. paths.runs_dir=runs"),
+        (["-m", "L=1,2", "paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders"),
+        (["paths.cache_dir="], "paths.cache_dir is empty; give a folder, or leave it out for $CUTLAB_CACHE_DIR"),
         (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
                                            "folder named ~ here); write the path out: paths.runs_dir="),
         (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
@@ -256,7 +260,8 @@ def corrupt_npz(folder: Path) -> Path:
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "lr-below-float32",
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "runs-dir-in-proc", "runs-dir-with-tilde", "sweep-runs-dir-with-tilde", "unknown-key",
+         "sweep-runs-dir-a-file", "runs-dir-in-proc", "empty-runs-dir", "sweep-empty-runs-dir", "empty-cache-dir", "runs-dir-with-tilde",
+         "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-without-m",

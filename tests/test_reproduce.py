@@ -230,6 +230,10 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "gamma is set by the smoke scale's grids (they set or sweep " in error, error
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=2"]) == 0  # a budget
+    # --out "$OUT" with OUT unset: the current folder got runs/ and report/ (Path('') is '.')
+    assert main(["--scale", "smoke", "--plan", "--out", ""]) == 2
+    error = capsys.readouterr().err
+    assert error == "cutlab-reproduce: error: --out is empty; pass a folder, or leave --out out for reproduce-smoke\n"
 
 
 def test_weights_found_nowhere_are_one_line_naming_where_they_were_looked_for(tmp_path, monkeypatch):

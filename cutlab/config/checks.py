@@ -101,6 +101,11 @@ def _check_progress_mode() -> None:
 
 def _check_values(cfg: DictConfig, folders: bool) -> None:
     kind = task_kind(cfg)
+    for key in ("cache_dir", "data_dir", "models_dir"):  # as a path, '' is the current folder (or / joined to a name)
+        value = cfg.paths.get(key)
+        if value is not None and not str(value).strip():
+            raise CutlabError(f"paths.{key} is empty; give a folder, or leave it out for $CUTLAB_{key.upper()} (or "
+                              "its per-user default)")
     if folders:
         check_default_folders(cfg)
         check_data_root(cfg)
@@ -193,6 +198,15 @@ def check_data_root(cfg: DictConfig) -> None:
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
     raise CutlabError(f"data.root={root} does not exist on this machine; point data.root at where the {name} data is")
+
+
+def runs_dir_path(value: Any) -> Path:
+    """``paths.runs_dir`` as a folder. An empty one (``paths.runs_dir=$RUNS`` with RUNS unset) is refused: as a path
+    it is the current folder, which would get the run folders (an empty $CUTLAB_RUNS_DIR counts as unset instead)."""
+    if value is None or not str(value).strip():
+        raise CutlabError("paths.runs_dir is empty; give the folder for the run folders, e.g. paths.runs_dir=runs, or "
+                          "leave it out for ./runs (or $CUTLAB_RUNS_DIR)")
+    return Path(value)
 
 
 def check_runs_dir(folder: Path) -> None:

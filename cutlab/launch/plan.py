@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from cutlab.config.checks import check_config, check_runs_dir
+from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
 from cutlab.config.compose import JobComposer, check_is_override, composition_message, main_hydra
 from cutlab.config.launcher import is_launcher_override
 from cutlab.errors import CutlabError
@@ -171,8 +171,8 @@ def expand(command: Command) -> Plan:
             jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
             if not jobs:
                 raise CutlabError(_empty_sweep_message(parsed))
-            plan = Plan(sweep_name(command), command, Path(cfg.paths.runs_dir), config_yaml=OmegaConf.to_yaml(cfg),
-                        launcher=OmegaConf.to_container(cfg.launcher, resolve=True))
+            plan = Plan(sweep_name(command), command, runs_dir_path(cfg.paths.runs_dir),
+                        config_yaml=OmegaConf.to_yaml(cfg), launcher=OmegaConf.to_container(cfg.launcher, resolve=True))
             composer = JobComposer(hydra.config_loader, cfg, parser)
             for index, job_overrides in enumerate(jobs):
                 job, run_dir = composer.compose(list(job_overrides))
@@ -206,7 +206,7 @@ def check_run(command: Command) -> Path:
         with main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
                                        with_log_configuration=False)
-            runs_dir = Path(cfg.paths.runs_dir)
+            runs_dir = runs_dir_path(cfg.paths.runs_dir)
     except (HydraException, OmegaConfBaseException) as error:
         several = re.search(r"Ambiguous value for argument '([^']*)'", str(error))
         if several:  # KEY=A,B without -m: Hydra runs a list of values only as a sweep

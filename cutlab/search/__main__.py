@@ -117,7 +117,7 @@ def build_plan(args: argparse.Namespace):
     """Check the preset, compose every arm's config and a sample trial's, and name the study folder."""
     from omegaconf import OmegaConf
 
-    from cutlab.config.checks import check_config, check_runs_dir
+    from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
     from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys, space_corners
@@ -152,8 +152,9 @@ def build_plan(args: argparse.Namespace):
     kind = task_kind(base)
     higher = objective_of(kind).higher_is_better  # the objective declares its metric's direction
     direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")
-    check_runs_dir(Path(base.paths.runs_dir))  # a file, not writable, a ~ not expanded: one line, not a traceback
-    runs_dir = Path(base.paths.runs_dir).resolve()
+    runs_dir = runs_dir_path(base.paths.runs_dir)
+    check_runs_dir(runs_dir)  # a file, not writable, a ~ not expanded: one line, not a traceback
+    runs_dir = runs_dir.resolve()
     study_dir = runs_dir / "search" / preset.study
     storage = preset.storage or default_storage_url(study_dir)
     check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
