@@ -132,6 +132,8 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
     """
     if not folders:
         raise AnalysisError("no runs folder given; pass the folder that holds the run records (e.g. runs/)")
+    if any(not str(folder).strip() for folder in folders):  # "$RUNS" unset: Path('') would read the current folder
+        raise AnalysisError("a runs folder given is empty; pass the folder that holds the run records (e.g. runs/)")
     roots = [Path(folder) for folder in folders]
     run_dirs: list[Path] = []
     for root in roots:

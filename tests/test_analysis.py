@@ -294,6 +294,8 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     (tmp_path / "junk" / "notes.txt").write_text("no runs here")
     code, err = run_main(str(tmp_path / "junk"), "--out", str(tmp_path / "r"), capsys=capsys)
     assert code == 2 and "holds no run records" in err
+    code, err = run_main("", "--out", str(tmp_path / "r"), capsys=capsys)  # "$RUNS" unset: it read the current folder
+    assert code == 2 and "a runs folder given is empty; pass the folder that holds the run records" in err
     assert not (tmp_path / "r").exists()  # nothing written on bad input
 
 

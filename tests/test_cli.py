@@ -182,6 +182,7 @@ def corrupt_npz(folder: Path) -> Path:
     [
         (["model=transformerx"], "unknown model 'transformerx'; choose one of model="),
         (["data=imagenet"], "unknown data 'imagenet'; choose one of data="),
+        (["model="], "model= is empty; choose one of model=causal_lm,"),  # Hydra's "Could not find 'model/'"
         (["data=ucsd_ped2", "data.root=/nonexistent/UCSDped2"], "data.root"),
         (["gamma=abc"], "gamma must be a number, got 'abc'; e.g. gamma=0.09"),
         (["data=ucsd_ped2", "data.root=CORRUPT"], "corrupt.npz"),
@@ -253,7 +254,7 @@ def corrupt_npz(folder: Path) -> Path:
                                            "characters, none of / \\ # ? % :; for a team's project: "
                                            "wandb.entity=my-team wandb.project=cutlab"),  # W&B's traceback, after the run's first records
     ],
-    ids=["unknown-model", "unknown-dataset", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
+    ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "one-pixel-patch", "negative-attention-step",

@@ -170,6 +170,8 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
 
 @pytest.mark.parametrize("case, expected", [
     ("missing", "no run folder at"),
+    ("empty_run", "a run given is empty; pass a run folder"),  # "$RUN" unset: every run under the current folder
+    ("empty_root", "data.root is not set but video_folder needs its files"),  # it was read as the current folder
     ("incomplete", "is not finished (status 'running')"),
     ("no_checkpoint", "has no checkpoint.pt"),
     ("text_data", "reads video data but data=imdb is text data"),
@@ -192,6 +194,10 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
     args = [str(copy), *PED2_FOLDER, f"data.root={footage}"]
     if case == "missing":
         args[0] = str(tmp_path / "no_such_run")
+    elif case == "empty_run":
+        args[0] = ""
+    elif case == "empty_root":
+        args[-1] = "data.root="
     elif case == "incomplete":
         summary = json.loads((copy / "summary.json").read_text())
         (copy / "summary.json").write_text(json.dumps({**summary, "status": "running"}))

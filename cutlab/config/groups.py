@@ -132,7 +132,9 @@ def check_group_choices(arguments: list[str]) -> None:
             if group not in named:
                 _check_not_shadowed(group, default, folders)
     for argument in arguments:
-        group, _, value = argument.lstrip("+~").partition("=")
+        group, equals, value = argument.lstrip("+~").partition("=")
+        if group in GROUPS and equals and not value.strip() and not argument.startswith("~"):  # model=$MODEL, unset
+            raise CutlabError(f"{group}= is empty; choose one of {group}={','.join(choices(group, folders))}")
         if group not in (*GROUPS, "run_name") or not value or "(" in value:
             continue
         if group == "run_name":  # before Hydra makes the folder it names

@@ -92,7 +92,7 @@ def evaluation_config(run_cfg: DictConfig, settings: DictConfig, overrides: list
 
 def located(root):
     """An existing ``data.root`` as an absolute path (``~`` and symlinks resolved); anything else as given."""
-    if isinstance(root, str) and Path(root).expanduser().exists():
+    if isinstance(root, str) and root.strip() and Path(root).expanduser().exists():  # '' is no folder, not '.'
         return str(Path(root).expanduser().resolve())
     return root
 

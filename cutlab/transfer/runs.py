@@ -25,6 +25,9 @@ def find_runs(patterns: list[str]) -> list[Path]:
     """Every run folder named by ``patterns``: a run folder, a folder of runs (searched recursively), or a glob."""
     found: list[Path] = []
     for pattern in patterns:
+        if not pattern.strip():  # "$RUN" unset: Path('') would evaluate every run under the current folder
+            raise CutlabError("a run given is empty; pass a run folder, a folder of runs or a glob, e.g. "
+                              "cutlab-eval runs/my_run")
         path = Path(pattern)
         if path.exists() or not any(character in pattern for character in GLOB_CHARACTERS):
             matches = [path]
