@@ -254,7 +254,8 @@ def corrupt_npz(folder: Path) -> Path:
                                            "characters, none of / \\ # ? % :; for a team's project: "
                                            "wandb.entity=my-team wandb.project=cutlab"),  # W&B's traceback, after the run's first records
     ],
-    ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz", "model-data-mismatch",
+    ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz",
+         "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
          "model-patch-not-the-data's", "too-few-atoms", "one-pixel-patch", "negative-attention-step",
