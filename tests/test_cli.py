@@ -244,6 +244,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["eval.gamma_test=[0,-1]"], "eval.gamma_test must list finite numbers >= 0, got -1 in it; e.g. "
                                      "'eval.gamma_test=[0,0.1,0.2]'"),  # it named a key 'eval.gamma_test[...]'
         (["+gamma=0.1"], "An item is already at 'gamma'; drop the leading '+': the key is there already"),
+        # two folders, gamma=0 and gamma=0.0, for one configuration: trained twice, two runs of one cell in a table
+        (["-m", "gamma=0,0.0"], "the runs gamma=0 and gamma=0.0 compose the same configuration, which would be "
+                                "trained twice, in two folders; give each swept value once, spelled one way"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
         # replaced by '_', 'é日本' and 'ü日本' were one folder: the second run skipped as the first, complete
@@ -266,7 +269,7 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
-         "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-without-m",
+         "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team"],
 )
@@ -579,6 +582,18 @@ def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path
         "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=1",
         "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=1", "_sweeps"]
     assert sorted(p.name for p in (tmp_path / "work").iterdir()) == (["runs"] if value == "" else [])
+
+
+@pytest.mark.parametrize("value, where", [("~/cache", "home/cache"), ("", "xdg/cutlab")], ids=["tilde", "empty"])
+def test_cutlab_cache_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path, monkeypatch, value, where):
+    """As CUTLAB_RUNS_DIR and CUTLAB_DATA_DIR do. It was ${oc.env:CUTLAB_CACHE_DIR,...}: an empty one cached the data
+    into the working folder, and '~/cache' was a folder named ~ there."""
+    from cutlab.config.compose import compose_run_config
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # the per-user cache folder, as platformdirs reads it
+    monkeypatch.setenv("CUTLAB_CACHE_DIR", value)
+    assert compose_run_config([]).paths.cache_dir == str(tmp_path / where)
 
 
 def test_a_constrained_run_that_is_all_warm_up_says_so(tmp_path):

@@ -28,6 +28,7 @@ SLURM_PROFILES_DIR = Path(str(files("cutlab.slurm")))  # launcher.profile=NAME
 DATA_ENV = "CUTLAB_DATA_DIR"
 MODELS_ENV = "CUTLAB_MODELS_DIR"
 RUNS_ENV = "CUTLAB_RUNS_DIR"
+CACHE_ENV = "CUTLAB_CACHE_DIR"
 
 
 def user_dir(kind: str) -> Path:
@@ -53,6 +54,15 @@ def models_dir() -> Path:
     """Where pretrained weights are looked for (paths.models_dir): $CUTLAB_MODELS_DIR, else the per-user models
     folder."""
     return _folder(MODELS_ENV, "models")
+
+
+def cache_dir() -> Path:
+    """Where preprocessed data are cached (paths.cache_dir): $CUTLAB_CACHE_DIR, ~ expanded and empty meaning unset as
+    for the data folder, else the per-user cache folder (~/.cache/cutlab on Linux, XDG_CACHE_HOME, as platformdirs
+    says). It was ${oc.env:CUTLAB_CACHE_DIR,...}: an empty variable cached into the current folder, ~ was a folder."""
+    from platformdirs import user_cache_dir
+
+    return Path(os.environ.get(CACHE_ENV) or user_cache_dir("cutlab", appauthor=False)).expanduser()
 
 
 def runs_dir() -> Path:

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from cutlab.config.naming import run_name
 from cutlab.config.neutral import FOLDER_NEUTRAL_KEYS
-from cutlab.config.paths import data_dir, models_dir, runs_dir
+from cutlab.config.paths import cache_dir, data_dir, models_dir, runs_dir
 from cutlab.core.errors import CutlabError
 
 
@@ -35,6 +35,8 @@ def register_resolvers() -> None:
     # paths.data_dir / paths.models_dir: the same functions cutlab-reproduce calls, so both read one rule
     if not OmegaConf.has_resolver("cutlab_runs_dir"):
         OmegaConf.register_new_resolver("cutlab_runs_dir", lambda: str(runs_dir()))
+    if not OmegaConf.has_resolver("cutlab_cache_dir"):
+        OmegaConf.register_new_resolver("cutlab_cache_dir", lambda: str(cache_dir()))
     if not OmegaConf.has_resolver("cutlab_data_dir"):
         OmegaConf.register_new_resolver("cutlab_data_dir", lambda: str(data_dir()))
     if not OmegaConf.has_resolver("cutlab_models_dir"):

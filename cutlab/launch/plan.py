@@ -26,7 +26,7 @@ from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.launch.pasted import pasted_command
 from cutlab.run.records import read_summary
-from cutlab.run.identity import check_same_run
+from cutlab.run.identity import check_same_run, configuration_key
 from cutlab.run.lock import live_holder
 
 
@@ -110,6 +110,7 @@ class PlannedRun:
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
     holder: str | None = None  # busy: the process writing its folder when planned (cutlab.run.lock.live_holder)
     problem: str | None = None  # refused: why (its folder holds another run, or a value its config checks refuse)
+    configuration: str = ""    # its resolved config as one string (cutlab.run.identity.configuration_key)
 
 
 @dataclass
@@ -178,7 +179,8 @@ def expand(command: Command) -> Plan:
                 job, run_dir = composer.compose(list(job_overrides))
                 status, steps, holder, problem = _state(run_dir, job)
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
-                                            cost_key=cost_key(job), holder=holder, problem=problem))
+                                            cost_key=cost_key(job), holder=holder, problem=problem,
+                                            configuration=configuration_key(job)))
                 held.stop_if_pressed()  # a plan of thousands of runs takes seconds to compose
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
@@ -219,7 +221,12 @@ def check_run(command: Command) -> Path:
 
 def _check_unique_ids(plan: Plan) -> None:
     seen: dict[str, PlannedRun] = {}
+    configurations: dict[str, PlannedRun] = {}
     for run in plan.runs:
+        twin = configurations.setdefault(run.configuration, run)
+        if twin is not run and twin.run_id != run.run_id:  # the same run trained twice, counted as two in a cell
+            raise CutlabError(f"the runs {twin.run_id} and {run.run_id} compose the same configuration, which would "
+                              "be trained twice, in two folders; give each swept value once, spelled one way")
         if run.run_id in seen:
             first = seen[run.run_id].overrides
             if first == run.overrides:

@@ -48,6 +48,20 @@ def comparable(config: dict) -> dict:
     return config
 
 
+def configuration_key(config: dict) -> str:
+    """One string per configuration, as ``comparable`` compares them, with whole numbers as floats: gamma=0 and
+    gamma=0.0 compose 0 and 0.0, two folder names for one run (so a sweep can refuse to train it twice)."""
+    return json.dumps(_floats(comparable(config)), sort_keys=True, default=str)
+
+
+def _floats(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _floats(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_floats(item) for item in value]
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 _ABSENT = object()
 
 
