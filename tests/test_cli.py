@@ -203,7 +203,12 @@ def corrupt_npz(folder: Path) -> Path:
         # a 1x1 patch's DCT atoms other than the constant one are 0 after their mean is removed: a NaN dictionary,
         # and torch's SVD traceback as epsilon=auto evaluated the untrained model
         (["data.patch=1"], "model=dust cannot be built: a DCT dictionary needs patches of at least 2x2 pixels"),
+        (["data.patch=0"], "data.patch must be >= 1, got 0; e.g. data.patch=16"),  # ZeroDivisionError, once begun
         (["model=ut", "model.attention_step=-1"], "model=ut cannot be built: attention_step (beta) and"),
+        # a TypeError traceback from the first forward pass; "slice indices must be integers" (the types annotated)
+        (["model=ut", "model.attention_scale=abc"], "model.attention_scale must be a number or null for model=ut, "
+                                                    "got 'abc'; fix that model.* key"),
+        (["model=ut", "model.atoms=256.5"], "model.atoms must be a whole number for model=ut, got 256.5"),
         (["model=ut", "gamma=0"], "Phi_0 already equals the target"),  # the ratio form would divide by l_0 = 0
         (["train.dual_lr=inf"], "train.dual_lr must be a finite number, got inf; e.g. train.dual_lr=1e-2"),
         (["train.alpha=1"], "train.alpha must be < 1, got 1"),
@@ -261,7 +266,8 @@ def corrupt_npz(folder: Path) -> Path:
          "model-data-mismatch",
          "unknown-dual-optimizer", "unknown-constraint-form", "unknown-detach-prev", "unknown-constraint-gradient",
          "negative-kappa", "restarts-not-a-flag", "adam-restarts", "zero-slack-lr", "progress-not-a-flag",
-         "model-patch-not-the-data's", "too-few-atoms", "one-pixel-patch", "negative-attention-step",
+         "model-patch-not-the-data's", "too-few-atoms", "one-pixel-patch", "zero-pixel-patch",
+         "negative-attention-step", "attention-scale-not-a-number", "atoms-not-whole",
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "lr-below-float32",
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",

@@ -169,6 +169,8 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
             raise CutlabError(f"model.patch={cfg.model.patch} but data.patch={cfg.data.patch}: model={cfg.model.name} "
                               f"reads the data's patch tokens; set data.patch={cfg.model.patch} instead (cutlab's video models "
                               "take model.patch from it)")
+        if "patch" in cfg.data:  # a patch of 0 pixels was a ZeroDivisionError traceback once the run had begun
+            check_integer("data.patch", cfg.data.patch, "16", 1)
         check_integer("data.frames", cfg.data.frames, "10", 1)
         check_integer("data.stride", cfg.data.stride, "10", 1)
         check_integer("data.val_clips", cfg.data.val_clips, "2", 1)

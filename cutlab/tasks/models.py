@@ -53,6 +53,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if missing:
         raise CutlabError(f"model._target_={target} needs {', '.join(missing)}, which neither the model config nor "
                           f"the task gives; add them to the model's yaml")
+    _check_annotated_types(model_cfg.get("name"), build, {key: given[key] for key in given if key in values})
     depth = supplied.get("depth")
     if depth is not None and depth > 2 and "depth" in given and "pretrained" not in model_cfg:
         check_depth_fits(model_cfg.get("name"), lambda layers: build(**{**given, "depth": layers}), depth)
@@ -74,6 +75,39 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has no trainable parameters; register them as "
                           "torch.nn.Parameter (or submodules) in its __init__")
     return model
+
+
+# what a parameter annotated with one of these takes from a yaml value, as said in the one line that refuses another
+# (str is left out: a yaml 2 for a text parameter, a revision say, is the model's to read)
+_PLAIN_TYPES = {int: "a whole number", float: "a number", bool: "true or false"}
+
+
+def _check_annotated_types(name, build, from_config: dict) -> None:
+    """A model key whose value is not of its parameter's annotated plain type (int, float or bool, or one of them or
+    None): one line naming it. ``model.atoms=256.5`` was "cannot be built: slice indices must be integers", and
+    ``model.attention_scale=abc`` a TypeError traceback from inside the first forward pass. Other annotations (and
+    an unannotated parameter, or annotations that do not resolve) are left to the model."""
+    import types
+    import typing
+
+    try:
+        hints = typing.get_type_hints(build.__init__ if inspect.isclass(build) else build)
+    except Exception:  # names its module cannot resolve: nothing to check against
+        return
+    for key, value in from_config.items():
+        hint = hints.get(key)
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        kinds = [kind for kind in (typing.get_args(hint) if union else (hint,)) if kind is not type(None)]
+        if len(kinds) != 1 or kinds[0] not in _PLAIN_TYPES or value is None and union:
+            continue
+        kind = kinds[0]
+        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            fits = True  # a yaml 1 for a float parameter
+        if not fits:
+            null = " or null" if union else ""
+            raise CutlabError(f"model.{key} must be {_PLAIN_TYPES[kind]}{null} for model={name}, got {value!r}; "
+                              f"fix that model.* key")
 
 
 def _sizes(values: dict) -> tuple[str, str | None]:
