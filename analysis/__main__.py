@@ -99,6 +99,17 @@ def collect(args: argparse.Namespace, out: Path, prog: str) -> RunTable:
     return collect_wandb(records_from_offline(args.folders[0], records, progress))
 
 
+def check_gamma_train(gamma_train: float | None, runs) -> None:
+    """--gamma-train at a level no complete run was trained at drew its figures empty and skipped them, silently."""
+    import numpy as np
+    import pandas as pd
+
+    levels = sorted(set(pd.to_numeric(runs.runs.loc[runs.runs["usable"], "gamma_train"], errors="coerce").dropna()))
+    if gamma_train is not None and not np.isclose(levels, gamma_train).any():
+        raise AnalysisError(f"--gamma-train {gamma_train:g}: no complete run was trained at it; give one of the runs' "
+                            f"levels: {', '.join(f'{level:g}' for level in levels) or 'none'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = command_name()
     args = parse_args(argv, prog)
@@ -116,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         if problem:
             raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")
         runs = dataclasses.replace(collect(args, out, prog), selection=args.select)
+        check_gamma_train(args.gamma_train, runs)
         from .report import write_report  # matplotlib is imported only once the input is known good
 
         # the console script: `python -m analysis` works only in a checkout (installed, the package is cutlab_analysis)

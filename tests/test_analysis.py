@@ -299,6 +299,17 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # nothing written on bad input
 
 
+def test_a_gamma_train_no_run_was_trained_at_is_one_line_naming_the_levels(golden_runs, tmp_path, capsys):
+    """--gamma-train 7 (or -1, nan) drew every single-level figure empty and skipped it, without a word."""
+    code, err = run_main(str(golden_runs), "--out", str(tmp_path / "r"), "--gamma-train", "7", capsys=capsys)
+    assert code == 2 and err.startswith("cutlab-analysis: error: --gamma-train 7: no complete run was trained at it; "
+                                        "give one of the runs' levels: "), err
+    level = err.strip().rpartition(": ")[2].split(", ")[0]
+    code, err = run_main(str(golden_runs), "--out", str(tmp_path / "r"), "--gamma-train", level, capsys=capsys)
+    assert code == 0, err
+    assert f"use γ_train = {level} (chosen with --gamma-train)" in (tmp_path / "r" / "report.md").read_text()
+
+
 def test_an_empty_out_is_one_line_not_the_current_folder(golden_runs, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # --out "$OUT" with OUT unset wrote report.md, tables/ and figures/ here
     code, err = run_main(str(golden_runs), "--out", "", capsys=capsys)
