@@ -261,6 +261,10 @@ def corrupt_npz(folder: Path) -> Path:
         (["wandb.project=my-team/cutlab"], "wandb.project='my-team/cutlab': a W&B project's name has at most 128 "
                                            "characters, none of / \\ # ? % :; for a team's project: "
                                            "wandb.entity=my-team wandb.project=cutlab"),  # W&B's traceback, after the run's first records
+        # pydantic's ValidationError traceback, the folder left with config.yaml and no summary; 'abc' was 3 tags
+        ([f"wandb.tags=[{'x' * 65}]"], "wandb.tags holds 'xxxxxxxxxxxxxxxxxxxxxxxx'... (65 characters): a W&B tag has "
+                                       "1 to 64"),
+        (["wandb.tags=abc"], "wandb.tags must be a list, got 'abc'; e.g. 'wandb.tags=[abc]'"),
     ],
     ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz",
          "model-data-mismatch",
@@ -277,7 +281,7 @@ def corrupt_npz(folder: Path) -> Path:
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
          "run-name-not-ascii", "swept-run-name-with-a-space",
-         "wandb-project-with-a-team"],
+         "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig
 
 from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.progress import MODE_ENV, MODES
@@ -30,6 +30,7 @@ SMALLEST_RATE = float(torch.finfo(torch.float32).tiny)
 LARGEST_RATE = float(torch.finfo(torch.float32).max) / 10
 WANDB_PROJECT_FORBIDDEN = "/\\#?%:"  # what wandb.init refuses in a project's name ("Invalid project name"), and
 WANDB_PROJECT_MAX = 128               # a name longer than this
+WANDB_TAG_MAX = 64                    # wandb.Settings' run_tags: 1 to 64 characters each
 
 
 def check_number(key: str, value: Any, example: str, minimum: float | None = None, exclusive: bool = False,
@@ -226,6 +227,13 @@ def check_runs_dir(folder: Path) -> None:
 def _check_wandb(wandb: DictConfig) -> None:
     """W&B's own refusals, before the run's folder is made: wandb.init raised them after it held the first records."""
     _choice("wandb.mode", wandb.mode, WANDB_MODES)
+    tags = wandb.get("tags")
+    if tags is not None and not isinstance(tags, (list, ListConfig)):  # a string: one tag per character
+        raise CutlabError(f"wandb.tags must be a list, got {tags!r}; e.g. 'wandb.tags=[{tags}]'")
+    for tag in tags or []:
+        if not 1 <= len(str(tag)) <= WANDB_TAG_MAX:  # pydantic's ValidationError traceback, the run's folder half made
+            raise CutlabError(f"wandb.tags holds {str(tag)[:24]!r}{'...' if len(str(tag)) > 24 else ''} "
+                              f"({len(str(tag))} characters): a W&B tag has 1 to {WANDB_TAG_MAX}")
     project = str(wandb.project)
     if len(project) <= WANDB_PROJECT_MAX and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
         return
