@@ -110,7 +110,8 @@ class PlannedRun:
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
     holder: str | None = None  # busy: the process writing its folder when planned (cutlab.run.lock.live_holder)
     problem: str | None = None  # refused: why (its folder holds another run, or a value its config checks refuse)
-    configuration: str = ""    # its resolved config as one string (cutlab.run.identity.configuration_key)
+    configuration: str = ""    # its resolved config as one string (cutlab.run.identity.configuration_key); "" for
+                               # a run named by run_name, which asks for a run of its own
 
 
 @dataclass
@@ -180,7 +181,8 @@ def expand(command: Command) -> Plan:
                 status, steps, holder, problem = _state(run_dir, job)
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
                                             cost_key=cost_key(job), holder=holder, problem=problem,
-                                            configuration=configuration_key(job)))
+                                            configuration=configuration_key(job) if job.get("run_name") is None
+                                            else ""))  # named runs of one configuration are asked for (repeats)
                 held.stop_if_pressed()  # a plan of thousands of runs takes seconds to compose
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
@@ -223,7 +225,7 @@ def _check_unique_ids(plan: Plan) -> None:
     seen: dict[str, PlannedRun] = {}
     configurations: dict[str, PlannedRun] = {}
     for run in plan.runs:
-        twin = configurations.setdefault(run.configuration, run)
+        twin = configurations.setdefault(run.configuration, run) if run.configuration else run
         if twin is not run and twin.run_id != run.run_id:  # the same run trained twice, counted as two in a cell
             raise CutlabError(f"the runs {twin.run_id} and {run.run_id} compose the same configuration, which would "
                               "be trained twice, in two folders; give each swept value once, spelled one way")
