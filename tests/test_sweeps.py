@@ -332,8 +332,8 @@ def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_comma
     process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True)
     stopped = runs / "stopped"
-    # the validation split's evaluation has ended, so the test split's has begun (6 s of it on a 2-core AMD EPYC; a
-    # fixed sleep after training, once 2 s, came after the whole evaluation on a fast machine)
+    # the validation split's evaluation has ended, so the test split's has begun (6 s of it on 2 cores of an Intel
+    # Xeon; a fixed sleep after training, once 2 s, came after the whole evaluation on a fast machine)
     while "evaluating validation:" not in process.stderr.readline():
         assert process.poll() is None, "the run ended before its evaluation"
     assert process.poll() is None, "the evaluation ended before it could be stopped"
