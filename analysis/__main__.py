@@ -101,11 +101,13 @@ def collect(args: argparse.Namespace, out: Path, prog: str) -> RunTable:
 
 def check_gamma_train(gamma_train: float | None, runs) -> None:
     """--gamma-train at a level no complete run was trained at drew its figures empty and skipped them, silently."""
+    if gamma_train is None:
+        return
     import numpy as np
     import pandas as pd
 
     levels = sorted(set(pd.to_numeric(runs.runs.loc[runs.runs["usable"], "gamma_train"], errors="coerce").dropna()))
-    if gamma_train is not None and not np.isclose(levels, gamma_train).any():
+    if not np.isclose(levels, gamma_train).any():
         raise AnalysisError(f"--gamma-train {gamma_train:g}: no complete run was trained at it; give one of the runs' "
                             f"levels: {', '.join(f'{level:g}' for level in levels) or 'none'}")
 

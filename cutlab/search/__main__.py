@@ -77,8 +77,8 @@ def with_config_dir(args: argparse.Namespace) -> argparse.Namespace:
 
     if any(o.lstrip("+").startswith("hydra.searchpath=") for o in args.overrides):
         raise CutlabError("give your configs' folder once: --config-dir DIR or hydra.searchpath=[file://DIR], not both")
-    searchpath = searchpath_override(args.config_dir)
-    return argparse.Namespace(**{**vars(args), "config_dir": None, "overrides": [searchpath, *args.overrides]})
+    overrides = [searchpath_override(args.config_dir), *args.overrides]
+    return argparse.Namespace(**{**vars(args), "config_dir": None, "overrides": overrides})
 
 
 def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:

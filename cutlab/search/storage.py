@@ -157,8 +157,9 @@ def open_storage(url: str, heartbeat: dict):
 
 
 def check_form(url: str) -> None:
-    """A storage address in one of Optuna's forms, else one line naming the fix. Only the scheme of a wrong
-    address is quoted: the rest may hold a password."""
+    """A storage address in one of Optuna's forms, else one line naming the fix; a journal file's path also where a
+    file can be written (_check_journal_path). Only the scheme of a wrong address is quoted: the rest may hold a
+    password."""
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
     if scheme is None or url.startswith("journal:") or len(scheme.group(1)) == 1 and "://" not in url:
         # a journal file's path (C:\\... is a drive letter, not a scheme)

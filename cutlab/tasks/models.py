@@ -79,7 +79,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
 
 # what a parameter annotated with one of these takes from a yaml value, as said in the one line that refuses another
 # (str is left out: a yaml 2 for a text parameter, a revision say, is the model's to read)
-_PLAIN_TYPES = {int: "a whole number", float: "a number", bool: "true or false"}
+_PLAIN_TYPES = {int: ("a whole number", int), float: ("a number", (int, float)), bool: ("true or false", bool)}
 
 
 def _check_annotated_types(name, build, from_config: dict) -> None:
@@ -100,14 +100,10 @@ def _check_annotated_types(name, build, from_config: dict) -> None:
         kinds = [kind for kind in (typing.get_args(hint) if union else (hint,)) if kind is not type(None)]
         if len(kinds) != 1 or kinds[0] not in _PLAIN_TYPES or value is None and union:
             continue
-        kind = kinds[0]
-        fits = isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            fits = True  # a yaml 1 for a float parameter
-        if not fits:
+        said, accepted = _PLAIN_TYPES[kinds[0]]  # a float parameter takes a yaml 1; only a bool one takes true
+        if not isinstance(value, accepted) or isinstance(value, bool) and kinds[0] is not bool:
             null = " or null" if union else ""
-            raise CutlabError(f"model.{key} must be {_PLAIN_TYPES[kind]}{null} for model={name}, got {value!r}; "
-                              f"fix that model.* key")
+            raise CutlabError(f"model.{key} must be {said}{null} for model={name}, got {value!r}; fix that model.* key")
 
 
 def _sizes(values: dict) -> tuple[str, str | None]:
