@@ -79,6 +79,9 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     (["search.study=a/b"], "search.study='a/b' is not a single folder name"),
     (["search.study=.."], "search.study='..' is not a single folder name"),
     (["--study", "."], "search.study='.' is not a single folder name"),
+    # an unset variable: the trials went to the preset's study, or to a local journal, not the one meant
+    (["--study", ""], "--study is empty; give one, or leave it out for the preset's study"),
+    (["--storage", ""], "--storage is empty; give one, or leave it out for $CUTLAB_STORAGE"),
     # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
     (["train.alhpa=1"], "Could not override 'train.alhpa'; did you mean train.alpha? check the key against conf/"),
     (["runs"], "'runs' is not a setting: settings are KEY=VALUE"),  # Hydra's "Error parsing override 'runs'"

@@ -127,6 +127,11 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
 
+    for flag, value, leave_out in (("--study", args.study, "the preset's study"),
+                                   ("--storage", args.storage, "$CUTLAB_STORAGE, else the study folder's journal")):
+        # an unset variable (--study "$NAME", --storage "$DB") put the trials in another study, unsaid
+        if value is not None and not value.strip():
+            raise CutlabError(f"{flag} is empty; give one, or leave it out for {leave_out}")
     name, dotlist, overrides = split_overrides(args.overrides)
     flags = {"n_trials": args.n_trials, "study": args.study}
     dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
