@@ -77,6 +77,15 @@ def test_launcher_settings_never_change_a_runs_folder(tmp_path):
         assert [run.run_id for run in expand(Command([*launcher, *grid], multirun=True)).runs] == plain, launcher
 
 
+def test_an_empty_name_in_a_profile_is_refused_rather_than_left_to_the_clusters_default(tmp_path):
+    from cutlab.launch.slurm_profile import slurm_settings
+
+    profile = tmp_path / "mine.yaml"
+    profile.write_text("partition: ''\naccount: lab\n")
+    with pytest.raises(CutlabError, match=rf"partition in the SLURM profile {profile} is empty; name one"):
+        slurm_settings({"profile": str(profile)})
+
+
 def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp_path):
     from cutlab.errors import CutlabError
     from cutlab.launch.slurm_profile import slurm_settings
@@ -102,8 +111,12 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
                                       "without the '+' (with launcher=slurm)"),
         (["launcher.mem_gb=0"], "launcher.mem_gb must be a positive number, got 0"),
         (["launcher.threads=0"], "launcher.threads must be a whole number >= 1, got 0; e.g. launcher.threads=1"),
+        # an unset variable, launcher.partition=$PART: the jobs went to the cluster's default partition, unsaid
+        (["launcher.partition="], "launcher.partition is empty; name one, or leave it out (null)"),
+        (["launcher.profile="], "launcher.profile is empty; name a profile"),
     ],
-    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value", "no-threads"],
+    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value", "no-threads", "empty-partition",
+         "empty-profile"],
 )
 def test_a_bad_launcher_key_is_one_line_naming_the_fix(tmp_path, args, expected):
     assert_plan_refused_in_one_line(tmp_path, ["launcher=slurm", *args], expected)
