@@ -231,6 +231,8 @@ def corrupt_npz(folder: Path) -> Path:
         (["paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders, e.g. paths.runs_dir=runs"),
         (["-m", "L=1,2", "paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders"),
         (["paths.cache_dir="], "paths.cache_dir is empty; give a folder, or leave it out for $CUTLAB_CACHE_DIR"),
+        # data.root=$DATA with DATA unset: the current folder was read as the data (IMDb's files there were trained on)
+        (["data=ucsd_ped2", "data.root="], "data.root is empty; point it at where the ucsd_ped2 data is"),
         (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
                                            "folder named ~ here); write the path out: paths.runs_dir="),
         (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
@@ -275,7 +277,8 @@ def corrupt_npz(folder: Path) -> Path:
          "ratio-with-zero-l0", "infinite-dual-lr", "alpha-of-one", "lr-beyond-float32", "lr-below-float32",
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
-         "sweep-runs-dir-a-file", "runs-dir-in-proc", "empty-runs-dir", "sweep-empty-runs-dir", "empty-cache-dir", "runs-dir-with-tilde",
+         "sweep-runs-dir-a-file", "runs-dir-in-proc", "empty-runs-dir", "sweep-empty-runs-dir", "empty-cache-dir",
+         "empty-data-root", "runs-dir-with-tilde",
          "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

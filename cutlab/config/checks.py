@@ -198,6 +198,9 @@ def check_data_root(cfg: DictConfig) -> None:
     """A data.root given as a local path that is not there: refused with the other values, before the run announces
     its record folder (its loader would find out only as the task is built, a text run's model loaded first)."""
     root, name = cfg.data.get("root"), cfg.data.get("name")
+    if root is not None and not str(root).strip():  # as a path '' is '.': the current folder was read as the data
+        raise CutlabError(f"data.root is empty; point it at where the {name} data is, or leave it out for "
+                          f"data={name}'s own (where it has one)")
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
     raise CutlabError(f"data.root={root} does not exist on this machine; point data.root at where the {name} data is")
