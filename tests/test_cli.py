@@ -267,6 +267,7 @@ def corrupt_npz(folder: Path) -> Path:
         ([f"wandb.tags=[{'x' * 65}]"], "wandb.tags holds 'xxxxxxxxxxxxxxxxxxxxxxxx'... (65 characters): a W&B tag has "
                                        "1 to 64"),
         (["wandb.tags=abc"], "wandb.tags must be a list, got 'abc'; e.g. 'wandb.tags=[abc]'"),
+        (["wandb.project="], "wandb.project is empty; name one, or leave it out for cutlab"),  # W&B's uncategorized
     ],
     ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz",
          "model-data-mismatch",
@@ -284,7 +285,8 @@ def corrupt_npz(folder: Path) -> Path:
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
          "run-name-not-ascii", "swept-run-name-with-a-space",
-         "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list"],
+         "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",
+         "empty-wandb-project"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -237,6 +237,10 @@ def _check_wandb(wandb: DictConfig) -> None:
         if not 1 <= len(str(tag)) <= WANDB_TAG_MAX:  # pydantic's ValidationError traceback, the run's folder half made
             raise CutlabError(f"wandb.tags holds {str(tag)[:24]!r}{'...' if len(str(tag)) > 24 else ''} "
                               f"({len(str(tag))} characters): a W&B tag has 1 to {WANDB_TAG_MAX}")
+    for key, leave_out in (("project", "cutlab"), ("entity", "your W&B default"), ("group", "the sweep's name")):
+        # wandb.project=$PROJECT, unset: the run was logged to W&B's "uncategorized", away from its sweep's
+        if wandb.get(key) is not None and not str(wandb[key]).strip():
+            raise CutlabError(f"wandb.{key} is empty; name one, or leave it out for {leave_out}")
     project = str(wandb.project)
     if len(project) <= WANDB_PROJECT_MAX and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
         return
