@@ -57,9 +57,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--launcher", dest="old_launcher", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--slurm-profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
-    parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None,
-                        help=f"JOURNAL_FILE | sqlite:///PATH | postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, "
-                             "which keeps a password off the command line)")
+    parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None, help="JOURNAL_FILE | sqlite:///PATH "
+                        f"| postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, for passwords)")
     parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
     parser.add_argument("--dry-run", action="store_true", help="check everything and print the plan; run nothing")
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set for spawned workers
@@ -127,9 +126,8 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
 
-    for flag, value, leave_out in (("--study", args.study, "the preset's study"),
+    for flag, value, leave_out in (("--study", args.study, "the preset's study"),  # "$NAME" unset: another study
                                    ("--storage", args.storage, "$CUTLAB_STORAGE, else the study folder's journal")):
-        # an unset variable (--study "$NAME", --storage "$DB") put the trials in another study, unsaid
         if value is not None and not value.strip():
             raise CutlabError(f"{flag} is empty; give one, or leave it out for {leave_out}")
     name, dotlist, overrides = split_overrides(args.overrides)
