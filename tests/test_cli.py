@@ -232,7 +232,9 @@ def corrupt_npz(folder: Path) -> Path:
         (["-m", "L=1,2", "paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders"),
         (["paths.cache_dir="], "paths.cache_dir is empty; give a folder, or leave it out for $CUTLAB_CACHE_DIR"),
         # data.root=$DATA with DATA unset: the current folder was read as the data (IMDb's files there were trained on)
-        (["data=ucsd_ped2", "data.root="], "data.root is empty; point it at where the ucsd_ped2 data is"),
+        (["data=ucsd_ped2", "data.root="], "data.root is empty; give a path, or leave it out for data=ucsd_ped2's own"),
+        (["model=hf_encoder", "data=imdb", "train=constrained_text", "model.source="],
+         "model.source is empty; give a path or a hub id, or leave it out for model=hf_encoder's own"),  # cwd searched
         (["paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded (Hydra takes it as written, a "
                                            "folder named ~ here); write the path out: paths.runs_dir="),
         (["-m", "L=1,2", "paths.runs_dir='~/elsewhere'"], "a ~ on the command line is not expanded"),
@@ -279,7 +281,7 @@ def corrupt_npz(folder: Path) -> Path:
          "dual-lr-below-float32", "seed-beyond-64-bits",
          "repeated-gamma-test", "runs-dir-a-file",
          "sweep-runs-dir-a-file", "runs-dir-in-proc", "empty-runs-dir", "sweep-empty-runs-dir", "empty-cache-dir",
-         "empty-data-root", "runs-dir-with-tilde",
+         "empty-data-root", "empty-model-source", "runs-dir-with-tilde",
          "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

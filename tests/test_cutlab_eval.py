@@ -171,7 +171,7 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
 @pytest.mark.parametrize("case, expected", [
     ("missing", "no run folder at"),
     ("empty_run", "a run given is empty; pass a run folder"),  # "$RUN" unset: every run under the current folder
-    ("empty_root", "data.root is empty; point it at where the video_folder data is"),  # read as the current folder
+    ("empty_root", "data.root is empty; give a path, or leave it out for data=video_folder's"),  # read as the cwd
     ("incomplete", "is not finished (status 'running')"),
     ("no_checkpoint", "has no checkpoint.pt"),
     ("text_data", "reads video data but data=imdb is text data"),

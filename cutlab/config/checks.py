@@ -107,6 +107,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         if value is not None and not str(value).strip():
             raise CutlabError(f"paths.{key} is empty; give a folder, or leave it out for $CUTLAB_{key.upper()} (or "
                               "its per-user default)")
+    _check_named_paths(cfg)
     if folders:
         check_default_folders(cfg)
         check_data_root(cfg)
@@ -177,6 +178,21 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_integer("data.val_clips", cfg.data.val_clips, "2", 1)
 
 
+PATH_KEYS = {"data": ("root", "train_file", "test_file"), "model": ("source", "tokenizer", "pretrained")}
+
+
+def _check_named_paths(cfg: DictConfig) -> None:
+    """A file, folder or hub id given empty (``data.root=$DATA``, unset): as a path '' is '.', so the current folder
+    was read as the data (IMDb's files there were trained on) or searched for a tokenizer, after the run had begun."""
+    for group, keys in PATH_KEYS.items():
+        for key in keys:
+            value = cfg[group].get(key)
+            if isinstance(value, str) and not value.strip():
+                where = "a path" if group == "data" else "a path or a hub id"
+                raise CutlabError(f"{group}.{key} is empty; give {where}, or leave it out for "
+                                  f"{group}={cfg[group].name}'s own (where it has one)")
+
+
 def check_default_folders(cfg: DictConfig) -> None:
     """Data or pretrained weights read from a default folder (paths.data_dir, paths.models_dir) when that folder is
     not there: one line naming the ways to say where they are (an installed cutlab's defaults are per-user folders
@@ -198,9 +214,6 @@ def check_data_root(cfg: DictConfig) -> None:
     """A data.root given as a local path that is not there: refused with the other values, before the run announces
     its record folder (its loader would find out only as the task is built, a text run's model loaded first)."""
     root, name = cfg.data.get("root"), cfg.data.get("name")
-    if root is not None and not str(root).strip():  # as a path '' is '.': the current folder was read as the data
-        raise CutlabError(f"data.root is empty; point it at where the {name} data is, or leave it out for "
-                          f"data={name}'s own (where it has one)")
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
     raise CutlabError(f"data.root={root} does not exist on this machine; point data.root at where the {name} data is")
