@@ -52,6 +52,9 @@ def _check_not_an_axis(scale: str, scale_grids: list, extra: list[str]) -> None:
     axes |= {key for grid in scale_grids for key, values in sweep_params(grid.entry.sweep)[0].items() if len(values) > 1}
     for override in extra:
         key = override.lstrip("+~").partition("=")[0]
+        if key == "paths.runs_dir":  # the runs went there while the report read --out's runs/: a report of none
+            raise CutlabError(f"{override}: the scale's runs go to runs/ under --out, where its report reads them; "
+                              "give --out DIR instead")
         if key in axes:
             raise CutlabError(f"{key} is set by the {scale} scale's grids (they set or sweep {', '.join(sorted(axes))}), "
                               f"and {override} would replace its values in every grid; run a grid of your own with "

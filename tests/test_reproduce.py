@@ -230,6 +230,10 @@ def test_bad_inputs_are_named_with_the_flag_that_fixes_them(tmp_path, capsys):
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and "gamma is set by the smoke scale's grids (they set or sweep " in error, error
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=2"]) == 0  # a budget
+    # the runs went to paths.runs_dir while the report read --out's runs/: "no run records"
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), f"paths.runs_dir={tmp_path}"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "the scale's runs go to runs/ under --out, where its report reads" in error
     # --out "$OUT" with OUT unset: the current folder got runs/ and report/ (Path('') is '.')
     assert main(["--scale", "smoke", "--plan", "--out", ""]) == 2
     error = capsys.readouterr().err
