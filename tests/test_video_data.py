@@ -92,6 +92,19 @@ def test_tiny_real_npz_loads_names_shapes_dtype():
 
 
 @needs_shared
+def test_a_cache_folder_that_cannot_be_made_names_the_setting_that_moves_or_drops_it(tmp_path):
+    source = tmp_path / "ped2.npz"
+    shutil.copyfile(TINY_NPZ, source)
+    in_the_way = tmp_path / "cache"
+    in_the_way.write_text("")  # once "data.cache_dir=... ([Errno 17] File exists: ...)": a key cutlab does not have
+    with pytest.raises(CutlabError) as refused:
+        load_video_clips("ucsd_ped2", str(source), str(in_the_way), progress=False)
+    assert str(refused.value) == (f"the data cache folder {in_the_way} cannot be written (a file is in its way); point "
+                                  "CUTLAB_CACHE_DIR (or paths.cache_dir) at a writable folder, or give "
+                                  "paths.cache_dir=null to read the data without a cache")
+
+
+@needs_shared
 def test_compressed_npz_is_cached_uncompressed_and_served_from_cache(tmp_path):
     source = tmp_path / "ped2.npz"
     shutil.copyfile(TINY_NPZ, source)

@@ -7,6 +7,7 @@ full key, so a file can never be mistaken for another input's cache.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -79,9 +80,11 @@ def save_clips(path: Path, key: str, train: dict[str, np.ndarray], test: dict[st
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp_name = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp", dir=path.parent)
     except OSError as exc:
+        in_the_way = exc.errno in (errno.EEXIST, errno.ENOTDIR)  # mkdir met a file of the folder's name
+        reason = "a file is in its way" if in_the_way else os.strerror(exc.errno).lower() if exc.errno else str(exc)
         raise CutlabError(
-            f"data.cache_dir={path.parent} cannot be written ({exc}); point data.cache_dir at a writable "
-            "folder or set it to null to disable caching"
+            f"the data cache folder {path.parent} cannot be written ({reason}); point CUTLAB_CACHE_DIR (or "
+            "paths.cache_dir) at a writable folder, or give paths.cache_dir=null to read the data without a cache"
         ) from exc
     arrays = {f"{split}__{name}": clip for split, clips in zip(_SPLITS, (train, test)) for name, clip in clips.items()}
     arrays[_META_KEY] = np.array(json.dumps({"key": key}))
