@@ -258,6 +258,12 @@ def corrupt_npz(folder: Path) -> Path:
                                 "trained twice, in two folders; give each swept value once, spelled one way"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
+        # Hydra drops a sweep file's params without -m: the base config was trained once, as if it were the sweep
+        (["--config-name", "smoke"], "--config-name smoke is a sweep file (it sweeps model, gamma, train): add -m to "
+                                     "run its runs (python -m cutlab -m --config-name smoke ...;"),
+        (["-m", "--config-name", str(Path(__file__).parents[1] / "sweeps" / "smoke.yaml")],  # Hydra: "not found"
+         f"--config-name takes a name, not a file: --config-dir {Path(__file__).parents[1] / 'sweeps'} --config-name "
+         "smoke"),
         # replaced by '_', 'é日本' and 'ü日本' were one folder: the second run skipped as the first, complete
         (["run_name='é日本'"], "run_name='é日本' holds 'é日本', which a run's folder name leaves out; use letters, "
                               "digits and . _ = , + -"),
@@ -286,6 +292,7 @@ def corrupt_npz(folder: Path) -> Path:
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
+         "sweep-file-without-m", "sweep-file-as-a-path",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",
          "empty-wandb-project"],

@@ -61,7 +61,7 @@ def parse_command(argv: list[str]) -> Command | None:
             command.plan = True
         elif flag := config_flag(arg, args):
             if flag[0] == "config_name":
-                command.config_name = flag[1]
+                command.config_name = config_name_of(flag[1])
             else:
                 command.config_dir = config_dir_path(flag[1])
         elif arg.startswith("-"):
@@ -81,6 +81,16 @@ def config_flag(arg: str, args) -> tuple[str, str | None] | None:
         if arg.startswith(f"{flags[1]}="):
             return name, arg.split("=", 1)[1]
     return None
+
+
+def config_name_of(name: str | None) -> str | None:
+    """--config-name's value; a YAML file's path is refused naming the flags that read it (Hydra looks a name up in
+    its search path and said only "Cannot find primary config")."""
+    path = Path(name).expanduser() if name else None
+    if path is not None and path.suffix in (".yaml", ".yml") and path.is_file():
+        raise CutlabError(f"--config-name takes a name, not a file: --config-dir {path.parent} --config-name "
+                          f"{path.stem}")
+    return name
 
 
 def config_dir_path(folder: str | None) -> str:
@@ -211,12 +221,18 @@ def check_run(command: Command) -> Path:
             cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
                                        with_log_configuration=False)
             runs_dir = runs_dir_path(cfg.paths.runs_dir)
+            swept = list(cfg.hydra.sweeper.get("params") or {})
     except (HydraException, OmegaConfBaseException) as error:
         several = re.search(r"Ambiguous value for argument '([^']*)'", str(error))
         if several:  # KEY=A,B without -m: Hydra runs a list of values only as a sweep
             raise CutlabError(f"{several.group(1)} gives several values, which is a sweep: add -m to run one run per "
                               f"value (python -m cutlab -m {several.group(1)} ...)") from None
         raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
+    given = {override.lstrip("+~").partition("=")[0] for override in command.overrides}
+    if any(key not in given for key in swept):  # Hydra drops a sweep file's params without -m: the base config ran
+        raise CutlabError(f"--config-name {command.config_name} is a sweep file (it sweeps {', '.join(swept)}): add "
+                          f"-m to run its runs (python -m cutlab -m --config-name {command.config_name} ...; with "
+                          f"--plan, to list them), or give {' '.join(f'{key}=...' for key in swept)} for one of them")
     check_runs_dir(runs_dir)
     return runs_dir
 
