@@ -21,7 +21,7 @@ from typing import Iterator
 
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
-from cutlab.errors import CutlabError
+from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
@@ -69,8 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="extra cutlab overrides for every run, e.g. wandb.mode=disabled")
     args = parser.parse_args(argv)
     try:
-        if args.out is not None and not args.out.strip():  # Path('') is the current folder, not the default
-            raise CutlabError(f"--out is empty; pass a folder, or leave --out out for reproduce-{args.scale}")
+        refuse_blank("--out", args.out, f"pass a folder, or leave --out out for reproduce-{args.scale}")
         out = Path(args.out or f"reproduce-{args.scale}").resolve()
         inputs = Inputs(parse_pairs(args.data, "--data", dataset_names()),
                         parse_pairs(args.weights, "--weights", list(WEIGHTS)), data_dir())

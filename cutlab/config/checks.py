@@ -18,7 +18,7 @@ from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, chec
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.core.training import MAX_SEED
 from cutlab.atomic import unwritable
-from cutlab.errors import CutlabError
+from cutlab.errors import CutlabError, refuse_blank
 from cutlab.config.groups import task_kind
 
 WANDB_MODES = ("offline", "online", "disabled")
@@ -103,10 +103,8 @@ def _check_progress_mode() -> None:
 def _check_values(cfg: DictConfig, folders: bool) -> None:
     kind = task_kind(cfg)
     for key in ("cache_dir", "data_dir", "models_dir"):  # as a path, '' is the current folder (or / joined to a name)
-        value = cfg.paths.get(key)
-        if value is not None and not str(value).strip():
-            raise CutlabError(f"paths.{key} is empty; give a folder, or leave it out for $CUTLAB_{key.upper()} (or "
-                              "its per-user default)")
+        refuse_blank(f"paths.{key}", cfg.paths.get(key), f"give a folder, or leave it out for $CUTLAB_{key.upper()} "
+                     "(or its per-user default)")
     _check_named_paths(cfg)
     if folders:
         check_default_folders(cfg)
@@ -185,12 +183,10 @@ def _check_named_paths(cfg: DictConfig) -> None:
     """A file, folder or hub id given empty (``data.root=$DATA``, unset): as a path '' is '.', so the current folder
     was read as the data (IMDb's files there were trained on) or searched for a tokenizer, after the run had begun."""
     for group, keys in PATH_KEYS.items():
+        where = "a path" if group == "data" else "a path or a hub id"
         for key in keys:
-            value = cfg[group].get(key)
-            if isinstance(value, str) and not value.strip():
-                where = "a path" if group == "data" else "a path or a hub id"
-                raise CutlabError(f"{group}.{key} is empty; give {where}, or leave it out for "
-                                  f"{group}={cfg[group].name}'s own (where it has one)")
+            refuse_blank(f"{group}.{key}", cfg[group].get(key), f"give {where}, or leave it out for "
+                         f"{group}={cfg[group].name}'s own (where it has one)")
 
 
 def check_default_folders(cfg: DictConfig) -> None:
@@ -250,10 +246,9 @@ def _check_wandb(wandb: DictConfig) -> None:
         if not 1 <= len(str(tag)) <= WANDB_TAG_MAX:  # pydantic's ValidationError traceback, the run's folder half made
             raise CutlabError(f"wandb.tags holds {str(tag)[:24]!r}{'...' if len(str(tag)) > 24 else ''} "
                               f"({len(str(tag))} characters): a W&B tag has 1 to {WANDB_TAG_MAX}")
+    # wandb.project=$PROJECT, unset: the run was logged to W&B's "uncategorized" project, not its sweep's
     for key, leave_out in (("project", "cutlab"), ("entity", "your W&B default"), ("group", "the sweep's name")):
-        # wandb.project=$PROJECT, unset: the run was logged to W&B's "uncategorized", away from its sweep's
-        if wandb.get(key) is not None and not str(wandb[key]).strip():
-            raise CutlabError(f"wandb.{key} is empty; name one, or leave it out for {leave_out}")
+        refuse_blank(f"wandb.{key}", wandb.get(key), f"name one, or leave it out for {leave_out}")
     project = str(wandb.project)
     if len(project) <= WANDB_PROJECT_MAX and not any(character in WANDB_PROJECT_FORBIDDEN for character in project):
         return

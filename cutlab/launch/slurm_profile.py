@@ -33,7 +33,7 @@ from typing import Any
 
 from cutlab.config.launcher import RENAMED, SLURM_SETTINGS
 from cutlab.config.paths import SLURM_PROFILES_DIR
-from cutlab.errors import CutlabError
+from cutlab.errors import CutlabError, refuse_blank
 
 REQUEUE_MARGIN_S = 10  # of signal_delay_s, kept for submitit to pickle a signalled job and call scontrol requeue
 WHOLE = ("timeout_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node")
@@ -93,9 +93,8 @@ def profile_path(name_or_path: str) -> Path:
 def slurm_settings(launcher: dict) -> SlurmProfile:
     """The settings of ``launcher=slurm``: its profile's (``slurm/<name>.yaml`` or the file at a path; unknown keys and
     bad values name the fix), overridden by every key the launcher node sets (not null)."""
-    if launcher.get("profile") is not None and not str(launcher["profile"]).strip():
-        raise CutlabError("launcher.profile is empty; name a profile (slurm/<name>.yaml or a file), or leave it out "
-                          "for the default")
+    refuse_blank("launcher.profile", launcher.get("profile"), "name a profile (slurm/<name>.yaml or a file), or "
+                 "leave it out for the default")
     values = _profile_values(str(launcher.get("profile") or "default"))
     given = {key: launcher[key] for key in SLURM_SETTINGS if launcher.get(key) is not None}
     _check_values(given, lambda key: f"launcher.{key}")
@@ -151,9 +150,8 @@ def _profile_values(name_or_path: str) -> dict[str, Any]:
 
 
 def _check_values(raw: dict, where) -> None:
-    for key in ("partition", "qos", "account", "constraint"):  # sbatch's names; '' (an unset $PART) was no name:
-        if raw.get(key) is not None and not str(raw[key]).strip():  # the job went to the cluster's default, unsaid
-            raise CutlabError(f"{where(key)} is empty; name one, or leave it out (null)")
+    for key in ("partition", "qos", "account", "constraint"):  # '' was no name: the cluster's default partition
+        refuse_blank(where(key), raw.get(key), "name one, or leave it out (null)")
     for key in WHOLE:
         value = raw.get(key)
         if key in raw and (isinstance(value, bool) or not isinstance(value, int) or value < 0

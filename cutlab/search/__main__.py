@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from cutlab.core.progress import MODE_ENV
-from cutlab.errors import CutlabError
+from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals, terminal_closed
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
@@ -126,10 +126,8 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
 
-    for flag, value, leave_out in (("--study", args.study, "the preset's study"),  # "$NAME" unset: another study
-                                   ("--storage", args.storage, "$CUTLAB_STORAGE, else the study folder's journal")):
-        if value is not None and not value.strip():
-            raise CutlabError(f"{flag} is empty; give one, or leave it out for {leave_out}")
+    refuse_blank("--study", args.study, "give one, or leave it out for the preset's study")  # not another study
+    refuse_blank("--storage", args.storage, "give one, or leave it out for $CUTLAB_STORAGE, else the study's journal")
     name, dotlist, overrides = split_overrides(args.overrides)
     flags = {"n_trials": args.n_trials, "study": args.study}
     dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
