@@ -27,7 +27,7 @@ from cutlab.atomic import os_reason, unwritable
 from cutlab.run.records import linked
 
 from .collect import AnalysisError, RunTable, collect_runs
-from .out_folder import symbolic_links
+from .out_folder import not_ours, symbolic_links
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
                         help="read the runs from a W&B server (wandb.Api(); needs `wandb login`) instead of folders")
     parser.add_argument("--wandb-group", metavar="G", default=None, help="with --wandb: only the runs of group G")
     parser.add_argument("--out", required=True, metavar="REPORT_DIR",
-                        help="folder for report.md, tables/ and figures/ (created; earlier outputs replaced)")
+                        help="folder for report.md, tables/ and figures/ (created; an earlier report there is "
+                             "replaced, a report.md or report.html it did not write is kept and stops it)")
     parser.add_argument("--select", choices=SELECTION_RULES, default=VALIDATION,
                         help="how each cell's run is chosen among its seeds and trials: "
                              + "; ".join(f"'{rule}': {CHOSEN_BY[rule]}" for rule in SELECTION_RULES)
@@ -125,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         if links:
             raise AnalysisError(f"{linked(links[0])}: the report writes only its own files in --out; remove the link "
                                 "or pass another --out")
+        foreign = not_ours(out)
+        if foreign:
+            raise AnalysisError(f"{foreign[0]} was not written by cutlab-analysis, and the report would replace it; "
+                                "pass another --out, or move that file")
         problem = unwritable(out)  # before the runs are read (minutes for a sweep, or a W&B download)
         if problem:
             raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from .out_folder import HTML_TITLE
+
 HTML = "report.html"
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "DejaVu Sans", sans-serif; max-width: 1100px;
@@ -33,7 +35,7 @@ _IMAGE = re.compile(r'<img src="([^"]+\.png)"')
 _CODE = re.compile(r"(```.*?```|`[^`\n]*`)", re.DOTALL)
 
 
-def write_html(markdown_text: str, out_dir: Path, title: str = "cutlab report") -> Path:
+def write_html(markdown_text: str, out_dir: Path, title: str = HTML_TITLE) -> Path:
     """Render ``markdown_text`` (report.md's text) to ``out_dir/report.html`` with its PNG figures embedded."""
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(_literal_underscores(markdown_text))
     body = _IMAGE.sub(lambda match: f'<img src="{_embedded(out_dir, match.group(1))}"', body)

@@ -14,6 +14,23 @@ from pathlib import Path
 # that the check runs before the modules that draw, and import matplotlib, are loaded)
 OUTPUTS = ("report.md", "report.html", "tables", "figures", "wandb_records")
 OUTPUT_FOLDERS = ("tables", "figures")
+# how a report.md and a report.html of this command begin: a file of those names that does not is someone's own
+REPORT_HEADING = "# cutlab analysis report"
+HTML_TITLE = "cutlab report"
+
+
+def not_ours(out: Path) -> list[Path]:
+    """``report.md`` or ``report.html`` in ``out`` that this command did not write (one's notes, another tool's
+    report): the report would replace it, and it would be lost."""
+    marks = {"report.md": REPORT_HEADING, "report.html": f"<title>{HTML_TITLE}</title>"}
+    found = []
+    for name, mark in marks.items():
+        path = out / name
+        if path.is_file() and not path.is_symlink():
+            with path.open(encoding="utf-8", errors="replace") as handle:
+                if mark not in handle.read(2048):  # the heading is the first line; the title within the <head>
+                    found.append(path)
+    return found
 
 
 def symbolic_links(out: Path) -> list[Path]:

@@ -25,6 +25,7 @@ from .collect import RunTable
 from .figures import STEMS, FigureResult, make_figures
 from .html_report import write_html
 from .markdown import inert
+from .out_folder import REPORT_HEADING
 from .provenance import provenance_line
 from .selection import (
     ARM_LABELS, ARMS, CHOSEN_BY, VALIDATION, cell_label, cell_order, dual_setting_label, reference_gamma_train,
@@ -94,7 +95,7 @@ def _remove_stale(out_dir: Path) -> None:
 
 def _sections(runs: RunTable, report: Report, gamma_train: float | None, command: str | None) -> list[str]:
     frame = runs.runs
-    lines = ["# cutlab analysis report", ""]
+    lines = [REPORT_HEADING, ""]
     when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines.append(f"Generated {when}" + (f" by `{command}`" if command else "") + " from "
                  + ", ".join(inert(folder) for folder in runs.folders) + ".")

@@ -127,6 +127,23 @@ def test_a_report_folder_holding_a_link_is_not_written_through_it(finished, tmp_
     assert (outside / "fig02_rmse_vs_gamma_test.png").read_text() == "not a figure of this report"
 
 
+@pytest.mark.parametrize("name", ["report.md", "report.html"])
+def test_a_report_file_the_analysis_did_not_write_is_kept_and_named(finished, tmp_path, capsys, name):
+    """Before: ``--out .`` in a folder holding one's own report.md replaced it with the report, without a word."""
+    from analysis.__main__ import main
+
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / name).write_text("my own notes")
+    assert main([str(finished), "--out", str(out)]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert lines == [f"cutlab-analysis: error: {out / name} was not written by cutlab-analysis, and the report would "
+                     "replace it; pass another --out, or move that file"], lines
+    assert (out / name).read_text() == "my own notes" and sorted(p.name for p in out.iterdir()) == [name]
+    (out / name).unlink()
+    assert main([str(finished), "--out", str(out)]) == 0 and main([str(finished), "--out", str(out)]) == 0  # ours
+
+
 @pytest.mark.parametrize("sigma", [None, "abc", -5.0, float("inf")], ids=["null", "text", "negative", "infinite"])
 def test_sigma_run_needs_a_positive_sigma_x_in_the_summary(finished, tmp_path, capsys, sigma):
     """Before: ``--sigma run`` on a summary whose sigma_x was null ended in a TypeError traceback, and a negative or
