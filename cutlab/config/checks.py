@@ -181,7 +181,7 @@ PATH_KEYS = {"data": ("root", "train_file", "test_file"), "model": ("source", "t
 
 def _check_named_paths(cfg: DictConfig) -> None:
     """A file, folder or hub id given empty (``data.root=$DATA``, unset): as a path '' is '.', so the current folder
-    was read as the data (IMDb's files there were trained on) or searched for a tokenizer, after the run had begun."""
+    was read as the data (IMDb's files there were loaded) or searched for a tokenizer, after the run had begun."""
     for group, keys in PATH_KEYS.items():
         where = "a path" if group == "data" else "a path or a hub id"
         for key in keys:
