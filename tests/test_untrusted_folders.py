@@ -229,6 +229,20 @@ def test_run_name_is_one_folder_inside_the_runs_folder(tmp_path, name):
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["runs"]) and not any(runs.rglob("*"))
 
 
+@pytest.mark.parametrize("args", [["-m", "gamma=0,0.09", "hydra.sweep.subdir=fixed"], ["hydra.run.dir=elsewhere"],
+                                  ["-m", "gamma=0", "hydra.sweep.dir=mine"], ["--plan", "+hydra.run.dir=elsewhere"]])
+def test_hydras_folder_keys_are_refused_in_one_line(tmp_path, args):
+    """Before: ``-m gamma=0,0.09 hydra.sweep.subdir=fixed`` trained gamma=0 into ``_sweeps/<record>/fixed``, refused
+    gamma=0.09 there (another configuration) and reported "0 complete"; the same command trained it again.
+    ``hydra.sweep.dir`` gave way to the sweep's own record folder, and ``--plan`` listed ``hydra.run.dir``'s run as
+    ``default``."""
+    runs = tmp_path / "runs"
+    key = args[-1].lstrip("+").partition("=")[0]
+    one_line_error(cutlab([*TINY, *args], runs, check=False), f"{key} is cutlab's to set: each run's folder is "
+                                                              "paths.runs_dir/<run_name>")
+    assert not any(runs.rglob("*")) and not (ROOT / "elsewhere").exists()
+
+
 # ------------------------------------------------------------------------------ 4. one writer per run folder
 
 

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cutlab.config.groups import check_added_keys, check_group_choices, did_you_mean
 from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
-from cutlab.config.naming import run_name
+from cutlab.config.naming import check_folder_overrides, run_name
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
@@ -67,12 +67,14 @@ def yaml_message(error: yaml.YAMLError) -> str:
 
 
 def check_overrides(overrides: list[str]) -> None:
-    """The command line's own checks, before Hydra composes it: launcher keys, group choices, and a key added with
-    '+' that nothing reads. They read the config tree with OmegaConf, so Ctrl-C is held (cutlab.interrupted)."""
+    """The command line's own checks, before Hydra composes it: launcher keys, group choices, a key added with
+    '+' that nothing reads, and Hydra's folder keys. They read the config tree with OmegaConf, so Ctrl-C is held
+    (cutlab.interrupted)."""
     with ctrl_c_held():
         check_launcher_overrides(overrides)
         check_group_choices(overrides)
         check_added_keys(overrides)
+        check_folder_overrides(overrides)
 
 
 def check_is_override(argument: str) -> None:

@@ -11,6 +11,9 @@ from cutlab.errors import CutlabError
 MAX_NAME = 200  # well under the 255-byte limit of common filesystems
 UNSET = (None, "", "None", "null")
 UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # what a folder name made from the overrides replaces with '_'
+# Hydra's own folder keys: cutlab names each run's folder (conf/config.yaml's hydra.run.dir and hydra.sweep.subdir)
+# and each sweep's record folder (hydra.sweep.dir) itself
+HYDRA_FOLDER_KEYS = ("hydra.run", "hydra.run.dir", "hydra.sweep", "hydra.sweep.dir", "hydra.sweep.subdir")
 
 
 def check_run_name(explicit) -> None:
@@ -24,6 +27,20 @@ def check_run_name(explicit) -> None:
             example = UNSAFE.sub("_", name).strip("_") or "ped2_baseline"
             raise CutlabError(f"run_name={name!r} holds {unsafe!r}, which a run's folder name leaves out; use letters, "
                               f"digits and . _ = , + -, e.g. run_name={example}")
+
+
+def check_folder_overrides(overrides: list[str]) -> None:
+    """No override of Hydra's folder keys: a re-run resumes or skips a run, and the sweep's plan and the analysis
+    find it, at ``paths.runs_dir/<run_name>`` only. ``hydra.sweep.subdir=NAME`` put each run of a sweep into one
+    folder of its record (the first trained, the others refused, none counted complete), and ``hydra.sweep.dir`` gave
+    way to the sweep's own record folder without a word."""
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0]
+        if key in HYDRA_FOLDER_KEYS:
+            raise CutlabError(f"{key} is cutlab's to set: each run's folder is paths.runs_dir/<run_name> (where a "
+                              "re-run resumes or skips it and the analysis reads it), each sweep's record is in "
+                              "paths.runs_dir/_sweeps; give paths.runs_dir=DIR, and run_name=NAME to name one run's "
+                              "folder")
 
 
 def check_folder_name(key: str, value, names: str, example: str) -> None:
