@@ -620,6 +620,22 @@ def test_cutlab_cache_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_pat
     assert compose_run_config([]).paths.cache_dir == str(tmp_path / where)
 
 
+@pytest.mark.parametrize("variable, args, key", [("CUTLAB_DATA_DIR", ["data=ucsd_ped2"], "data.root"),
+                                                 ("CUTLAB_MODELS_DIR", ["model=vit"], "model.pretrained")])
+def test_a_default_folder_that_is_a_file_is_named_as_one(tmp_path, monkeypatch, variable, args, key):
+    """It said only that the data file (or the weights) below it did not exist, as if the folder were simply not
+    there; the variable itself names a file."""
+    from cutlab.config.checks import check_config
+    from cutlab.config.compose import compose_run_config
+    from cutlab.errors import CutlabError
+
+    (tmp_path / "afile").write_text("")
+    monkeypatch.setenv(variable, str(tmp_path / "afile"))
+    with pytest.raises(CutlabError, match=f"^{key}=.* does not exist: the .* folder {tmp_path / 'afile'} is a file, "
+                                          f"not a folder; set {variable} to the folder that holds"):
+        check_config(compose_run_config(args))
+
+
 def test_a_constrained_run_that_is_all_warm_up_says_so(tmp_path):
     """train.epochs=1 with train=constrained's one warm-up epoch holds every multiplier at 0: the run trained l_L
     alone and its verdict reads constraints it never trained on, and nothing said so."""

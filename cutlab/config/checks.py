@@ -191,18 +191,19 @@ def _check_named_paths(cfg: DictConfig) -> None:
 
 def check_default_folders(cfg: DictConfig) -> None:
     """Data or pretrained weights read from a default folder (paths.data_dir, paths.models_dir) when that folder is
-    not there: one line naming the ways to say where they are (an installed cutlab's defaults are per-user folders
-    that start empty)."""
+    not there (an installed cutlab's defaults are per-user folders that start empty) or is a file (where it said only
+    that the data file did not exist): one line naming the ways to say where they are."""
     data, models = cfg.paths.get("data_dir"), cfg.paths.get("models_dir")
     wanted = [("data.root", cfg.data.get("root"), data, "CUTLAB_DATA_DIR", "paths.data_dir", cfg.data.get("name"))]
     wanted += [(f"model.{key}", cfg.model.get(key), models, "CUTLAB_MODELS_DIR", "paths.models_dir", None)
                for key in ("pretrained", "source")]  # ViT's checkpoint, the text models' encoder
     for key, value, folder, env, setting, name in wanted:
-        if value is None or folder is None or not Path(str(value)).is_relative_to(folder) or Path(folder).exists():
+        if value is None or folder is None or not Path(str(value)).is_relative_to(folder) or Path(folder).is_dir():
             continue
         alternative = "PATH" if key == "data.root" else "PATH or a hub id"
+        state = "is a file, not a folder" if Path(folder).exists() else "is not there"
         raise CutlabError(f"{key}={value} does not exist: the {'data' if key == 'data.root' else 'models'} folder "
-                          f"{folder} is not there; set {env} to the folder that holds {name or Path(str(value)).name}/ "
+                          f"{folder} {state}; set {env} to the folder that holds {name or Path(str(value)).name}/ "
                           f"(or {setting}=DIR), or give {key}={alternative}")
 
 
