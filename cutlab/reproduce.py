@@ -26,6 +26,7 @@ from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
+from cutlab.signal_waits import wait_hearing_signals
 
 LEFT_OUT = {  # the paper's cells the smoke and cpu scales leave out: --scale paper runs them
     "model vit": "the ViT denoiser (Table 3, L = 12)",
@@ -145,7 +146,7 @@ def run_grid(argv: list[str]) -> tuple[int, bool]:
     its step as before. subprocess.run would instead kill the grid 0.25 s after a Ctrl-C."""
     child = subprocess.Popen([sys.executable, "-m", "cutlab", *argv], start_new_session=True)
     with _forward_stop_signals(child) as signals:
-        returncode = child.wait()
+        returncode = wait_hearing_signals(child)
     return returncode, bool(signals)
 
 

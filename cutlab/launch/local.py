@@ -20,7 +20,7 @@ import queue
 import signal
 import sys
 import threading
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -29,8 +29,7 @@ from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, outcome_of
 from cutlab.launch.warm import WarmWorker, WorkerDied
-
-SIGNAL_WAIT_S = 0.5  # the longest a stop signal waits for the main thread to run its handler
+from cutlab.signal_waits import as_completed_hearing_signals
 
 
 class ProcessPerRun:
@@ -110,7 +109,7 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
         try:
             with ThreadPoolExecutor(max_workers=count) as pool:
                 futures = {pool.submit(run, command): command for command in commands}
-                for future in _as_completed_hearing_signals(futures):
+                for future in as_completed_hearing_signals(futures):
                     command = futures[future]
                     outcome = outcome_of(command.run_id, future.result, job_id=None)
                     outcomes.append(outcome)
@@ -121,17 +120,6 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
             for slot in slots:
                 slot.close()
     return outcomes, (stopped_by[0] if stopped_by else None)
-
-
-def _as_completed_hearing_signals(futures) -> Iterator:
-    """``as_completed``, in waits of at most SIGNAL_WAIT_S. Python runs a signal's handler in the main thread only;
-    where the kernel hands the signal to a slot's thread instead, a main thread blocked without end in
-    ``as_completed`` ran it only once the next run had ended: a SIGTERM that came while a run's process was starting
-    stopped nothing, and the run trained to its end (seen in about 1 in 10 tries with the cores busy)."""
-    pending = set(futures)
-    while pending:
-        finished, pending = wait(pending, timeout=SIGNAL_WAIT_S, return_when=FIRST_COMPLETED)
-        yield from finished
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals, terminal_closed
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
+from cutlab.signal_waits import wait_hearing_signals
 
 STORAGE_KEY = "search.storage"  # the same address as a preset override
 STORAGE_ENV = "CUTLAB_STORAGE"  # the storage address, read from the environment so no password is on a command line
@@ -246,7 +247,7 @@ def run_workers(args: argparse.Namespace, plan) -> None:
     workers = [subprocess.Popen(worker_command(args, index), env=env, start_new_session=True)
                for index in range(args.workers)]
     try:
-        codes = [worker.wait() for worker in workers]
+        codes = [wait_hearing_signals(worker) for worker in workers]
     except BaseException:  # Ctrl-C or SIGTERM: stop the workers too (each re-queues its trial)
         stop_workers(workers)
         raise
@@ -276,7 +277,7 @@ def stop_workers(workers: list[subprocess.Popen]) -> None:
             worker.send_signal(stop_signal)
     try:
         for worker in workers:
-            worker.wait()
+            wait_hearing_signals(worker)
     except BaseException:
         for worker in workers:
             if worker.poll() is None:
