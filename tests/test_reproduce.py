@@ -377,11 +377,10 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_reaches_the_grid
     """Python runs a signal's handler in the main thread only; the reproduction waited for its grid in waitpid
     without end, so a SIGTERM the kernel handed to another of its threads (it has a native one) was passed on
     only once the grid had ended. ``pthread_kill`` hands it to a thread other than the main one every time."""
-    import signal
     import threading
-    import time
 
     from helpers.contract import cutlab_env
+    from helpers.signals import sigterm_to_a_thread_other_than_main
 
     from cutlab.reproduce import run_grid
 
@@ -390,19 +389,12 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_reaches_the_grid
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)
     history = tmp_path / "runs" / "aside" / "history.csv"
-
-    def signal_this_thread() -> None:
-        deadline = time.time() + 300
-        while not (history.exists() and len(history.read_text().splitlines()) > 2) and time.time() < deadline:
-            time.sleep(0.05)
-        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
-
-    threading.Thread(target=signal_this_thread, daemon=True).start()
-    # 400 steps: a minute and more to the end, where the stop takes a step
-    argv = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=400", "eval.gamma_test=[0]", "progress=false",
+    sigterm_to_a_thread_other_than_main(history)
+    # 2000 steps: half a minute and more to the end; stopped, the run ends at its next step
+    argv = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2000", "eval.gamma_test=[0]", "progress=false",
             "checkpoint.every_steps=1000", "wandb.mode=disabled", "threads=1", "run_name=aside"]
     assert run_grid(argv) == (75, True)
-    assert len(pd.read_csv(history)) < 100
+    assert len(pd.read_csv(history)) < 2000
 
 
 @pytest.mark.parametrize("name", ["SIGINT", pytest.param("SIGHUP", marks=pytest.mark.slow)])

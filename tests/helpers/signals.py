@@ -91,3 +91,18 @@ def signal_in_a_weakref_callback(where: tuple[str, str], sent: str, command: str
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert SENT in ended.stderr, f"{where} was not called: no signal was sent\n{ended.stderr[-2000:]}"
     return ended
+
+
+def sigterm_to_a_thread_other_than_main(history: Path, rows: int = 2) -> None:
+    """Once ``history`` has more than ``rows`` lines, SIGTERM to a thread of this process other than the main one, as
+    the kernel may deliver a signal sent to the process: Python runs the handler in the main thread only."""
+    import threading
+    import time
+
+    def signal_this_thread() -> None:
+        deadline = time.time() + 300
+        while not (history.exists() and len(history.read_text().splitlines()) > rows) and time.time() < deadline:
+            time.sleep(0.05)
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+
+    threading.Thread(target=signal_this_thread, daemon=True).start()
