@@ -134,6 +134,27 @@ def assert_plan_refused_in_one_line(tmp_path, args: list[str], expected: str) ->
 @pytest.mark.parametrize(
     "args, expected",
     [
+        (["hydra/launcher=submitit_slurm"], "hydra/launcher=submitit_slurm: cutlab does not use Hydra's launcher "
+                                            "plugins; its launchers are launcher=inprocess|local|slurm"),
+        (["hydra/sweeper=optuna"], "hydra/sweeper=optuna: cutlab does not use Hydra's sweeper plugins; a sweep is -m "
+                                   "with lists (gamma=0,0.09) or a sweep file (-m --config-name table3), and the "
+                                   "Bayesian search (Optuna TPE) is cutlab-search search=PRESET"),
+        (["hydra.launcher.timeout_min=60"], "hydra.launcher.timeout_min: cutlab's launcher keys are launcher.KEY "
+                                            "(submitit's names for SLURM); write launcher.timeout_min=60 (with "
+                                            "launcher=slurm)"),
+    ],
+    ids=["hydra-launcher", "hydra-sweeper", "hydra-launcher-key"],
+)
+def test_hydras_launcher_and_sweeper_plugins_are_pointed_to_cutlabs_own(tmp_path, args, expected):
+    """As a Hydra user writes them: they were "Could not find 'hydra/launcher/submitit_slurm'" (or, with the plugin
+    installed, an in-process sweep launched by it, past cutlab's plan and record) and "Could not override
+    'hydra.launcher.timeout_min'"."""
+    assert_plan_refused_in_one_line(tmp_path, args, expected)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
         (["launcher.max_parallel=0"], "launcher.max_parallel must be a whole number >= 1, got 0; e.g. "
                                       "launcher.max_parallel=2"),
         (["launcher.warm_workers=maybe"], "launcher.warm_workers must be true or false, got 'maybe'"),

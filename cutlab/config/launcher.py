@@ -23,6 +23,14 @@ KEYS = {
 ALL_KEYS = tuple(dict.fromkeys(key for keys in KEYS.values() for key in keys))
 # Names of earlier profile files, and the submitit name each became
 RENAMED = {"time_min": "timeout_min", "additional": "additional_parameters"}
+# Hydra's plugin groups, as a Hydra user reaches for them: cutlab launches and searches itself (a Hydra launcher would
+# run an in-process sweep's runs past cutlab's plan and record), so each names cutlab's way instead
+HYDRA_PLUGINS = {
+    "hydra/launcher": "its launchers are launcher=inprocess|local|slurm (launcher=slurm submits through submitit, with "
+                      "submitit's keys: launcher.partition=gpu launcher.timeout_min=60)",
+    "hydra/sweeper": "a sweep is -m with lists (gamma=0,0.09) or a sweep file (-m --config-name table3), and the "
+                     "Bayesian search (Optuna TPE) is cutlab-search search=PRESET",
+}
 
 
 def folder_neutral_keys() -> tuple[str, ...]:
@@ -42,13 +50,22 @@ def is_launcher_override(argument: str) -> bool:
 
 
 def check_launcher_overrides(arguments: list[str]) -> None:
-    """Before Hydra starts: every ``launcher.KEY=`` override names a key of some launcher, directly.
+    """Before Hydra starts: every ``launcher.KEY=`` override names a key of some launcher, directly, and Hydra's
+    launcher and sweeper plugins (``hydra/launcher=submitit_slurm``, ``hydra.launcher.KEY=``) are pointed to cutlab's.
 
     A nested key (``+launcher.additional_parameters.qos=high``) would reach Hydra's folder name, which leaves out
     exact keys only, so sbatch options are given as one mapping instead."""
     chosen = [a.partition("=")[2] for a in arguments if a.startswith("launcher=")]
     for argument in arguments:
         key, equals, value = argument.lstrip("+~").partition("=")
+        if key in HYDRA_PLUGINS and value != "basic":  # basic: Hydra's own default, which cutlab runs on
+            raise CutlabError(f"{key}={value}: cutlab does not use Hydra's {key.partition('/')[2]} plugins; "
+                              f"{HYDRA_PLUGINS[key]}")
+        if key.startswith("hydra.launcher."):
+            ours = key.removeprefix("hydra.launcher.")
+            instead = (f"write launcher.{ours}={value} (with launcher={next(n for n, k in KEYS.items() if ours in k)})"
+                       if ours in ALL_KEYS else f"the keys are {valid_keys_text()}")
+            raise CutlabError(f"{key}: cutlab's launcher keys are launcher.KEY (submitit's names for SLURM); {instead}")
         if not key.startswith("launcher.") or (not equals and not argument.startswith("~")):
             continue
         top, _, nested = key[len("launcher."):].partition(".")
