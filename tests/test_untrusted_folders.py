@@ -229,6 +229,17 @@ def test_run_name_is_one_folder_inside_the_runs_folder(tmp_path, name):
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["runs"]) and not any(runs.rglob("*"))
 
 
+def test_hydras_job_chdir_is_refused_in_one_line(tmp_path):
+    """Before: the run's relative paths.runs_dir was read from inside the run's own folder, and the run refused as
+    "not inside paths.runs_dir" (its folder was)."""
+    (tmp_path / "work").mkdir()
+    result = subprocess.run([sys.executable, "-m", "cutlab", *TINY, "hydra.job.chdir=true", "paths.runs_dir=runs"],
+                            cwd=tmp_path / "work", env=cutlab_env(tmp_path / "runs"), capture_output=True, text=True,
+                            timeout=600)
+    one_line_error(result, "hydra.job.chdir=true: a run works in the folder its command runs in")
+    assert not any((tmp_path / "work").iterdir())
+
+
 @pytest.mark.parametrize("args", [["-m", "gamma=0,0.09", "hydra.sweep.subdir=fixed"], ["hydra.run.dir=elsewhere"],
                                   ["-m", "gamma=0", "hydra.sweep.dir=mine"], ["--plan", "+hydra.run.dir=elsewhere"]])
 def test_hydras_folder_keys_are_refused_in_one_line(tmp_path, args):

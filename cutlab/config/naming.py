@@ -33,9 +33,14 @@ def check_folder_overrides(overrides: list[str]) -> None:
     """No override of Hydra's folder keys: a re-run resumes or skips a run, and the sweep's plan and the analysis
     find it, at ``paths.runs_dir/<run_name>`` only. ``hydra.sweep.subdir=NAME`` put each run of a sweep into one
     folder of its record (the first trained, the others refused, none counted complete), and ``hydra.sweep.dir`` gave
-    way to the sweep's own record folder without a word."""
+    way to the sweep's own record folder without a word. ``hydra.job.chdir=true`` read a relative paths.runs_dir from
+    inside the run's folder, and refused the run as outside it."""
     for override in overrides:
-        key = override.lstrip("+~").partition("=")[0]
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == "hydra.job.chdir" and value.strip().lower() in ("true", "yes", "on", "1"):  # as OmegaConf reads a bool
+            raise CutlabError(f"hydra.job.chdir={value}: a run works in the folder its command runs in, where its "
+                              "relative paths (paths.runs_dir=runs, data.root=...) were meant, and writes its record "
+                              "into its own folder itself; leave hydra.job.chdir out")
         if key in HYDRA_FOLDER_KEYS:
             raise CutlabError(f"{key} is cutlab's to set: each run's folder is paths.runs_dir/<run_name> (where a "
                               "re-run resumes or skips it and the analysis reads it), each sweep's record is in "
