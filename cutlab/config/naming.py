@@ -37,7 +37,7 @@ def check_folder_overrides(overrides: list[str]) -> None:
     inside the run's folder, and refused the run as outside it."""
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        if key == "hydra.job.chdir" and value.strip().lower() in ("true", "yes", "on", "1"):  # as OmegaConf reads a bool
+        if key == "hydra.job.chdir" and value.strip().lower() in ("true", "yes", "on", "1"):  # OmegaConf's true
             raise CutlabError(f"hydra.job.chdir={value}: a run works in the folder its command runs in, where its "
                               "relative paths (paths.runs_dir=runs, data.root=...) were meant, and writes its record "
                               "into its own folder itself; leave hydra.job.chdir out")
