@@ -409,6 +409,9 @@ def test_slack_feasible_and_degenerate_trials_are_infeasible_to_optuna():
     ("postgres://cutlab:secret@dbhost/optuna", "use postgresql://USER@HOST:PORT/DB"),
     ("file:///tmp/study.journal", "the journal file's path itself, without file://"),
     ("postgresql:cutlab@dbhost/optuna", "needs '//' after it: postgresql://USER@HOST:PORT/DB"),
+    # it made a folder named ~ in the current folder, the study's database inside it
+    ("sqlite:///~/study.db", f"SQLite takes ~ as written, a folder named ~ here; write the path out: "
+                             f"sqlite:///{Path.home() / 'study.db'}"),
 ])
 def test_storage_in_a_wrong_form_stops_with_one_line_naming_the_fix(tmp_path, capsys, monkeypatch, storage, fix):
     from cutlab.search.__main__ import main
