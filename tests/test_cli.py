@@ -258,6 +258,12 @@ def corrupt_npz(folder: Path) -> Path:
                                 "trained twice, in two folders; give each swept value once, spelled one way"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
+        # a sweep function without -m, and interval(), which Hydra's basic sweeper cannot run: "check the key"
+        (["L=range(3,8,2)"], "requires --multirun; a sweep function gives several values: add -m to run one run per "
+                             "value"),
+        (["-m", "gamma=interval(0,1)"], "INTERVAL_SWEEP; interval(low,high) is a range for a Bayesian search, which "
+                                        "-m cannot run: give values (gamma=0,0.09) or range(start,stop,step) with -m, "
+                                        "or search the range with cutlab-search"),
         # Hydra drops a sweep file's params without -m: the base config was trained once, as if it were the sweep
         (["--config-name", "smoke"], "--config-name smoke is a sweep file (it sweeps model, gamma, train): add -m to "
                                      "run its runs (python -m cutlab -m --config-name smoke ...;"),
@@ -292,6 +298,7 @@ def corrupt_npz(folder: Path) -> Path:
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
+         "sweep-function-without-m", "interval-sweep",
          "sweep-file-without-m", "sweep-file-as-a-path",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",

@@ -128,6 +128,11 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
     return cfg
 
 
+# Hydra's Optuna and Ax sweepers read interval(); its basic sweeper, which -m runs on, cannot
+INTERVAL_FIX = ("interval(low,high) is a range for a Bayesian search, which -m cannot run: give values (gamma=0,0.09) "
+                "or range(start,stop,step) with -m, or search the range with cutlab-search")
+
+
 def composition_message(error: Exception) -> str:
     """Hydra's report of an override it cannot apply as one line with cutlab's fix: Hydra's own second line advises
     adding an unknown key with '+', which would be read by nothing (cutlab.config.groups.check_added_keys)."""
@@ -136,6 +141,10 @@ def composition_message(error: Exception) -> str:
         fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
     elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
         fix = f"each launcher has its own keys: {valid_keys_text()}"
+    elif "INTERVAL_SWEEP" in text or ("requires --multirun" in text and "interval(" in text):
+        fix = INTERVAL_FIX
+    elif "requires --multirun" in text:  # range(), choice(), glob() without -m
+        fix = "a sweep function gives several values: add -m to run one run per value (python -m cutlab -m ...)"
     elif "An item is already at" in text:
         fix = "drop the leading '+': the key is there already"
     elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
