@@ -258,6 +258,9 @@ def corrupt_npz(folder: Path) -> Path:
                                 "trained twice, in two folders; give each swept value once, spelled one way"),
         (["L=3,5"], "L=3,5 gives several values, which is a sweep: add -m to run one run per value (python -m "
                     "cutlab -m L=3,5 ...)"),  # it was Hydra's "Ambiguous value", with the fix of an unknown key
+        # Hydra's flag replaced conf/ itself: "Cannot find primary config 'config'", in eight lines
+        (["-cp", "/tmp"], "--config-path replaces cutlab's own configs (Hydra's primary config folder), so nothing of "
+                          "conf/ is found; add a folder of your own configs or sweep files with --config-dir FOLDER"),
         # a sweep function without -m, and interval(), which Hydra's basic sweeper cannot run: "check the key"
         (["L=range(3,8,2)"], "requires --multirun; a sweep function gives several values: add -m to run one run per "
                              "value"),
@@ -298,7 +301,7 @@ def corrupt_npz(folder: Path) -> Path:
          "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
-         "sweep-function-without-m", "interval-sweep",
+         "config-path", "sweep-function-without-m", "interval-sweep",
          "sweep-file-without-m", "sweep-file-as-a-path",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",

@@ -4,6 +4,7 @@ model, an evaluation borrowed from another run. Each test failed on the code bef
 
 from __future__ import annotations
 
+import pickle
 import shutil
 from pathlib import Path
 
@@ -281,3 +282,25 @@ def test_a_run_folder_copied_whole_is_counted_once_and_named(finished, tmp_path)
         record = tmp_path / "runs" / name / "provenance.json"
         record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "run_uid"}))
     assert collect_runs(tmp_path / "runs").runs["usable"].all()
+
+
+class MakesAFile:
+    """A pickle that runs code as it is loaded: it opens (so makes) ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return open, (str(self.path), "w")
+
+
+def test_hydras_rerun_of_a_pickle_is_refused_before_the_pickle_is_loaded(tmp_path):
+    """``cutlab --experimental-rerun FILE``, Hydra's flag, unpickled FILE: a run folder's ``.hydra/config.pickle``
+    from someone else ran its code (the file was made) before Hydra failed on it with a traceback."""
+    made = tmp_path / "made"
+    (tmp_path / "config.pickle").write_bytes(pickle.dumps(MakesAFile(made)))
+    result = cutlab(["--experimental-rerun", str(tmp_path / "config.pickle")], tmp_path / "runs", check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "cutlab: error: --experimental-rerun loads a pickle, which can run any code (cutlab writes none, and loads "
+        "none); to run a run again, run its 'command' from its provenance.json"], result.stderr[-2000:]
+    assert not made.exists()

@@ -50,8 +50,21 @@ class Command:
         return self.config_flags() + list(self.overrides)
 
 
+# Hydra flags cutlab refuses, each with why and what to write instead
+REFUSED_FLAGS = {
+    "--config-path": "--config-path replaces cutlab's own configs (Hydra's primary config folder), so nothing of "
+                     "conf/ is found; add a folder of your own configs or sweep files with --config-dir FOLDER",
+    "--experimental-rerun": "--experimental-rerun loads a pickle, which can run any code (cutlab writes none, and "
+                            "loads none); to run a run again, run its 'command' from its provenance.json",
+}
+REFUSED_FLAGS["-cp"] = REFUSED_FLAGS["--config-path"]
+
+
 def parse_command(argv: list[str]) -> Command | None:
     """The flags cutlab handles itself; None when the command uses another Hydra flag (--cfg, --help, ...)."""
+    for arg in argv:  # wherever they stand: after --cfg or --help too, which Hydra would then read
+        if arg.partition("=")[0] in REFUSED_FLAGS:
+            raise CutlabError(REFUSED_FLAGS[arg.partition("=")[0]])
     command = Command(overrides=[])
     args = iter(argv)
     for arg in args:
