@@ -630,6 +630,44 @@ def test_cutlab_cache_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_pat
     assert compose_run_config([]).paths.cache_dir == str(tmp_path / where)
 
 
+@pytest.mark.parametrize("variables, overrides, expected", [
+    ({}, [], ("offline", "cutlab")),
+    ({"WANDB_MODE": "disabled", "WANDB_PROJECT": "my-project"}, [], ("disabled", "my-project")),
+    ({"WANDB_MODE": "dryrun"}, [], ("offline", "cutlab")),  # W&B's own aliases
+    ({"WANDB_MODE": "ONLINE"}, [], ("online", "cutlab")),
+    ({"WANDB_MODE": "", "WANDB_PROJECT": " "}, [], ("offline", "cutlab")),  # empty, as an unset variable leaves it
+    ({"WANDB_MODE": "disabled", "WANDB_PROJECT": "p"}, ["wandb.mode=offline", "wandb.project=q"], ("offline", "q")),
+], ids=["unset", "both", "dryrun", "upper-case", "empty", "command-line-wins"])
+def test_wandbs_own_variables_give_the_mode_and_project(monkeypatch, variables, overrides, expected):
+    """W&B's lines tell a user to `set WANDB_MODE=online`; cutlab passed its own defaults to wandb.init, which
+    overrode WANDB_MODE and WANDB_PROJECT (a run under WANDB_MODE=disabled wrote its offline W&B run all the same)."""
+    from cutlab.config.compose import compose_run_config
+
+    for name in ("WANDB_MODE", "WANDB_PROJECT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    wandb = compose_run_config(overrides).wandb
+    assert (wandb.mode, wandb.project) == expected
+
+
+def test_a_wandb_mode_cutlab_does_not_run_is_named_by_its_variable(monkeypatch):
+    from cutlab.config.checks import check_config
+    from cutlab.config.compose import compose_run_config
+    from cutlab.errors import CutlabError
+
+    monkeypatch.setenv("WANDB_MODE", "shared")
+    with pytest.raises(CutlabError, match=r"^WANDB_MODE=shared gives wandb.mode, which must be one of offline, online, "
+                                          r"disabled \(W&B's shared mode is not supported\); set WANDB_MODE"):
+        check_config(compose_run_config([]))
+
+
+def test_a_run_under_wandb_mode_disabled_writes_no_wandb_run(tmp_path):
+    result = cutlab([*TINY_RUN, "L=1", "eval.gamma_test=[0]", "progress=false", "train.warmup_epochs=0",
+                     "run_name=quiet"], tmp_path / "runs", env={"WANDB_MODE": "disabled"})
+    assert "(W&B disabled)" in result.stderr and not (tmp_path / "runs" / "quiet" / "wandb").exists()
+
+
 @pytest.mark.parametrize("variable, args, key", [("CUTLAB_DATA_DIR", ["data=ucsd_ped2"], "data.root"),
                                                  ("CUTLAB_MODELS_DIR", ["model=vit"], "model.pretrained")])
 def test_a_default_folder_that_is_a_file_is_named_as_one(tmp_path, monkeypatch, variable, args, key):

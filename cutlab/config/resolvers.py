@@ -23,6 +23,20 @@ def if_deep(deep_value, shallow_value, *, _root_):
     return deep_value if deep_from is not None and int(_root_.L) >= deep_from else shallow_value
 
 
+# W&B's own aliases of its modes, as WANDB_MODE may hold them
+WANDB_MODE_ALIASES = {"dryrun": "offline", "run": "online"}
+
+
+def wandb_variable(name: str, default):
+    """``${cutlab_wandb:NAME,DEFAULT}``: W&B's variable $WANDB_<NAME> (empty = unset), else DEFAULT. W&B's own
+    lines tell a user to ``set WANDB_MODE=online``; passed explicitly, cutlab's defaults overrode that and
+    WANDB_PROJECT. The command line (``wandb.mode=...``) still wins over both."""
+    value = os.environ.get(f"WANDB_{name}", "").strip()
+    if not value:
+        return default
+    return WANDB_MODE_ALIASES.get(value.lower(), value.lower()) if name == "MODE" else value
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("cutlab_run_name"):
         OmegaConf.register_new_resolver("cutlab_run_name", run_name)
@@ -30,6 +44,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cutlab_folder_neutral_keys", lambda: list(FOLDER_NEUTRAL_KEYS))
     if not OmegaConf.has_resolver("cutlab_absolute"):  # hydra.sweep.subdir (conf/config.yaml)
         OmegaConf.register_new_resolver("cutlab_absolute", os.path.abspath)
+    if not OmegaConf.has_resolver("cutlab_wandb"):
+        OmegaConf.register_new_resolver("cutlab_wandb", wandb_variable)
     if not OmegaConf.has_resolver("cutlab_if_deep"):
         OmegaConf.register_new_resolver("cutlab_if_deep", if_deep)
     # paths.data_dir / paths.models_dir: the same functions cutlab-reproduce calls, so both read one rule
