@@ -105,6 +105,11 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
                                     "threads, partition,"),
         (["launcher.time_min=30"], "launcher.time_min is now launcher.timeout_min (submitit's name); write "
                                    "launcher.timeout_min=30"),
+        # submitit's AutoExecutor names and sbatch's: "unknown launcher key", with all the keys
+        (["launcher.slurm_partition=gpu"], "launcher.slurm_partition is launcher.partition here (Hydra's submitit "
+                                           "launcher's name for it): write launcher.partition=gpu"),
+        (["launcher.time=60"], "launcher.time is launcher.timeout_min here (Hydra's submitit launcher's name for it): "
+                               "write launcher.timeout_min=60"),
         (["+launcher.additional_parameters.qos=high"], "give additional_parameters as one mapping, "
                                                        "launcher.additional_parameters={qos:high}"),
         (["+launcher.partition=gpu"], "launcher.partition is a key of launcher=slurm: write launcher.partition=gpu "
@@ -115,7 +120,8 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
         (["launcher.partition="], "launcher.partition is empty; name one, or leave it out (null)"),
         (["launcher.profile="], "launcher.profile is empty; name a profile"),
     ],
-    ids=["misspelt-key", "old-name", "nested-key", "plus-on-a-key", "bad-value", "no-threads", "empty-partition",
+    ids=["misspelt-key", "old-name", "submitit-executor-name", "sbatch-name", "nested-key", "plus-on-a-key",
+         "bad-value", "no-threads", "empty-partition",
          "empty-profile"],
 )
 def test_a_bad_launcher_key_is_one_line_naming_the_fix(tmp_path, args, expected):

@@ -33,6 +33,14 @@ HYDRA_PLUGINS = {
 }
 
 
+def submitit_key(name: str) -> str | None:
+    """cutlab's key for ``name`` as submitit's AutoExecutor spells it (``slurm_partition``, ``slurm_time``) or sbatch
+    does (``time``), else None."""
+    bare = name.removeprefix("slurm_")
+    meant = "timeout_min" if bare == "time" else bare
+    return meant if meant != name and meant in KEYS["slurm"] else None
+
+
 def folder_neutral_keys() -> tuple[str, ...]:
     """``launcher`` and every ``launcher.<key>``: Hydra leaves them out of a run's folder name (exact keys only)."""
     return ("launcher", *(f"launcher.{key}" for key in ALL_KEYS))
@@ -73,6 +81,10 @@ def check_launcher_overrides(arguments: list[str]) -> None:
             raise CutlabError(f"launcher.{top} is now launcher.{RENAMED[top]} (submitit's name); write "
                               f"launcher.{RENAMED[top]}={value}")
         if top not in ALL_KEYS:
+            meant = submitit_key(top)
+            if meant:
+                raise CutlabError(f"launcher.{top} is launcher.{meant} here (Hydra's submitit launcher's name for it): "
+                                  f"write launcher.{meant}={value}")
             raise CutlabError(f"unknown launcher key {key!r}; the keys are {valid_keys_text()}")
         if nested:
             raise CutlabError(f"give {top} as one mapping, launcher.{top}={{{nested}:{value}}} (several: "
