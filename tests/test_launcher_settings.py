@@ -95,6 +95,12 @@ def test_a_profile_with_the_earlier_key_names_is_refused_naming_the_new_ones(tmp
     with pytest.raises(CutlabError, match=r"rename additional: to additional_parameters:, time_min: to timeout_min: "
                                           r"in the SLURM profile"):
         slurm_settings({"profile": str(old)})
+    executor = tmp_path / "executor.yaml"  # submitit's AutoExecutor names and sbatch's: "unknown key(s)"
+    executor.write_text("slurm_partition: gpu\ntime: 60\n")
+    with pytest.raises(CutlabError, match=r"rename slurm_partition: to partition:, time: to timeout_min: in the SLURM "
+                                          r"profile .* \(the names of Hydra's submitit launcher, as on the command "
+                                          r"line: launcher.partition=...\)"):
+        slurm_settings({"profile": str(executor)})
 
 
 @pytest.mark.parametrize(

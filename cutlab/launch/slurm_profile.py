@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from cutlab.config.launcher import RENAMED, SLURM_SETTINGS
+from cutlab.config.launcher import RENAMED, SLURM_SETTINGS, submitit_key
 from cutlab.config.paths import SLURM_PROFILES_DIR
 from cutlab.errors import CutlabError, refuse_blank
 
@@ -140,6 +140,11 @@ def _profile_values(name_or_path: str) -> dict[str, Any]:
         raise CutlabError(f"rename {', '.join(f'{old}: to {RENAMED[old]}:' for old in renamed)} in the SLURM profile "
                           f"{path} (submitit's names, as on the command line: launcher.{RENAMED[renamed[0]]}=...)")
     unknown = sorted(set(raw) - set(SLURM_SETTINGS))
+    meant = {key: submitit_key(key) for key in unknown if submitit_key(key)}
+    if meant:  # submitit's AutoExecutor names (slurm_partition) or sbatch's (time)
+        raise CutlabError(f"rename {', '.join(f'{key}: to {ours}:' for key, ours in meant.items())} in the SLURM "
+                          f"profile {path} (the names of Hydra's submitit launcher, as on the command line: "
+                          f"launcher.{next(iter(meant.values()))}=...)")
     if unknown:
         raise CutlabError(f"unknown key(s) {', '.join(unknown)} in the SLURM profile {path}; the keys are "
                           f"{', '.join(SLURM_SETTINGS)} (other sbatch options go under 'additional_parameters:')")
