@@ -23,8 +23,8 @@ KEYS = {
 ALL_KEYS = tuple(dict.fromkeys(key for keys in KEYS.values() for key in keys))
 # Names of earlier profile files, and the submitit name each became
 RENAMED = {"time_min": "timeout_min", "additional": "additional_parameters"}
-# Hydra's plugin groups, as a Hydra user reaches for them: cutlab launches and searches itself (a Hydra launcher would
-# run an in-process sweep's runs past cutlab's plan and record), so each names cutlab's way instead
+# Hydra's plugin groups, as a Hydra user reaches for them: cutlab launches and searches itself (installed, a Hydra
+# launcher plugin would take an in-process sweep's runs over from cutlab's own), so each names cutlab's way instead
 HYDRA_PLUGINS = {
     "hydra/launcher": "its launchers are launcher=inprocess|local|slurm (launcher=slurm submits through submitit, with "
                       "submitit's keys: launcher.partition=gpu launcher.timeout_min=60)",
