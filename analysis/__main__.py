@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None, prog: str) -> argparse.Namespace:
     parser.add_argument("--wandb", metavar="ENTITY/PROJECT", default=None,
                         help="read the runs from a W&B server (wandb.Api(); needs `wandb login`) instead of folders")
     parser.add_argument("--wandb-group", metavar="G", default=None, help="with --wandb: only the runs of group G")
-    parser.add_argument("--out", required=True, metavar="REPORT_DIR",
+    parser.add_argument("-o", "--out", required=True, metavar="REPORT_DIR",
                         help="folder for report.md, tables/ and figures/ (created; an earlier report there is "
                              "replaced, a report.md or report.html it did not write is kept and stops it)")
     parser.add_argument("--select", choices=SELECTION_RULES, default=VALIDATION,

@@ -285,7 +285,7 @@ def test_report_on_a_real_cutlab_sweep(tmp_path):
 
 
 def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
-    code, err = run_main(str(tmp_path / "nowhere"), "--out", str(tmp_path / "r"), capsys=capsys)
+    code, err = run_main(str(tmp_path / "nowhere"), "-o", str(tmp_path / "r"), capsys=capsys)  # -o: --out
     assert code == 2 and err.startswith("cutlab-analysis: error: ") and "does not exist" in err and err.count("\n") == 1
     (tmp_path / "empty").mkdir()
     code, err = run_main(str(tmp_path / "empty"), "--out", str(tmp_path / "r"), capsys=capsys)

@@ -79,6 +79,7 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     (["search.study=a/b"], "search.study='a/b' is not a single folder name"),
     (["search.study=.."], "search.study='..' is not a single folder name"),
     (["--study", "."], "search.study='.' is not a single folder name"),
+    (["--study-name", "."], "search.study='.' is not a single folder name"),  # Optuna's spelling: "unrecognized"
     # an unset variable: the trials went to the preset's study, or to a local journal, not the one meant
     (["--study", ""], "--study is empty; give one, or leave it out for the preset's study"),
     (["--storage", ""], "--storage is empty; give one, or leave it out for $CUTLAB_STORAGE"),

@@ -60,7 +60,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
     parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None, help="JOURNAL_FILE | sqlite:///PATH "
                         f"| postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, for passwords)")
-    parser.add_argument("--study", default=None, help="study name (= search.study; default: the preset's)")
+    parser.add_argument("--study", "--study-name", default=None, help="study name (= search.study; Optuna's "
+                        "--study-name; default: the preset's)")
     parser.add_argument("--dry-run", action="store_true", help="check everything and print the plan; run nothing")
     parser.add_argument("--worker-index", type=int, default=None, help=argparse.SUPPRESS)  # set for spawned workers
     args = parser.parse_intermixed_args(argv)
