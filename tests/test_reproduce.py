@@ -198,7 +198,7 @@ def test_the_paper_plan_skips_each_missing_input_visibly_and_plans_the_rest(inpu
 def test_a_scale_plan_refuses_a_launcher_value_its_launch_would_refuse(tmp_path, capsys):
     from cutlab.reproduce import main
 
-    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "launcher=local",
+    assert main(["--scale", "smoke", "--plan", "-o", str(tmp_path / "out"), "launcher=local",  # -o: --out
                  "launcher.max_parallel=0"]) == 2
     assert "launcher.max_parallel must be a whole number >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
