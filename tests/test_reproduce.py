@@ -389,11 +389,14 @@ def test_a_stop_signal_the_kernel_hands_to_another_thread_still_reaches_the_grid
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(ROOT)
     history = tmp_path / "runs" / "aside" / "history.csv"
-    sigterm_to_a_thread_other_than_main(history)
+    done = sigterm_to_a_thread_other_than_main(history)
     # 2000 steps: half a minute and more to the end; stopped, the run ends at its next step
     argv = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2000", "eval.gamma_test=[0]", "progress=false",
             "checkpoint.every_steps=1000", "wandb.mode=disabled", "threads=1", "run_name=aside"]
-    assert run_grid(argv) == (75, True)
+    try:
+        assert run_grid(argv) == (75, True)
+    finally:
+        done.set()
     assert len(pd.read_csv(history)) < 2000
 
 

@@ -284,12 +284,13 @@ def test_a_stop_signal_the_kernel_hands_to_a_slots_thread_still_stops_the_run(tm
     history = tmp_path / "runs" / "aside" / "history.csv"
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     previous = {sig: signal.getsignal(sig) for sig in stops}
-    sigterm_to_a_thread_other_than_main(history)
+    done = sigterm_to_a_thread_other_than_main(history)
     longest = [override for override in LONGER if not override.startswith("train.max_steps_per_epoch=")]
     try:  # 2000 steps: half a minute and more to the end; stopped, the run ends at its next step
         outcomes, stopped_by = run_local([command(tmp_path, *longest, "train.max_steps_per_epoch=2000",
                                                   run_name="aside")], max_parallel=1, warm_workers=warm)
     finally:  # a stopped sweep leaves its signals ignored, for its record; this test's process goes on
+        done.set()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     assert stopped_by == "SIGTERM" and [outcome.status for outcome in outcomes] == ["interrupted"], outcomes

@@ -93,16 +93,22 @@ def signal_in_a_weakref_callback(where: tuple[str, str], sent: str, command: str
     return ended
 
 
-def sigterm_to_a_thread_other_than_main(history: Path, rows: int = 2) -> None:
+def sigterm_to_a_thread_other_than_main(history: Path, rows: int = 2):
     """Once ``history`` has more than ``rows`` lines, SIGTERM to a thread of this process other than the main one, as
-    the kernel may deliver a signal sent to the process: Python runs the handler in the main thread only."""
+    the kernel may deliver a signal sent to the process: Python runs the handler in the main thread only. Returns an
+    event for the test to set when it is done: the thread then ends without a signal, which with no handler left
+    installed would end the test's whole process."""
     import threading
     import time
 
+    done = threading.Event()
+
     def signal_this_thread() -> None:
-        deadline = time.time() + 300
-        while not (history.exists() and len(history.read_text().splitlines()) > rows) and time.time() < deadline:
+        while not done.is_set():
+            if history.exists() and len(history.read_text().splitlines()) > rows:
+                signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+                return
             time.sleep(0.05)
-        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
 
     threading.Thread(target=signal_this_thread, daemon=True).start()
+    return done
