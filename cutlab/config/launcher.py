@@ -33,6 +33,11 @@ HYDRA_PLUGINS = {
 }
 
 
+def launchers_with(key: str) -> list[str]:
+    """The launchers that have ``key``."""
+    return [name for name, keys in KEYS.items() if key in keys]
+
+
 def submitit_key(name: str) -> str | None:
     """cutlab's key for ``name`` as submitit's AutoExecutor spells it (``slurm_partition``, ``slurm_time``) or sbatch
     does (``time``), else None."""
@@ -71,8 +76,8 @@ def check_launcher_overrides(arguments: list[str]) -> None:
                               f"{HYDRA_PLUGINS[key]}")
         if key.startswith("hydra.launcher."):
             ours = key.removeprefix("hydra.launcher.")
-            instead = (f"write launcher.{ours}={value} (with launcher={next(n for n, k in KEYS.items() if ours in k)})"
-                       if ours in ALL_KEYS else f"the keys are {valid_keys_text()}")
+            instead = (f"write launcher.{ours}={value} (with launcher={launchers_with(ours)[0]})" if ours in ALL_KEYS
+                       else f"the keys are {valid_keys_text()}")
             raise CutlabError(f"{key}: cutlab's launcher keys are launcher.KEY (submitit's names for SLURM); {instead}")
         if not key.startswith("launcher.") or (not equals and not argument.startswith("~")):
             continue
@@ -89,7 +94,7 @@ def check_launcher_overrides(arguments: list[str]) -> None:
         if nested:
             raise CutlabError(f"give {top} as one mapping, launcher.{top}={{{nested}:{value}}} (several: "
                               f"{{qos:high,account:mylab}}); a nested launcher key would rename the run's folder")
-        owners = [name for name, keys in KEYS.items() if top in keys]
+        owners = launchers_with(top)
         if chosen and chosen[-1] in KEYS and top not in KEYS[chosen[-1]]:
             raise CutlabError(f"launcher={chosen[-1]} has no key {top} (it is launcher={'|'.join(owners)}'s); "
                               f"launcher={chosen[-1]}'s keys are {', '.join(KEYS[chosen[-1]][1:]) or '(none)'}")

@@ -63,8 +63,8 @@ REFUSED_FLAGS["-cp"] = REFUSED_FLAGS["--config-path"]
 def parse_command(argv: list[str]) -> Command | None:
     """The flags cutlab handles itself; None when the command uses another Hydra flag (--cfg, --help, ...)."""
     for arg in argv:  # wherever they stand: after --cfg or --help too, which Hydra would then read
-        if arg.partition("=")[0] in REFUSED_FLAGS:
-            raise CutlabError(REFUSED_FLAGS[arg.partition("=")[0]])
+        if (flag := arg.partition("=")[0]) in REFUSED_FLAGS:
+            raise CutlabError(REFUSED_FLAGS[flag])
     command = Command(overrides=[])
     args = iter(argv)
     for arg in args:

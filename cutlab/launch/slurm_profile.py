@@ -140,7 +140,7 @@ def _profile_values(name_or_path: str) -> dict[str, Any]:
         raise CutlabError(f"rename {', '.join(f'{old}: to {RENAMED[old]}:' for old in renamed)} in the SLURM profile "
                           f"{path} (submitit's names, as on the command line: launcher.{RENAMED[renamed[0]]}=...)")
     unknown = sorted(set(raw) - set(SLURM_SETTINGS))
-    meant = {key: submitit_key(key) for key in unknown if submitit_key(key)}
+    meant = {key: ours for key in unknown if (ours := submitit_key(key))}
     if meant:  # submitit's AutoExecutor names (slurm_partition) or sbatch's (time)
         raise CutlabError(f"rename {', '.join(f'{key}: to {ours}:' for key, ours in meant.items())} in the SLURM "
                           f"profile {path} (the names of Hydra's submitit launcher, as on the command line: "

@@ -169,9 +169,9 @@ def check_form(url: str) -> None:
         if name == "sqlite" and not url.startswith("sqlite:///"):
             raise CutlabError(f"the search storage {url} has too few slashes: a SQLite file is sqlite:///PATH "
                               "(three slashes, then a relative path; four for an absolute one, sqlite:////abs/file.db)")
-        if name == "sqlite" and url[len("sqlite:///"):].startswith("~"):  # SQLite made a folder named ~ here
+        if name == "sqlite" and (file := url.removeprefix("sqlite:///")).startswith("~"):  # SQLite made a folder ~
             raise CutlabError(f"the search storage {url}: SQLite takes ~ as written, a folder named ~ here; write the "
-                              f"path out: sqlite:///{Path(url[len('sqlite:///'):]).expanduser()}")
+                              f"path out: sqlite:///{Path(file).expanduser()}")
         if name != "sqlite" and not url.startswith(f"{scheme.group(0)}//"):
             raise CutlabError(f"the search storage scheme {scheme.group(0)} needs '//' after it: "
                               f"{scheme.group(0)}//USER@HOST:PORT/DB")
