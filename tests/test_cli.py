@@ -244,6 +244,16 @@ def corrupt_npz(folder: Path) -> Path:
                                "nothing; did you mean train.alpha?"),
         (["data.batch_size=2"], "Could not override 'data.batch_size'; did you mean eval.batch_size or "
                                 "train.batch_size?"),
+        # a group's name misspelt: no suggestion, config.yaml names the groups only in its defaults list
+        (["modle=dust"], "Could not override 'modle'; did you mean model? check the key"),
+        # a key under a node nothing reads: the run trained, into a folder named +modle.x=1
+        (["+modle.x=1"], "modle.x is not a key of cutlab's config, and a key added with '+' would be read by "
+                         "nothing; did you mean model?"),
+        (["+data.frame=4"], "data.frame is not a key of cutlab's config, and a key added with '+' would be read by "
+                            "nothing; did you mean data.frames?"),  # the run trained on data.frames' default
+        # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
+        (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
+                                 "cutlab data=synthetic --cfg job shows the set's keys)"),
         (["data.root=vidéo folder"], "quote a value with spaces or other characters for Hydra"),
         (["data.root=vidéo", "folder"], "'folder' is not a setting: settings are KEY=VALUE (e.g. model=ut L=5); quote "
                                         "a value with spaces or other characters for Hydra"),
@@ -298,7 +308,10 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-runs-dir-a-file", "runs-dir-in-proc", "empty-runs-dir", "sweep-empty-runs-dir", "empty-cache-dir",
          "empty-data-root", "empty-model-source", "runs-dir-with-tilde",
          "sweep-runs-dir-with-tilde", "unknown-key",
-         "unknown-key-added-with-plus", "key-of-another-section", "unquoted-value", "value-split-by-the-shell",
+         "unknown-key-added-with-plus", "key-of-another-section", "group-name-misspelt",
+         "key-added-under-an-unknown-node", "data-key-added-misspelt",
+         "option-of-another-data-set",
+         "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
          "config-path", "sweep-function-without-m", "interval-sweep",

@@ -52,9 +52,10 @@ def _searchpath_entries(argument: str) -> list[str]:
 
 
 # cutlab's own nodes: some config of conf/ holds every key their code reads (train=erm lacks constraint_form, which
-# train=constrained has), so a key that none holds, added with '+', is read by nothing: a misspelling, as Hydra's "use
-# +key=value" advice invites. A model's own keys are checked against its class instead (cutlab.tasks.models).
-OWN_NODES = ("train", "eval", "checkpoint", "paths", "wandb")
+# train=constrained has; data=synthetic lacks video_folder's test_clips), so a key that none holds, added with '+', is
+# read by nothing: a misspelling, as Hydra's "use +key=value" advice invites. A model's own keys are checked against
+# its class instead (cutlab.tasks.models), a set's loader options against its loader (cutlab.core.data.video).
+OWN_NODES = ("train", "data", "eval", "checkpoint", "paths", "wandb")
 
 
 def check_added_keys(arguments: list[str]) -> None:
@@ -68,12 +69,13 @@ def check_added_keys(arguments: list[str]) -> None:
         node, _, inner = key.partition(".")
         if node in OWN_NODES:
             unread = inner.partition(".")[0] not in _known_keys(node, folders)
-        else:
-            unread = not inner and node not in _known_keys(None, folders) and not any((f / node).is_dir() for f in folders)
+        else:  # a top-level key, or a node (+modle.x=1) that is neither cutlab's nor a group of the user's own
+            unread = (node not in _known_keys(None, folders) and node not in GROUPS
+                      and not any((f / node).is_dir() for f in folders))
         if unread:
             raise CutlabError(f"{key} is not a key of cutlab's config, and a key added with '+' would be read by "
-                              f"nothing; {did_you_mean(key)}check its spelling against conf/ (python -m cutlab --cfg "
-                              "job shows every key)")
+                              f"nothing; {did_you_mean(key) or did_you_mean(node)}check its spelling against conf/ "
+                              "(python -m cutlab --cfg job shows every key)")
 
 
 def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
@@ -104,9 +106,10 @@ def did_you_mean(key: str) -> str:
 @functools.cache
 def _dotted_keys() -> list[str]:
     """Every key of conf/ as a command line names it: config.yaml's (one level into its sections) and each group's
-    configs' (``model.atoms``, ``train.epsilon``, ...)."""
+    configs' (``model.atoms``, ``train.epsilon``, ...), and the groups themselves (``model=``), which config.yaml
+    names only in its defaults list."""
     config = OmegaConf.load(CONFIG_DIR / "config.yaml")
-    keys = set()
+    keys = set(GROUPS)
     for key, value in config.items():
         if key in ("defaults", "hydra"):
             continue

@@ -7,6 +7,7 @@ float32); conversion to float happens per batch in :func:`to_patch_tokens`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from dataclasses import dataclass
 
@@ -54,7 +55,12 @@ def load_video_clips(
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
         raise CutlabError(f"data.image_size={image_size!r} is not a positive integer; set it to e.g. 160")
     module, function = LOADERS[name].split(":")
-    return getattr(importlib.import_module(module), function)(root, cache_dir, image_size, progress, **options)
+    loader = getattr(importlib.import_module(module), function)
+    # +data.test_clips=2 on a set whose loader has no such option was the loader's TypeError, a traceback
+    for key in options.keys() - inspect.signature(loader).parameters.keys():
+        raise CutlabError(f"data.{key} is not a setting of data.name={name}; remove it (python -m cutlab "
+                          f"data={name} --cfg job shows the set's keys)")
+    return loader(root, cache_dir, image_size, progress, **options)
 
 
 # PIL modes whose samples are not 8-bit: convert("L") clips them to 0 or 255, so 16-bit or float footage would be
