@@ -1,4 +1,4 @@
-"""``cutlab-reproduce --scale smoke|cpu|paper --out DIR``: run the paper's grids, then write the report.
+"""cutlab-reproduce --scale smoke|cpu|paper --out DIR: run the paper's grids, then write the report.
 
 The grids are the sweep files in ``sweeps/`` (cutlab/reproduce_grids.py says which make up a scale). Each is run
 as ``python -m cutlab -m --config-name SWEEP ...`` multiruns into ``DIR/runs``; complete runs are skipped by the

@@ -131,6 +131,18 @@ def test_help_lists_cutlabs_flags_and_groups_and_offers_no_search_group(installe
     assert [name for name in sweeps if name not in result.stdout] == [], "--help names every sweep file"
 
 
+@pytest.mark.parametrize("command", ["cutlab-search", "cutlab-reproduce", "cutlab-analysis", "cutlab-eval"])
+def test_each_commands_help_names_it_as_installed_in_plain_text(installed, command):
+    """The first line of a module's docstring was the description, its reST markup (``cutlab-eval RUN...``) and
+    cutlab-search's module name (python -m cutlab.search) printed as they stood."""
+    result = installed.run(command, "--help")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.startswith(f"usage: {command} ")
+    assert "``" not in result.stdout
+    description = result.stdout.split("\n\n")[1]
+    assert "python -m" not in description, description
+
+
 def test_cfg_job_composes_from_the_package(installed):
     result = installed.run("cutlab", "model=dust", "--cfg", "job")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""``python -m cutlab.search search=<preset> [cutlab overrides...] [--workers N] [--n-trials N] [--dry-run]``.
+"""cutlab-search search=<preset> [cutlab overrides...] [--workers N] [--n-trials N] [--dry-run]: Optuna TPE.
 
 Every trial is one cutlab run (``run_experiment``) in ``<runs_dir>/search/<study>/trial-NNNN``, composed from
 conf/ with the same overrides ``python -m cutlab`` takes. Running the same command again resumes the study:

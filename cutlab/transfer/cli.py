@@ -1,12 +1,12 @@
-"""``cutlab-eval RUN... [data=NAME data.KEY=VALUE ...] [eval.gamma_test=[...]]``: finished runs on other data.
+"""cutlab-eval RUN... [data=NAME data.KEY=VALUE ...] [eval.gamma_test=[...]]: finished runs on other data.
 
     cutlab-eval runs/my_run data=video_folder data.root=~/footage 'eval.gamma_test=[0,0.5,1,1.5,2]'
     cutlab-eval 'runs/*model=dust*' data=ucsd_ped2            # a glob, on Ped2's test split
     cutlab-eval runs/ 'eval.gamma_test=[0,0.2,0.4,0.6,0.8,1,1.5,2]'  # every run under runs/, its own data, wider grid
     cutlab-eval runs/my_run data=my_footage --config-dir my_project/conf  # my_project/conf/data/my_footage.yaml
 
-RUN: a run folder, a folder of runs (a sweep's), or a quoted glob. Without ``data=`` each run is evaluated on its own
-data. Each evaluation is written to ``<run>/evaluations/<data>-<key>/`` (cutlab.transfer.record), never over the
+RUN: a run folder, a folder of runs (a sweep's), or a quoted glob. Without data= each run is evaluated on its own
+data. Each evaluation is written to <run>/evaluations/<data>-<key>/ (cutlab.transfer.record), never over the
 run's own files; an evaluation already done is skipped, so the same command run again only does what is missing.
 Exit status: 0 when every run was evaluated (or already was), 2 when any was refused (one line each, naming the fix),
 130 when stopped by Ctrl-C.
