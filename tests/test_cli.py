@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from conftest import PED2_FULL, require_shared
 from helpers.cli import cutlab, folder_fingerprint, wandb_history
@@ -251,6 +252,13 @@ def corrupt_npz(folder: Path) -> Path:
                          "nothing; did you mean model?"),
         (["+data.frame=4"], "data.frame is not a key of cutlab's config, and a key added with '+' would be read by "
                             "nothing; did you mean data.frames?"),  # the run trained on data.frames' default
+        # Hydra's deletion: pathlib's "Could not determine home directory" (~train.alpha read as a user's home);
+        # past that, a ConfigAttributeError traceback from the config checks, the run's folder made
+        (["~train.alpha"], "~train.alpha deletes train.alpha, which cutlab reads in every run; give it a value "
+                           "instead (train.alpha=VALUE; python -m cutlab --cfg job shows its default)"),
+        (["~wandb"], "~wandb deletes wandb, which cutlab reads in every run; give it a value instead "
+                     "(wandb.KEY=VALUE;"),
+        (["~model"], "~model deletes the model group, which every run needs; choose one instead: model=causal_lm,"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -310,7 +318,7 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "group-name-misspelt",
          "key-added-under-an-unknown-node", "data-key-added-misspelt",
-         "option-of-another-data-set",
+         "deleted-train-key", "deleted-section", "deleted-group", "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",
@@ -335,6 +343,14 @@ def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run
     assert message.startswith("cutlab: error: ") and expected in message, result.stderr
     assert "Traceback" not in result.stderr
     assert folder_fingerprint(earlier_run) == before and set(earlier_run.iterdir()) == folders
+
+
+def test_a_model_key_deleted_with_tilde_leaves_the_class_default(tmp_path):
+    # ~model.atoms was pathlib's "Could not determine home directory" traceback (read as a user named model.atoms)
+    result = cutlab(["~model.atoms", "--cfg", "job"], tmp_path / "runs", check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    model = yaml.safe_load(result.stdout)["model"]
+    assert model["name"] == "dust" and "atoms" not in model
 
 
 def test_a_misspelt_progress_mode_is_one_line_not_read_as_unset(earlier_run):

@@ -17,7 +17,7 @@ from typing import Iterator
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cutlab.config.groups import check_added_keys, check_group_choices, did_you_mean
+from cutlab.config.groups import check_added_keys, check_deleted_keys, check_group_choices, did_you_mean
 from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import check_folder_overrides, run_name
 from cutlab.config.paths import CONFIG_MODULE
@@ -68,12 +68,13 @@ def yaml_message(error: yaml.YAMLError) -> str:
 
 def check_overrides(overrides: list[str]) -> None:
     """The command line's own checks, before Hydra composes it: launcher keys, group choices, a key added with
-    '+' that nothing reads, and Hydra's folder keys. They read the config tree with OmegaConf, so Ctrl-C is held
-    (cutlab.interrupted)."""
+    '+' that nothing reads, one deleted with '~' that every run reads, and Hydra's folder keys. They read the config
+    tree with OmegaConf, so Ctrl-C is held (cutlab.interrupted)."""
     with ctrl_c_held():
         check_launcher_overrides(overrides)
         check_group_choices(overrides)
         check_added_keys(overrides)
+        check_deleted_keys(overrides)
         check_folder_overrides(overrides)
 
 
@@ -83,7 +84,10 @@ def check_is_override(argument: str) -> None:
     key = argument.partition("=")[0]
     if "=" in argument and "/" not in key:  # a run folder's name is its overrides (L=3): with no '/', one is meant
         return
-    path = Path(argument).expanduser()
+    try:
+        path = Path(argument).expanduser()
+    except RuntimeError:  # ~train.alpha, Hydra's deletion: no user named train.alpha (pathlib's traceback)
+        path = Path(argument)
     try:
         a_run = (path / "config.yaml").is_file() and (path / "summary.json").is_file()
     except OSError:  # a name too long for a path

@@ -78,6 +78,25 @@ def check_added_keys(arguments: list[str]) -> None:
                               "(python -m cutlab --cfg job shows every key)")
 
 
+def check_deleted_keys(arguments: list[str]) -> None:
+    """``~train.alpha`` or ``~model``: one line, before Hydra deletes a key or group that every run reads (it was a
+    traceback in the config checks, after the run's folder was made). ``~model.KEY`` is kept (the class's own
+    default), as are Hydra's keys and a node of the user's own."""
+    folders = search_dirs(arguments)
+    for argument in arguments:
+        if not argument.startswith("~"):
+            continue
+        key = argument[1:].partition("=")[0]
+        node, _, inner = key.partition(".")
+        if not inner and node in GROUPS:
+            raise CutlabError(f"{argument} deletes the {node} group, which every run needs; choose one instead: "
+                              f"{node}={','.join(choices(node, folders))}")
+        if node in OWN_NODES or (node in _known_keys(None, folders) - {"hydra", "defaults"} and node not in GROUPS):
+            setting = f"{key}.KEY=VALUE" if not inner and node in OWN_NODES else f"{key}=VALUE"  # ~wandb: a section
+            raise CutlabError(f"{argument} deletes {key}, which cutlab reads in every run; give it a value instead "
+                              f"({setting}; python -m cutlab --cfg job shows its default)")
+
+
 def _known_keys(node: str | None, folders: list[Path]) -> set[str]:
     """The keys of ``node`` in config.yaml and in every config of its group in ``folders`` (a user's own train preset
     may bring keys of its own); None: config.yaml's top level."""
