@@ -259,6 +259,13 @@ def corrupt_npz(folder: Path) -> Path:
         (["~wandb"], "~wandb deletes wandb, which cutlab reads in every run; give it a value instead "
                      "(wandb.KEY=VALUE;"),
         (["~model"], "~model deletes the model group, which every run needs; choose one instead: model=causal_lm,"),
+        # ++ adds a key as + does: the misspelt key was added unsaid and the run trained on train.alpha's default
+        (["++train.alhpa=0.3"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read "
+                                "by nothing; did you mean train.alpha?"),
+        # in a sweep: a TypeError in the depth resolver (one line, naming no key), and a traceback in the cost estimate
+        (["-m", "L=null"], "every run the sweep would run is refused; the first, L=null: L must be a whole number"),
+        (["-m", "eval.gamma_test=0.5"], "every run the sweep would run is refused; the first, eval.gamma_test=0.5: "
+                                        "eval.gamma_test must be a non-empty list of numbers, got 0.5"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -318,7 +325,9 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-runs-dir-with-tilde", "unknown-key",
          "unknown-key-added-with-plus", "key-of-another-section", "group-name-misspelt",
          "key-added-under-an-unknown-node", "data-key-added-misspelt",
-         "deleted-train-key", "deleted-section", "deleted-group", "option-of-another-data-set",
+         "deleted-train-key", "deleted-section", "deleted-group",
+         "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
+         "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
          "negative-gamma-test", "plus-on-a-key-that-is-there", "sweep-of-one-value-spelled-twice", "sweep-without-m",

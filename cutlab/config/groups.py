@@ -63,9 +63,9 @@ def check_added_keys(arguments: list[str]) -> None:
     user's own, ``+experiment=NAME`` from ``--config-dir``, is added as Hydra adds it)."""
     folders = search_dirs(arguments)
     for argument in arguments:
-        if not argument.startswith("+") or argument.startswith("++"):
+        if not argument.startswith("+"):  # +KEY=VALUE, and ++KEY=VALUE (added, or set where the key is)
             continue
-        key = argument[1:].partition("=")[0]
+        key = argument.lstrip("+").partition("=")[0]
         node, _, inner = key.partition(".")
         if node in OWN_NODES:
             unread = inner.partition(".")[0] not in _known_keys(node, folders)

@@ -20,7 +20,9 @@ def if_deep(deep_value, shallow_value, *, _root_):
     if deep_from is not None and (isinstance(deep_from, bool) or not isinstance(deep_from, int) or deep_from < 1):
         raise CutlabError(f"model.deep_from_layers must be a depth of at least 1 or null (never deep), "
                           f"got {deep_from!r}; e.g. model.deep_from_layers=5")
-    return deep_value if deep_from is not None and int(_root_.L) >= deep_from else shallow_value
+    depth = _root_.L  # an L that is no whole number (L=null) is refused by the run's checks, in one line naming it
+    deep = deep_from is not None and isinstance(depth, int) and not isinstance(depth, bool) and depth >= deep_from
+    return deep_value if deep else shallow_value
 
 
 # W&B's own aliases of its modes, as WANDB_MODE may hold them

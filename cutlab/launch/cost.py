@@ -13,9 +13,10 @@ def cost_key(job: dict) -> tuple:
     """What a run's cost depends on: model, data, depth, arm and budget (not gamma, seed or learning rates)."""
     data = {k: v for k, v in job.get("data", {}).items() if k != "root"}
     train = job.get("train", {})
+    gammas = job.get("eval", {}).get("gamma_test", [])  # not a list (eval.gamma_test=0.5): the run refuses it
     return (job.get("model", {}).get("name"), json.dumps(data, sort_keys=True, default=str), job.get("L"),
             train.get("constrained"), train.get("epochs"), train.get("max_steps_per_epoch"), train.get("batch_size"),
-            len(job.get("eval", {}).get("gamma_test", [])))
+            len(gammas) if isinstance(gammas, list) else str(gammas))
 
 
 def measured_costs(runs_dir: Path) -> dict[tuple, list[float]]:
