@@ -266,6 +266,8 @@ def corrupt_npz(folder: Path) -> Path:
         (["-m", "L=null"], "every run the sweep would run is refused; the first, L=null: L must be a whole number"),
         (["-m", "eval.gamma_test=0.5"], "every run the sweep would run is refused; the first, eval.gamma_test=0.5: "
                                         "eval.gamma_test must be a non-empty list of numbers, got 0.5"),
+        # Hydra's own sweep loop: the run trained with Hydra's multirun.yaml in the runs folder, no plan, no record
+        (["hydra.mode=MULTIRUN"], "hydra.mode is cutlab's to set: a sweep is -m (python -m cutlab -m gamma=0,0.09)"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -327,6 +329,7 @@ def corrupt_npz(folder: Path) -> Path:
          "key-added-under-an-unknown-node", "data-key-added-misspelt",
          "deleted-train-key", "deleted-section", "deleted-group",
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
+         "hydra-mode",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

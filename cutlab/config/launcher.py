@@ -64,7 +64,8 @@ def is_launcher_override(argument: str) -> bool:
 
 def check_launcher_overrides(arguments: list[str]) -> None:
     """Before Hydra starts: every ``launcher.KEY=`` override names a key of some launcher, directly, and Hydra's
-    launcher and sweeper plugins (``hydra/launcher=submitit_slurm``, ``hydra.launcher.KEY=``) are pointed to cutlab's.
+    launcher and sweeper plugins (``hydra/launcher=submitit_slurm``, ``hydra.launcher.KEY=``) and ``hydra.mode`` are
+    pointed to cutlab's.
 
     A nested key (``+launcher.additional_parameters.qos=high``) would reach Hydra's folder name, which leaves out
     exact keys only, so sbatch options are given as one mapping instead."""
@@ -74,6 +75,10 @@ def check_launcher_overrides(arguments: list[str]) -> None:
         if key in HYDRA_PLUGINS and value != "basic":  # basic: Hydra's own default, which cutlab runs on
             raise CutlabError(f"{key}={value}: cutlab does not use Hydra's {key.partition('/')[2]} plugins; "
                               f"{HYDRA_PLUGINS[key]}")
+        if key == "hydra.mode":  # MULTIRUN ran Hydra's own loop: no plan, no launcher, no sweep record
+            raise CutlabError(f"{key} is cutlab's to set: a sweep is -m (python -m cutlab -m gamma=0,0.09), which "
+                              "cutlab plans, launches and records; one run is the command without it; leave "
+                              "hydra.mode out")
         if key.startswith("hydra.launcher."):
             ours = key.removeprefix("hydra.launcher.")
             instead = (f"write launcher.{ours}={value} (with launcher={launchers_with(ours)[0]})" if ours in ALL_KEYS
