@@ -268,6 +268,9 @@ def corrupt_npz(folder: Path) -> Path:
                                         "eval.gamma_test must be a non-empty list of numbers, got 0.5"),
         # Hydra's own sweep loop: the run trained with Hydra's multirun.yaml in the runs folder, no plan, no record
         (["hydra.mode=MULTIRUN"], "hydra.mode is cutlab's to set: a sweep is -m (python -m cutlab -m gamma=0,0.09)"),
+        # a sweep file that is not there: "choose a config that exists under conf/ (or sweeps/ ...)", naming none
+        (["-m", "--config-name", "tabel3"], "did you mean --config-name table3? a sweep file is one of "
+                                               "--config-name ablation_alpha,ablation_dual_lr,"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -329,7 +332,7 @@ def corrupt_npz(folder: Path) -> Path:
          "key-added-under-an-unknown-node", "data-key-added-misspelt",
          "deleted-train-key", "deleted-section", "deleted-group",
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
-         "hydra-mode",
+         "hydra-mode", "unknown-sweep-file",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

@@ -9,6 +9,7 @@ through ``hydra.main`` on the same packages.
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +18,8 @@ from typing import Iterator
 import yaml
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from cutlab.config.groups import check_added_keys, check_deleted_keys, check_group_choices, did_you_mean
+from cutlab.config.groups import (check_added_keys, check_deleted_keys, check_group_choices, did_you_mean,
+                                  sweep_names)
 from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import check_folder_overrides, run_name
 from cutlab.config.paths import CONFIG_MODULE
@@ -141,8 +143,13 @@ def composition_message(error: Exception) -> str:
     """Hydra's report of an override it cannot apply as one line with cutlab's fix: Hydra's own second line advises
     adding an unknown key with '+', which would be read by nothing (cutlab.config.groups.check_added_keys)."""
     text = str(error).strip().splitlines()[0].rstrip(".") if str(error).strip() else type(error).__name__
-    if "Could not find" in text or "Cannot find primary config" in text:
-        fix = "choose a config that exists under conf/ (or sweeps/ for --config-name)"
+    if missing := re.search(r"Cannot find primary config '([^']+)'", text):
+        near = difflib.get_close_matches(missing[1], sweep_names(), n=1, cutoff=0.75)
+        fix = ((f"did you mean --config-name {near[0]}? " if near else "") + "a sweep file is one of --config-name "
+               f"{','.join(sweep_names())}, or one of your own: --config-dir FOLDER --config-name NAME (for "
+               "FOLDER/NAME.yaml)")
+    elif "Could not find" in text:
+        fix = "choose a config that exists under conf/"
     elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
         fix = f"each launcher has its own keys: {valid_keys_text()}"
     elif "INTERVAL_SWEEP" in text or ("requires --multirun" in text and "interval(" in text):

@@ -144,6 +144,11 @@ def choices(group: str, folders: list[Path] | None = None) -> list[str]:
     return sorted({path.stem for folder in (folders or [CONFIG_DIR]) for path in (folder / group).glob("*.yaml")})
 
 
+def sweep_names() -> list[str]:
+    """The names ``--config-name`` takes from sweeps/."""
+    return sorted(path.stem for path in SWEEPS_DIR.glob("*.yaml"))
+
+
 def check_group_choices(arguments: list[str]) -> None:
     """Unknown ``model=``/``data=``/``train=`` names get one line naming the valid ones, and a ``run_name`` that is
     not one folder name gets one line (before Hydra starts; launcher keys: config.launcher.check_launcher_overrides)."""
