@@ -695,6 +695,22 @@ def test_wandbs_own_variables_give_the_mode_and_project(monkeypatch, variables, 
     assert (wandb.mode, wandb.project) == expected
 
 
+def test_wandbs_run_group_and_tags_variables_reach_the_wandb_run(tmp_path):
+    """cutlab passed tags=[] and, in a sweep, the sweep's name as the group to wandb.init, which overrode W&B's own
+    WANDB_TAGS and WANDB_RUN_GROUP: read back from the offline run, the tags were the verdict alone."""
+    from analysis.wandb_source import find_offline_runs, read_transaction_log
+
+    runs = tmp_path / "runs"
+    cutlab(["-m", *TINY_RUN, "L=1", "eval.gamma_test=[0]", "progress=false", "wandb.mode=offline"], runs,
+           env={"WANDB_TAGS": "ablation,v2", "WANDB_RUN_GROUP": "exp1"})
+    ((run_dir, sessions),) = find_offline_runs(runs).items()
+    run = [record["run"] for session in sessions for record in read_transaction_log(session)
+           if record.get("type") == "run"][-1]
+    verdict = json.loads((run_dir / "summary.json").read_text())["verdict"]
+    assert (run["run_group"], run["tags"]) == ("exp1", ["ablation", "v2", verdict])
+    assert "group: exp1" in (run_dir / "config.yaml").read_text()
+
+
 def test_a_wandb_mode_cutlab_does_not_run_is_named_by_its_variable(monkeypatch):
     from cutlab.config.checks import check_config
     from cutlab.config.compose import compose_run_config

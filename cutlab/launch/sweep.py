@@ -18,6 +18,7 @@ from pathlib import Path
 
 from cutlab.atomic import write_atomic
 from cutlab.config.launcher import check_launcher_node
+from cutlab.config.resolvers import wandb_variable
 from cutlab.errors import CutlabError
 from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
@@ -25,8 +26,10 @@ from cutlab.redaction import redact_argv
 
 
 def with_sweep_group(command: Command) -> Command:
-    """Runs of one sweep share a W&B group, the sweep's name, unless the command sets ``wandb.group``."""
-    if command.multirun and not any(o.lstrip("+~").startswith("wandb.group=") for o in command.overrides):
+    """Runs of one sweep share a W&B group, the sweep's name, unless the command sets ``wandb.group`` or W&B's own
+    $WANDB_RUN_GROUP does (conf/config.yaml)."""
+    given = any(o.lstrip("+~").startswith("wandb.group=") for o in command.overrides)
+    if command.multirun and not given and wandb_variable("RUN_GROUP", None) is None:
         command.overrides.append(f"wandb.group={sweep_name(command)}")
     return command
 

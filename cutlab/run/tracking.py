@@ -133,8 +133,8 @@ class Tracker:
                 self.run = wandb.init(
                     mode=mode, dir=str(run_dir), name=display_name(name, config),
                     config={**redact_values(config), RUN_FOLDER_KEY: name}, project=project,
-                    entity=entity, group=group, tags=list(tags), id=run_id, resume="allow" if run_id else None,
-                    reinit="create_new",
+                    entity=entity, group=group, id=run_id, resume="allow" if run_id else None, reinit="create_new",
+                    tags=list(tags) or None,  # not []: an empty list overrode W&B's own $WANDB_TAGS
                 )
         except wandb.errors.Error as error:  # online: no API key, a refused key, an unreachable server
             self._service.restore_environment()
