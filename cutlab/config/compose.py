@@ -68,14 +68,14 @@ def yaml_message(error: yaml.YAMLError) -> str:
     return f"{where} ({problem}); fix the file there"
 
 
-def check_overrides(overrides: list[str]) -> None:
+def check_overrides(overrides: list[str], checked_by_caller: tuple[str, ...] = ()) -> None:
     """The command line's own checks, before Hydra composes it: launcher keys, group choices, a key added with
     '+' that nothing reads, one deleted with '~' that every run reads, and Hydra's folder keys. They read the config
     tree with OmegaConf, so Ctrl-C is held (cutlab.interrupted)."""
     with ctrl_c_held():
         check_launcher_overrides(overrides)
         check_group_choices(overrides)
-        check_added_keys(overrides)
+        check_added_keys(overrides, checked_by_caller)
         check_deleted_keys(overrides)
         check_folder_overrides(overrides)
 
@@ -108,8 +108,9 @@ def check_is_override(argument: str) -> None:
     raise CutlabError(f"{argument!r} is not a setting: settings are KEY=VALUE (e.g. model=ut L=5); {hint}")
 
 
-def compose_run_config(overrides: list[str]) -> DictConfig:
-    """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node)."""
+def compose_run_config(overrides: list[str], checked_by_caller: tuple[str, ...] = ()) -> DictConfig:
+    """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node); keys added under
+    the nodes ``checked_by_caller`` are left to the caller to check (check_overrides)."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.errors import HydraException
     from hydra.types import RunMode
@@ -117,7 +118,7 @@ def compose_run_config(overrides: list[str]) -> DictConfig:
 
     for override in overrides:
         check_is_override(override)
-    check_overrides(overrides)
+    check_overrides(overrides, checked_by_caller)
     try:
         with main_hydra() as hydra:
             cfg = hydra.compose_config("config", list(overrides), run_mode=RunMode.RUN, from_shell=False,

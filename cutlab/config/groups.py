@@ -58,15 +58,18 @@ def _searchpath_entries(argument: str) -> list[str]:
 OWN_NODES = ("train", "data", "eval", "checkpoint", "paths", "wandb")
 
 
-def check_added_keys(arguments: list[str]) -> None:
+def check_added_keys(arguments: list[str], checked_by_caller: tuple[str, ...] = ()) -> None:
     """``+train.alpah=0.3`` or ``+gama=0.1``: one line, before Hydra adds a key that nothing would read (a group of the
-    user's own, ``+experiment=NAME`` from ``--config-dir``, is added as Hydra adds it)."""
+    user's own, ``+experiment=NAME`` from ``--config-dir``, is added as Hydra adds it). The nodes in
+    ``checked_by_caller`` are left to the caller (cutlab-eval checks data keys against each run's own data)."""
     folders = search_dirs(arguments)
     for argument in arguments:
         if not argument.startswith("+"):  # +KEY=VALUE, and ++KEY=VALUE (added, or set where the key is)
             continue
         key = argument.lstrip("+").partition("=")[0]
         node, _, inner = key.partition(".")
+        if node in checked_by_caller:
+            continue
         if node in OWN_NODES:
             unread = inner.partition(".")[0] not in _known_keys(node, folders)
         else:  # a top-level key, or a node (+modle.x=1) that is neither cutlab's nor a group of the user's own

@@ -50,7 +50,8 @@ def compose_settings(overrides: list[str]) -> DictConfig:
         return compose_run_config(overrides)
     # data.KEY=... alone sets a key of each run's own data, checked there (evaluation_config): the default data
     # config composed here may lack it (a text run's data.max_length), so it is set whether or not that has it
-    return compose_run_config([f"++{o.lstrip('+')}" if _is_data_key(o) else o for o in overrides])
+    return compose_run_config([f"++{o.lstrip('+')}" if _is_data_key(o) else o for o in overrides],
+                              checked_by_caller=("data",))
 
 
 def check_data_keys(overrides: list[str], data: DictConfig, named: str) -> None:
