@@ -271,6 +271,9 @@ def corrupt_npz(folder: Path) -> Path:
         # a sweep file that is not there: "choose a config that exists under conf/ (or sweeps/ ...)", naming none
         (["-m", "--config-name", "tabel3"], "did you mean --config-name table3? a sweep file is one of "
                                                "--config-name ablation_alpha,ablation_dual_lr,"),
+        # Hydra's "ValueError: Only one of --run, --multirun, --cfg, --info and --shell_completion", a traceback
+        (["-m", "--cfg", "job", "L=1,2"], "--cfg and -m do not go together: --cfg looks at one run's config (one "
+                                          "value per key, no -m); python -m cutlab --plan -m KEY=A,B"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -332,7 +335,7 @@ def corrupt_npz(folder: Path) -> Path:
          "key-added-under-an-unknown-node", "data-key-added-misspelt",
          "deleted-train-key", "deleted-section", "deleted-group",
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
-         "hydra-mode", "unknown-sweep-file",
+         "hydra-mode", "unknown-sweep-file", "cfg-with-m",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

@@ -58,6 +58,8 @@ REFUSED_FLAGS = {
                             "loads none); to run a run again, run its 'command' from its provenance.json",
 }
 REFUSED_FLAGS["-cp"] = REFUSED_FLAGS["--config-path"]
+# Hydra's flags that look at one run's config instead of running it; with -m, Hydra's ValueError traceback
+LOOKING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
 
 
 def parse_command(argv: list[str]) -> Command | None:
@@ -65,6 +67,11 @@ def parse_command(argv: list[str]) -> Command | None:
     for arg in argv:  # wherever they stand: after --cfg or --help too, which Hydra would then read
         if (flag := arg.partition("=")[0]) in REFUSED_FLAGS:
             raise CutlabError(REFUSED_FLAGS[flag])
+    looking = [arg for arg in argv if arg.partition("=")[0] in LOOKING_FLAGS]
+    sweeping = [arg for arg in argv if arg in ("-m", "--multirun", "--plan")]
+    if looking and sweeping:
+        raise CutlabError(f"{looking[0]} and {sweeping[0]} do not go together: {looking[0]} looks at one run's config "
+                          "(one value per key, no -m); python -m cutlab --plan -m KEY=A,B ... lists a sweep's runs")
     command = Command(overrides=[])
     args = iter(argv)
     for arg in args:
