@@ -274,6 +274,9 @@ def corrupt_npz(folder: Path) -> Path:
         # Hydra's "ValueError: Only one of --run, --multirun, --cfg, --info and --shell_completion", a traceback
         (["-m", "--cfg", "job", "L=1,2"], "--cfg and -m do not go together: --cfg looks at one run's config (one "
                                           "value per key, no -m); python -m cutlab --plan -m KEY=A,B"),
+        # Hydra's documented env_set, where its own '+' advice is right: "check the key against conf/"
+        (["hydra.job.env_set.FOO=1"], "a variable that hydra.job.env_set does not have yet is added with '+': "
+                                      "+hydra.job.env_set.FOO=VALUE"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -336,6 +339,7 @@ def corrupt_npz(folder: Path) -> Path:
          "deleted-train-key", "deleted-section", "deleted-group",
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
          "hydra-mode", "unknown-sweep-file", "cfg-with-m",
+         "env-set-without-plus",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

@@ -161,6 +161,8 @@ def composition_message(error: Exception) -> str:
         fix = "drop the leading '+': the key is there already"
     elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
         fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
+    elif variable := re.search(r"Could not override '(hydra\.job\.env_set\.[^']+)'", text):  # Hydra's advice holds
+        fix = f"a variable that hydra.job.env_set does not have yet is added with '+': +{variable[1]}=VALUE"
     else:
         unknown = re.search(r"Could not override '([^']+)'", text)
         fix = (f"{did_you_mean(unknown[1]) if unknown else ''}check the key against conf/ (python -m cutlab --cfg "
