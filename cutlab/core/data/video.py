@@ -57,8 +57,9 @@ def load_video_clips(
     module, function = LOADERS[name].split(":")
     loader = getattr(importlib.import_module(module), function)
     # +data.test_clips=2 on a set whose loader has no such option was the loader's TypeError, a traceback
-    for key in options.keys() - inspect.signature(loader).parameters.keys():
-        raise CutlabError(f"data.{key} is not a setting of data.name={name}; remove it (python -m cutlab "
+    unknown = sorted(options.keys() - inspect.signature(loader).parameters.keys())
+    if unknown:
+        raise CutlabError(f"data.{unknown[0]} is not a setting of data.name={name}; remove it (python -m cutlab "
                           f"data={name} --cfg job shows the set's keys)")
     return loader(root, cache_dir, image_size, progress, **options)
 
