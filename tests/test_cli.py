@@ -165,6 +165,20 @@ def test_online_wandb_without_a_key_is_one_line_naming_wandb_login(tmp_path):
     assert summary["status"] == "complete" and summary["wandb_mode"] == "offline"
 
 
+def test_online_wandb_with_its_server_out_of_reach_says_so_in_the_last_line(tmp_path):
+    # W&B retried for about 100 s without a line, then cutlab advised `wandb login` (the key was there) and W&B's
+    # "Find logs at" came after cutlab's line; a closed local port stands for a server out of reach
+    env = {"HOME": str(tmp_path / "home"), "WANDB_API_KEY": "0" * 40, "WANDB_BASE_URL": "http://127.0.0.1:9",
+           "WANDB_INIT_TIMEOUT": "5"}
+    args = ["wandb.mode=online", "train.epochs=1", "train.max_steps_per_epoch=1", "eval.gamma_test=[0]"]
+    result = cutlab(args, tmp_path / "runs", check=False, timeout=300, env=env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert "[cutlab] W&B: starting the online run (a server out of reach takes W&B about 100 s" in result.stderr
+    message = result.stderr.strip().splitlines()[-1]
+    assert message.startswith("cutlab: error: W&B could not start this run (wandb.mode=online): ") and \
+        "this machine did not reach W&B's server: check its network" in message and "login" not in message, message
+
+
 @pytest.fixture(scope="module")
 def earlier_run(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("bad") / "runs"

@@ -108,6 +108,10 @@ def _service_gone() -> tuple[type[BaseException], ...]:
     return OSError, MailboxClosedError, HandleAbandonedError
 
 
+# W&B's words for a server it could not reach (the login advice does not help there)
+UNREACHABLE = ("dial tcp", "no such host", "connection refused", "network is unreachable")
+
+
 class Tracker:
     """A W&B run in the run folder (``<run_dir>/wandb``), resumable by id; a no-op when disabled.
 
@@ -128,6 +132,9 @@ class Tracker:
         self._service.wait()
         import wandb
 
+        if mode == "online":  # W&B says nothing while it retries an unreachable server
+            print("[cutlab] W&B: starting the online run (a server out of reach takes W&B about 100 s to give up; "
+                  "WANDB_INIT_TIMEOUT=SECONDS shortens it)", file=sys.stderr, flush=True)
         try:
             with redacted_argv():  # W&B records the command line in the run's metadata
                 self.run = wandb.init(
@@ -137,12 +144,15 @@ class Tracker:
                     tags=list(tags) or None,  # not []: an empty list overrode W&B's own $WANDB_TAGS
                 )
         except wandb.errors.Error as error:  # online: no API key, a refused key, an unreachable server
+            wandb.teardown()  # W&B's "Find logs at" lines now, not after the one line below
             self._service.restore_environment()
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0].rstrip(".")
-            raise CutlabError(f"W&B could not start this run (wandb.mode={mode}): {reason}; run `wandb login` (or "
-                              f"set WANDB_API_KEY) and the same command again, or log offline (wandb.mode=offline, "
-                              f"the default; upload later with wandb sync) or not at all (wandb.mode=disabled)"
-                              ) from None
+            unreachable = any(text in reason.lower() for text in UNREACHABLE)
+            fix = ("this machine did not reach W&B's server: check its network (and WANDB_BASE_URL, where set)"
+                   if unreachable else "run `wandb login` (or set WANDB_API_KEY)")
+            raise CutlabError(f"W&B could not start this run (wandb.mode={mode}): {reason}; {fix} and run the same "
+                              f"command again, or log offline (wandb.mode=offline, the default; upload later with "
+                              f"wandb sync) or not at all (wandb.mode=disabled)") from None
         # each section plotted against its own axis in W&B's UI: training curves against the step, the
         # evaluation against gamma_test (the noise level of Fig. 3/4, not a time)
         self.run.define_metric(STEP_KEY)
