@@ -16,7 +16,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.compose import check_overrides
+from cutlab.config.compose import check_overrides, check_shown_config
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
@@ -160,6 +160,8 @@ def main() -> None:
             _start_tally(sweep[0])
         elif command is not None:  # one run: composed once here, so that what Hydra would report in many lines is one
             NEW_FOLDERS[:] = _missing_folders(check_run(command))
+        else:  # another of Hydra's flags: --cfg job is checked the same way (the others compose nothing)
+            check_shown_config(argv)
     except CutlabError as error:
         print(f"cutlab: error: {redact(str(error))}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -291,6 +291,9 @@ def corrupt_npz(folder: Path) -> Path:
         # Hydra's documented env_set, where its own '+' advice is right: "check the key against conf/"
         (["hydra.job.env_set.FOO=1"], "a variable that hydra.job.env_set does not have yet is added with '+': "
                                       "+hydra.job.env_set.FOO=VALUE"),
+        # --cfg job, Hydra's path: its five lines, with "To append to your config use +train.alhpa=0.3"
+        (["--cfg", "job", "train.alhpa=0.3"], "the command's config cannot be composed: Could not override "
+                                              "'train.alhpa'; did you mean train.alpha?"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -353,7 +356,7 @@ def corrupt_npz(folder: Path) -> Path:
          "deleted-train-key", "deleted-section", "deleted-group",
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
          "hydra-mode", "unknown-sweep-file", "cfg-with-m",
-         "env-set-without-plus",
+         "env-set-without-plus", "cfg-job-with-a-misspelt-key",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
@@ -387,6 +390,13 @@ def test_a_model_key_deleted_with_tilde_leaves_the_class_default(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     model = yaml.safe_load(result.stdout)["model"]
     assert model["name"] == "dust" and "atoms" not in model
+
+
+def test_cfg_job_prints_what_it_cannot_resolve_here(tmp_path):
+    # --cfg job is checked by composing the config, not resolving it: an unset variable is printed as written
+    result = cutlab(["--cfg", "job", "train.lr=${oc.env:CUTLAB_TEST_UNSET}"], tmp_path / "runs", check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert yaml.safe_load(result.stdout)["train"]["lr"] == "${oc.env:CUTLAB_TEST_UNSET}"
 
 
 def test_a_misspelt_progress_mode_is_one_line_not_read_as_unset(earlier_run):

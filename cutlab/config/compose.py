@@ -135,6 +135,32 @@ def compose_run_config(overrides: list[str], checked_by_caller: tuple[str, ...] 
     return cfg
 
 
+def check_shown_config(argv: list[str]) -> None:
+    """``--cfg job``, Hydra's own path: an override it cannot apply is one line, where Hydra printed five with its
+    advice to add the key with '+'. Composed, not resolved, as --cfg prints it: an unset ${oc.env:VAR} still prints."""
+    import contextlib
+    import io
+
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            args = get_args_parser().parse_args(argv)
+    except SystemExit:  # a flag Hydra's parser refuses: Hydra says so itself, once
+        return
+    if args.cfg is None:
+        return
+    try:
+        with main_hydra(args.config_dir) as hydra:
+            hydra.compose_config(args.config_name or "config", args.overrides, run_mode=RunMode.RUN,
+                                 with_log_configuration=False)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
+
+
 # Hydra's Optuna and Ax sweepers read interval(); its basic sweeper, which -m runs on, cannot
 INTERVAL_FIX = ("interval(low,high) is a range for a Bayesian search, which -m cannot run: give values (gamma=0,0.09) "
                 "or range(start,stop,step) with -m, or search the range with cutlab-search")
