@@ -294,6 +294,12 @@ def corrupt_npz(folder: Path) -> Path:
         # --cfg job, Hydra's path: its five lines, with "To append to your config use +train.alhpa=0.3"
         (["--cfg", "job", "train.alhpa=0.3"], "the command's config cannot be composed: Could not override "
                                               "'train.alhpa'; did you mean train.alpha?"),
+        # Hydra's spelling of folder names: the runs of the same sweep named anew (L-1), so trained again
+        (["-m", "L=1,2", "hydra.job.config.override_dirname.kv_sep=-"],
+         "hydra.job.config.override_dirname.kv_sep is cutlab's to set: each run's folder is paths.runs_dir/<run_name>"),
+        # a sweep of a key that does not change the result: the line listed the sweep's own wandb.group in each run
+        (["-m", "threads=1,2"], "runs threads=1 and threads=2 would share the folder default: a swept key is left out "
+                                "of folder names, as a key that does not change a run's result"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -357,6 +363,7 @@ def corrupt_npz(folder: Path) -> Path:
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
          "hydra-mode", "unknown-sweep-file", "cfg-with-m",
          "env-set-without-plus", "cfg-job-with-a-misspelt-key",
+         "folder-name-separator", "sweep-of-a-neutral-key",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",

@@ -14,6 +14,8 @@ UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]")  # what a folder name made from the o
 # Hydra's own folder keys: cutlab names each run's folder (conf/config.yaml's hydra.run.dir and hydra.sweep.subdir)
 # and each sweep's record folder (hydra.sweep.dir) itself
 HYDRA_FOLDER_KEYS = ("hydra.run", "hydra.run.dir", "hydra.sweep", "hydra.sweep.dir", "hydra.sweep.subdir")
+# and every key below these: how Hydra spells a run's overrides as its folder name (kv_sep, item_sep, exclude_keys)
+HYDRA_FOLDER_NAMING = ("hydra.job.config.override_dirname", "hydra.job.override_dirname")
 
 
 def check_run_name(explicit) -> None:
@@ -33,15 +35,16 @@ def check_folder_overrides(overrides: list[str]) -> None:
     """No override of Hydra's folder keys: a re-run resumes or skips a run, and the sweep's plan and the analysis
     find it, at ``paths.runs_dir/<run_name>`` only. ``hydra.sweep.subdir=NAME`` put each run of a sweep into one
     folder of its record (the first trained, the others refused, none counted complete), and ``hydra.sweep.dir`` gave
-    way to the sweep's own record folder without a word. ``hydra.job.chdir=true`` read a relative paths.runs_dir from
-    inside the run's folder, and refused the run as outside it."""
+    way to the sweep's own record folder without a word; ``hydra.job.config.override_dirname.kv_sep=-`` named the same
+    runs anew (``L-1``), so the command without it trained them again. ``hydra.job.chdir=true`` read a relative
+    paths.runs_dir from inside the run's folder, and refused the run as outside it."""
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "hydra.job.chdir" and value.strip().lower() in ("true", "yes", "on", "1"):  # OmegaConf's true
             raise CutlabError(f"hydra.job.chdir={value}: a run works in the folder its command runs in, where its "
                               "relative paths (paths.runs_dir=runs, data.root=...) were meant, and writes its record "
                               "into its own folder itself; leave hydra.job.chdir out")
-        if key in HYDRA_FOLDER_KEYS:
+        if key in HYDRA_FOLDER_KEYS or any(key == k or key.startswith(f"{k}.") for k in HYDRA_FOLDER_NAMING):
             raise CutlabError(f"{key} is cutlab's to set: each run's folder is paths.runs_dir/<run_name> (where a "
                               "re-run resumes or skips it and the analysis reads it), each sweep's record is in "
                               "paths.runs_dir/_sweeps; give paths.runs_dir=DIR, and run_name=NAME to name one run's "

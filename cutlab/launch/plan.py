@@ -269,10 +269,13 @@ def _check_unique_ids(plan: Plan) -> None:
             first = seen[run.run_id].overrides
             if first == run.overrides:
                 raise CutlabError(f"the sweep lists the run {run.run_id} twice: give each swept value once")
+            def shown(overrides: list[str]) -> str:  # the sweep's own W&B group, added to every run, says nothing
+                return " ".join(o for o in overrides if not o.startswith("wandb.group="))
+
             raise CutlabError(
-                f"runs {' '.join(first)} and {' '.join(run.overrides)} would share the folder {run.run_id}: "
-                "a swept key is excluded from folder names (hydra.job.config.override_dirname.exclude_keys); "
-                "sweep a key that changes the result, or give each run its own run_name")
+                f"runs {shown(first)} and {shown(run.overrides)} would share the folder {run.run_id}: "
+                "a swept key is left out of folder names, as a key that does not change a run's result "
+                "(cutlab/config/neutral.py); sweep a key that changes the result, or give each run its own run_name")
         seen[run.run_id] = run
 
 
