@@ -269,14 +269,17 @@ def _check_unique_ids(plan: Plan) -> None:
             first = seen[run.run_id].overrides
             if first == run.overrides:
                 raise CutlabError(f"the sweep lists the run {run.run_id} twice: give each swept value once")
-            def shown(overrides: list[str]) -> str:  # the sweep's own W&B group, added to every run, says nothing
-                return " ".join(o for o in overrides if not o.startswith("wandb.group="))
-
             raise CutlabError(
-                f"runs {shown(first)} and {shown(run.overrides)} would share the folder {run.run_id}: "
+                f"runs {' '.join(_as_typed(first))} and {' '.join(_as_typed(run.overrides))} would share the folder "
+                f"{run.run_id}: "
                 "a swept key is left out of folder names, as a key that does not change a run's result "
                 "(cutlab/config/neutral.py); sweep a key that changes the result, or give each run its own run_name")
         seen[run.run_id] = run
+
+
+def _as_typed(overrides: list[str]) -> list[str]:
+    """A run's overrides without the W&B group the sweep adds to every run (launch.sweep.with_sweep_group)."""
+    return [o for o in overrides if not o.startswith("wandb.group=")]
 
 
 def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None, str | None]:
@@ -321,8 +324,7 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
         if cost.unmeasured:
             kinds = {run.cost_key: run for run in cost.unmeasured}
             example = [*plan.command.config_flags(),
-                       *(o for o in next(iter(kinds.values())).overrides
-                          if not o.startswith("wandb.group=") and not is_launcher_override(o))]
+                       *(o for o in _as_typed(next(iter(kinds.values())).overrides) if not is_launcher_override(o))]
             lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "
                          f"of each first, e.g. {pasted_command(example)}")
     return "\n".join(lines)
