@@ -20,6 +20,7 @@ from cutlab.core.training import MAX_SEED
 from cutlab.atomic import unwritable
 from cutlab.errors import CutlabError, refuse_blank
 from cutlab.config.groups import task_kind
+from cutlab.config.resolvers import wandb_variable
 
 WANDB_MODES = ("offline", "online", "disabled")
 # torch's optimisers turn a learning rate into a float32 step factor (check_rate holds the two bounds). Adam's first
@@ -239,7 +240,7 @@ def check_runs_dir(folder: Path) -> None:
 
 def _check_wandb(wandb: DictConfig) -> None:
     """W&B's own refusals, before the run's folder is made: wandb.init raised them after it held the first records."""
-    if wandb.mode not in WANDB_MODES and str(wandb.mode) == os.environ.get("WANDB_MODE", "").strip().lower():
+    if wandb.mode not in WANDB_MODES and wandb.mode == wandb_variable("MODE", None):  # the variable gave it
         raise CutlabError(f"WANDB_MODE={os.environ['WANDB_MODE'].strip()} gives wandb.mode, which must be one of "
                           f"{', '.join(WANDB_MODES)} (W&B's shared mode is not supported); set WANDB_MODE to one of "
                           "them, or give wandb.mode=offline")
