@@ -89,7 +89,9 @@ def unwritable(folder: Path) -> str | None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
     except OSError as error:
-        return os_reason(error) if existing == folder else f"{existing}: {os_reason(error)}"
+        # an existing folder that answers "no such file" to a new entry is a kernel's view (/proc, /sys)
+        reason = "takes no new files (a virtual file system)" if error.errno == errno.ENOENT else os_reason(error)
+        return reason if existing == folder else f"{existing}: {reason}"
     return None
 
 

@@ -240,8 +240,8 @@ def corrupt_npz(folder: Path) -> Path:
         (["paths.runs_dir=FILE"], "cannot hold run folders: "),
         (["-m", "L=1,2", "paths.runs_dir=FILE"], "cannot hold run folders: "),
         # os.access says yes to root there: it was Hydra's traceback as it made the folder
-        (["paths.runs_dir=/proc/cutlab_runs"], "cannot hold run folders: /proc: no such file or directory; give a "
-                                               "folder you can write"),
+        (["paths.runs_dir=/proc/cutlab_runs"], "cannot hold run folders: /proc: takes no new files (a virtual file "
+                                               "system); give a folder you can write"),
         # paths.runs_dir=$RUNS with RUNS unset: the run folders went into the current folder (Path('') is '.')
         (["paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders, e.g. paths.runs_dir=runs"),
         (["-m", "L=1,2", "paths.runs_dir="], "paths.runs_dir is empty; give the folder for the run folders"),

@@ -427,8 +427,8 @@ def test_storage_in_a_wrong_form_stops_with_one_line_naming_the_fix(tmp_path, ca
 
 @pytest.mark.parametrize("where, fix", [
     ("FOLDER", "is a folder, not a journal file; give a file's path, e.g. --storage "),
-    ("/proc/cutlab/study.journal", "cannot be written: /proc: no such file or directory; give a journal file in a "
-                                   "folder you can write"),
+    ("/proc/cutlab/study.journal", "cannot be written: /proc: takes no new files (a virtual file system); "
+                                   "give a journal file in a folder you can write"),
     ("FILE/study.journal", "is a file; give a journal file in a folder you can write"),
 ])
 def test_a_journal_that_cannot_be_a_file_stops_in_one_line_with_dry_run_and_without(tmp_path, capsys, monkeypatch,
