@@ -89,6 +89,8 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     (["+train.alhpa=1"], "train.alhpa is not a key of cutlab's config, and a key added with '+' would be read by nothing"),
     (["searc.n_trials=3"], "searc.n_trials is not a key of cutlab's config; did you mean search.n_trials=3?"),
     (["+search.study=x"], "+search.study is not a key of cutlab's config; did you mean search.study=x?"),
+    # Hydra's deletion of a preset's key: "Could not delete from config. 'search.n_trials' does not exist"
+    (["~search.n_trials"], "~search.n_trials is not a key of cutlab's config; did you mean search.n_trials=VALUE?"),
 ])
 def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(tmp_path, capsys, monkeypatch,
                                                                                arguments, message):

@@ -104,14 +104,14 @@ def split_overrides(arguments: list[str]) -> tuple[str, list[str], list[str]]:
 
 
 def _meant_search_key(argument: str) -> str | None:
-    """``searc.n_trials=3`` or ``+search.n_trials=3``: the search's own key, misspelt or given a prefix. No config key
-    is near 'search', and composing it would only advise checking it against conf/."""
+    """``searc.n_trials=3``, ``+search.n_trials=3``, ``~search.n_trials``: the search's own key, misspelt, given a
+    prefix or deleted. No config key is near 'search', and composing it would only advise checking it against conf/."""
     key, equals, value = argument.lstrip("+~").partition("=")
     node, dot, rest = key.partition(".")
-    if not equals or argument.startswith(("search.", "search=")) or not difflib.get_close_matches(node, ["search"],
-                                                                                                  cutoff=0.8):
+    if not (equals or argument.startswith("~")) or argument.startswith(("search.", "search=")) or \
+            not difflib.get_close_matches(node, ["search"], cutoff=0.8):
         return None
-    return f"search.{rest}={value}" if dot else f"search={value}"
+    return f"search.{rest}={value or 'VALUE'}" if dot else f"search={value or 'VALUE'}"
 
 
 def build_plan(args: argparse.Namespace):
