@@ -210,6 +210,28 @@ def test_frame_windows_say_which_clip_each_window_comes_from():
     assert [name for name, _ in windows.index] == ["b_second"] * 3 + ["a_first"] * 5
     assert windows.sample_groups.ids.tolist() == [0] * 3 + [1] * 5 and windows.sample_groups.unit == "clip"
 
+
+def test_cutlab_evals_split_all_keeps_each_clips_windows_one_group():
+    """``--split all`` joins the train, validation and test windows; a ConcatDataset has no sample_groups, so the
+    verdict's interval resampled windows as independent samples (and gave one over fewer than 10 clips)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from cutlab.core.data import FrameWindows
+    from cutlab.transfer.evaluate import split_of
+
+    def windows(*lengths):
+        return FrameWindows({f"clip{i}": np.zeros((n, 8, 8), np.uint8) for i, n in enumerate(lengths)}, frames=4,
+                            stride=4)
+
+    task = SimpleNamespace(train_set=windows(8, 4), val_set=windows(8), test_set=windows(4, 12))
+    joined = split_of(task, "all")
+    assert len(joined) == 2 + 1 + 2 + 1 + 3
+    assert joined.sample_groups.ids.tolist() == [0, 0, 1, 2, 2, 3, 4, 4, 4] and joined.sample_groups.unit == "clip"
+    assert split_of(task, "test").sample_groups is task.test_set.sample_groups
+
+
 def test_a_degenerate_slot_has_an_infinite_interval_and_the_others_are_unchanged():
     """UT at gamma_train 0 in the difference form: Phi_0 is the clean input, so l_0 = 0 in every sample and the
     first descent constraint's right-hand side is 0 (relative violation inf). Its interval is [inf, inf], not nan,

@@ -16,6 +16,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import ConcatDataset
 
+from cutlab.core.data.groups import joined_groups
 from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
 from cutlab.errors import CutlabError
 from cutlab.core.perturbation import Perturbation
@@ -56,10 +57,13 @@ class Request:
 
 def split_of(task: Task, split: str):
     if split == "all":  # every clip of the new data: none of it was trained on
-        joined = ConcatDataset([task.train_set, task.val_set, task.test_set])
+        parts = [task.train_set, task.val_set, task.test_set]
+        joined = ConcatDataset(parts)
         own = getattr(task.train_set, "collate", None)
         if own is not None:
             joined.collate = own
+        # a clip's windows stay one group, so the verdict's interval resamples clips as on one split
+        joined.sample_groups = joined_groups(parts)
         return joined
     return {"test": task.test_set, "val": task.val_set, "train": task.train_set}[split]
 
