@@ -23,6 +23,7 @@ from matplotlib.figure import Figure
 from .collect import RunTable, data_configs
 from .consistency import evaluation_mismatch
 from .figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
+from .figure_marks import line_style
 from .markdown import inert
 from .selection import ARM_LABELS
 from .verdicts import CAPTION, mark
@@ -71,12 +72,7 @@ def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[s
             metrics.append(frame.assign(run=run["run"], grid=[grid] * len(frame)))
     frame = pd.DataFrame(rows)
     if not frame.empty:
-        frame.insert(6, "label", evaluation_labels(runs, requests))
-        # two evaluations on the same data and grid that differ otherwise (e.g. another eval.batch_size) keep their
-        # own columns
-        frame["key"] = [Path(folder).name.rsplit("-", 1)[-1] for folder in frame["folder"]]
-        shared = frame.groupby(["label", "grid"])["key"].transform("nunique") > 1
-        frame.loc[shared, "label"] = frame.loc[shared, "label"] + " [" + frame.loc[shared, "key"] + "]"
+        frame.insert(6, "label", columns_apart(evaluation_labels(runs, requests), list(frame["grid"]), requests))
         for metric_frame, (_, row) in zip(metrics, frame.iterrows()):
             metric_frame["label"] = row["label"]
     return (frame, pd.concat(metrics, ignore_index=True) if metrics else pd.DataFrame(), problems)
@@ -97,6 +93,22 @@ def evaluation_labels(runs: RunTable, requests: list[dict]) -> list[str]:
         for i, parts in zip(indices, apart):
             labels[i] = data_label(requests[i], apart=parts)
     return labels
+
+
+def columns_apart(labels: list[str], grids: list[tuple], requests: list[dict]) -> list[str]:
+    """Each evaluation's column: its data's label, and where evaluations on that data and grid were asked otherwise
+    (another ``eval.batch_size`` draws other noise, another noise mean), what differs, e.g. ``[batch_size=2]``.
+    The run's seed is the run's own, not the evaluation's: evaluations of several seeds share one column."""
+    own = ("data", "gamma_test", "seed")  # the label and the grid say the first two
+    settings = [{key: value for key, value in request.items() if key not in own} for request in requests]
+    columns = list(labels)
+    for cell in dict.fromkeys(zip(labels, grids)):
+        members = [i for i, other in enumerate(zip(labels, grids)) if other == cell]
+        keys = sorted({key for i in members for key in settings[i]})
+        differ = [key for key in keys if len({json.dumps(settings[i].get(key), sort_keys=True) for i in members}) > 1]
+        for i in members if differ else []:
+            columns[i] += " [" + ", ".join(f"{key}={settings[i].get(key)}" for key in differ) + "]"
+    return columns
 
 
 def _column(label: str, grid: tuple[float, ...]) -> str:
@@ -126,29 +138,51 @@ def _cell(value: float, verdict) -> str:
     return f"{float(value):.2f}" + (f" {mark(verdict)}" if mark(verdict) else "")
 
 
-def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataFrame, label: str,
-                    out_dir: Path) -> list[Path]:
-    """The last layer's metric against γ_test on one evaluation dataset, one line per run (arm styles of Fig 2)."""
+def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataFrame, label: str, out_dir: Path,
+                    stem: str) -> list[Path]:
+    """The last layer's metric against γ_test on one evaluation dataset, one line per run (arm styles of Fig 2; a
+    constrained run not strictly feasible on that data dotted, with hollow markers, as in Fig 2)."""
     chosen = evaluations[evaluations["label"] == label]
+    legends = _legends([runs.run(name) for name in chosen["run"]], list(chosen["verdict"]))
     with matplotlib.rc_context(RC):
         figure = Figure(figsize=(5.5, 3.6), layout="constrained")
         ax = figure.subplots()
-        for _, evaluation in chosen.iterrows():
+        for (_, evaluation), legend in zip(chosen.iterrows(), legends):
             run = runs.run(evaluation["run"])
             rows = metrics[(metrics["run"] == evaluation["run"]) & (metrics["label"] == label)
                            & (metrics["grid"] == evaluation["grid"]) & (metrics["metric"] == evaluation["metric"])]
             rows = rows[rows["layer"] == rows["layer"].max()].sort_values("gamma_test")
-            style = dict(ARM_STYLE.get(run["arm"], {}))
-            style["label"] = (f"{style.get('label', run['arm'])} · {run['model']} L={int(run['L'])} "
-                              f"γ_train={run['gamma_train']:g} · trained on {run['dataset']}"
-                              + (f" {mark(evaluation['verdict'])}" if mark(evaluation["verdict"]) else ""))
-            ax.plot(rows["gamma_test"], rows["value"], **{**style, "label": _math(style["label"])})
+            style = {**ARM_STYLE.get(run["arm"], {}), **line_style({"verdict": evaluation["verdict"]})}
+            ax.plot(rows["gamma_test"], rows["value"], **{**style, "label": _math(legend)})
             ax.axvline(run["gamma_train"], color=style.get("color", "grey"), linewidth=0.6, alpha=0.4)
         ax.set_xlabel(GAMMA_TEST)
         ax.set_ylabel(_metric_label(chosen["metric"].iloc[0]))
         ax.set_title(f"evaluated on {label}")
         ax.legend()
-        return _save(figure, out_dir, f"{STEM}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label).strip('_')}")
+        return _save(figure, out_dir, stem)
+
+
+def _legends(runs: list[pd.Series], verdicts: list) -> list[str]:
+    """One legend entry per run: arm, model, L, γ_train, training data and the verdict's mark; the seed, then the
+    run's folder, where that leaves two entries alike (several seeds of one cell)."""
+    legends = [f"{ARM_STYLE.get(run['arm'], {}).get('label', run['arm'])} · {run['model']} L={int(run['L'])} "
+               f"γ_train={run['gamma_train']:g} · trained on {run['dataset']}" for run in runs]
+    for extra in (lambda run: f"seed {run.get('seed')}", lambda run: str(run["run"])):
+        alike = {legend for legend in legends if legends.count(legend) > 1}
+        legends = [legend + f" · {extra(run)}" if legend in alike else legend for legend, run in zip(legends, runs)]
+    return [legend + (f" {mark(verdict)}" if mark(verdict) else "") for legend, verdict in zip(legends, verdicts)]
+
+
+def figure_stems(labels: list[str]) -> dict[str, str]:
+    """Each evaluation dataset's figure file name; labels that make the same name (``video_folder:clips_all`` and
+    ``video_folder:clips (all)``) get _2, _3, ... in their order, so no figure overwrites another."""
+    stems: dict[str, str] = {}
+    for label in labels:
+        stem = f"{STEM}_{re.sub(r'[^A-Za-z0-9_.-]+', '_', label).strip('_')}"
+        taken = set(stems.values())
+        stems[label] = stem if stem not in taken else next(f"{stem}_{n}" for n in range(2, len(labels) + 2)
+                                                           if f"{stem}_{n}" not in taken)
+    return stems
 
 
 def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables", figures_dir: str = "figures") -> list[str]:
@@ -166,16 +200,20 @@ def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables",
     table.to_csv(out_dir / tables_dir / f"{STEM}.csv")
     markdown = markdown_table(table.reset_index())
     (out_dir / tables_dir / f"{STEM}.md").write_text(markdown + "\n")
-    metric = evaluations["metric"].iloc[0]
+    metric = " or ".join(dict.fromkeys(evaluations["metric"]))  # rmse for video, accuracy for text
     lines += [f"Finished runs' final weights evaluated on data they were not trained on. Each entry: the last "
               f"layer's test {metric} averaged over that column's γ_test grid (first…last, number of points), "
               "marked with the verdict on that data (the run's constraints checked on the evaluated split at "
-              f"γ_test = γ_train). {CAPTION} Columns with different grids are not comparable with each other.", "",
+              f"γ_test = γ_train). {CAPTION} Columns with different grids are not comparable with each other. In the "
+              "figures, a constrained run that is not strictly feasible on that data is drawn dotted with hollow "
+              "markers.", "",
               markdown, "", f"Files: [Markdown]({tables_dir}/{STEM}.md) · [CSV]({tables_dir}/{STEM}.csv)"]
-    for label in dict.fromkeys(evaluations["label"]):
-        paths = transfer_figure(runs, evaluations, metrics, label, out_dir / figures_dir)
+    labels = list(dict.fromkeys(evaluations["label"]))
+    for label, stem in figure_stems(labels).items():
+        paths = transfer_figure(runs, evaluations, metrics, label, out_dir / figures_dir, stem)
         png = next(p for p in paths if p.suffix == ".png")
-        lines += ["", f"### {inert(metric.upper() if metric == 'rmse' else metric)} vs γ_test on {inert(label)}", "",
+        own = evaluations.loc[evaluations["label"] == label, "metric"].iloc[0]
+        lines += ["", f"### {inert(own.upper() if own == 'rmse' else own)} vs γ_test on {inert(label)}", "",
                   f"![{inert(label)}]({figures_dir}/{png.name})", "", f"[PDF]({figures_dir}/{png.stem}.pdf)"]
     if problems:
         lines += ["", "Evaluation records not counted:", "", *(f"- {inert(p)}" for p in problems)]

@@ -288,19 +288,58 @@ def test_the_label_says_what_tells_the_data_apart_and_the_folder_keeps_its_name(
     assert data_label(footage, {"name": "video_folder", "task": "video", "root": None}) == "video_folder:my clips (all)"
 
 
-def write_evaluation(run: Path, request: dict, label: str) -> None:
+def write_evaluation(run: Path, request: dict, label: str, metric: str = "rmse", verdict: str = "feasible") -> None:
     """A complete cutlab-eval record of ``request`` in ``run``, as written with the label ``label`` (metrics made up;
     mean_metric their last layer's mean, as the analysis checks)."""
     from cutlab.transfer.record import METRICS, RECORD, evaluation_dir
 
     folder = evaluation_dir(run, request)
     folder.mkdir(parents=True)
-    rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": "rmse", "value": 20.0 + g + layer}
+    rows = [{"split": "test", "gamma_test": g, "layer": layer, "metric": metric, "value": 20.0 + g + layer}
             for g in request["gamma_test"] for layer in range(3)]
     pd.DataFrame(rows).to_csv(folder / METRICS, index=False)
     (folder / RECORD).write_text(json.dumps({
-        "record_version": 1, "status": "complete", "request": request, "label": label, "run": "a", "metric": "rmse",
-        "mean_metric": float(np.mean([row["value"] for row in rows if row["layer"] == 2])), "verdict": "feasible"}))
+        "record_version": 1, "status": "complete", "request": request, "label": label, "run": "a", "metric": metric,
+        "mean_metric": float(np.mean([row["value"] for row in rows if row["layer"] == 2])), "verdict": verdict}))
+
+
+def test_the_report_keeps_seeds_in_one_column_and_names_each_figure_metric_and_line_apart(tmp_path, monkeypatch):
+    """Three seeds evaluated on the same data were three columns told apart by a hash (the request's key holds the
+    run's seed); two labels that make one file name drew one figure twice; a text evaluation beside a video one was
+    headed RMSE; a run infeasible on the new data was drawn solid, its seeds' legend entries alike."""
+    from matplotlib.axes import Axes
+
+    from analysis.collect import collect_runs
+    from analysis.transfer import transfer_sections
+    from helpers.analysis import write_run
+
+    drawn = []
+    plot = Axes.plot
+    monkeypatch.setattr(Axes, "plot", lambda ax, *a, **k: drawn.append(k) or plot(ax, *a, **k))
+    cell = dict(model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True, test=20.0, selection=20.0,
+                data={k: v for k, v in PED2.items() if k != "name"})
+    for seed in (0, 1, 2):
+        run = write_run(tmp_path / "runs", f"s{seed}", **cell, seed=seed)
+        verdict = "infeasible" if seed else "feasible"
+        write_evaluation(run, {**ped2_request(), "seed": seed}, "ucsd_ped2", verdict=verdict)
+    clips = {"name": "video_folder", "task": "video", "root": "/x/clips"}
+    write_evaluation(run, {**ped2_request("all"), "seed": 2, "data": clips}, "video_folder:clips (all)")
+    write_evaluation(run, {**ped2_request(), "seed": 2, "data": {**clips, "root": "/x/clips_all"}},
+                     "video_folder:clips_all")
+    write_evaluation(run, {**ped2_request(), "seed": 2, "batch_size": 2}, "ucsd_ped2")  # other noise: its own column
+    text = write_run(tmp_path / "runs", "text", model="hf_encoder", dataset="imdb", L=2, gamma=0.4, constrained=True,
+                     test=[0.8, 0.7, 0.6, 0.5], selection=0.7)
+    write_evaluation(text, {**ped2_request(), "data": {"name": "imdb", "task": "text"}}, "imdb", metric="accuracy")
+    lines = transfer_sections(collect_runs(tmp_path / "runs"), tmp_path / "out")
+    header = next(line for line in lines if line.startswith("| run |")).splitlines()[0]
+    assert [cell.strip() for cell in header.split(" | ") if cell.startswith("ucsd_ped2")] == [
+        r"ucsd_ped2 \[batch_size=2\] γ_test 0…1 (3)", r"ucsd_ped2 \[batch_size=4\] γ_test 0…1 (3)"]
+    figures = [line for line in lines if line.startswith("![")]
+    assert len(figures) == len({line.split("(")[-1] for line in figures}) == 5, figures
+    assert "### accuracy vs γ_test on imdb" in lines and "### RMSE vs γ_test on video_folder:clips (all)" in lines
+    legends = [k["label"] for k in drawn if "seed" in k.get("label", "")]
+    assert len(legends) == 3 and legends[1].endswith("seed 1 †") and legends[0].endswith("seed 0")
+    assert [k.get("markerfacecolor") for k in drawn if "seed" in k.get("label", "")] == [None, "white", "white"]
 
 
 def test_the_label_says_sigma_run_and_the_folder_keeps_its_name(tmp_path):
