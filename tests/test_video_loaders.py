@@ -151,6 +151,21 @@ def test_video_folder_flat_layout_holds_out_the_last_clips(tmp_path):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=1)
 
 
+def test_video_folder_says_which_folders_it_skips_as_holding_no_frames(tmp_path, capsys):
+    """An empty clip folder, or one holding a video file, was skipped without a word: in a flat folder that changes
+    which clip is held out for testing."""
+    root = tmp_path / "flat"
+    for number in (1, 2):
+        write_jpgs(root / f"cam{number}", make_frames(3, 64, 48, seed=number), name=lambda i: f"{i}.png")
+    (root / "empty").mkdir()
+    write_video(root / "nested" / "cam3.avi", make_frames(3, 160, 120, seed=3), codec="mjpeg")
+    clips = load_video_clips("video_folder", str(root), cache_dir=None, image_size=32, progress=False, test_clips=1)
+    assert sorted(clips.train) == ["training_cam1"] and list(clips.test) == ["testing_cam2"]
+    assert capsys.readouterr().err.splitlines() == [
+        f"[cutlab] data.root: skipped 2 folder(s) of {root} without frame images (empty, nested): a clip is a video "
+        "file or a folder of frames"]
+
+
 def test_video_folder_reads_your_own_npz_in_ucsds_layout(tmp_path):
     """data=video_folder data.root=mine.npz: "is not an existing folder" though the file was there, so the only route
     was data=ucsd_ped2, and the report compared one's own footage with the paper's Ped2 numbers."""

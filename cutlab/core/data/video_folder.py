@@ -14,6 +14,7 @@ reader (cutlab/core/data/ucsd.py load_npz): footage already preprocessed is trai
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from cutlab.core.data.clipfiles import (
@@ -74,14 +75,20 @@ def find_clips(folder: Path) -> dict[str, ClipSource]:
             raise CutlabError(f"data.root: {clips[video.stem].name} and {video.name} both name clip {video.stem!r} in "
                               f"{folder}; rename or remove one")
         clips[video.stem] = video
+    skipped = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
         frames = frame_files(sub)
         if frames:
             if sub.name in clips:
                 raise CutlabError(f"data.root: {sub} and a video file both name clip {sub.name!r} in {folder}; rename one")
             clips[sub.name] = frames
+        else:
+            skipped.append(sub.name)
     if not clips:
         raise CutlabError(f"data.root: {folder} has no video files or frame folders (it {describe(folder)}); {HINT}")
+    if skipped:  # said, since in a flat folder they would change which clips are held out if they counted
+        print(f"[cutlab] data.root: skipped {len(skipped)} folder(s) of {folder} without frame images "
+              f"({', '.join(skipped)}): a clip is a video file or a folder of frames", file=sys.stderr)
     return clips
 
 
