@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import html
 
-_STRUCTURE = str.maketrans({"\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]", "|": "\\|", "\n": " ", "\r": " "})
+_STRUCTURE = str.maketrans({"\\": "\\\\", "`": "\\`", "[": "\\[", "]": "\\]", "|": "\\|", "*": "\\*", "\n": " ",
+                            "\r": " "})
 
 
 def inert(value) -> str:
-    """``value`` as literal text in Markdown (HTML escaped; emphasis characters kept: they hide nothing)."""
+    """``value`` as literal text in Markdown (HTML escaped; ``*`` too, so a folder named ``*new*`` is not set in italics;
+    underscores are the HTML page's to keep as text: analysis.html_report)."""
     return html.escape(str(value), quote=False).translate(_STRUCTURE)

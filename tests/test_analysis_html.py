@@ -109,3 +109,13 @@ def test_the_html_report_in_headless_chromium(report):
     blue = (np.abs(pixels - CONSTRAINED_BLUE).sum(axis=2) < 40).sum()  # the constrained arm's lines in the figures
     assert dark > 0.002 and blue > 500, (dark, blue)
     assert re.search(r"<h1>", (alone / "report.html").read_text())
+
+
+def test_record_text_with_asterisks_shows_as_written(tmp_path):
+    # a footage folder named "clips *new*" read "clips <em>new</em>" in the page: the README says record text shows
+    # as written
+    from analysis.html_report import write_html
+    from analysis.markdown import inert
+
+    page = write_html(f"| data |\n|---|\n| {inert('my|clips *new* **x**')} |\n", tmp_path).read_text()
+    assert "my|clips *new* **x**" in page and "<em>" not in page and "<strong>" not in page
