@@ -164,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: warning: {len(warnings) - WARNINGS_SHOWN} more runs not counted (see the report)",
               file=sys.stderr)
     written = sum(figure.written for figure in report.figures)
+    evaluated = sum(path.suffix == ".png" for path in report.evaluation_files)
     print(f"{prog}: wrote {report.path} and {report.html} ({len(runs.runs)} runs, {int(runs.runs['usable'].sum())} complete; "
           f"{sum(not t.empty for t in report.tables)} tables, {written} figures, "
-          f"{len(report.figures) - written} skipped)")
+          f"{len(report.figures) - written} skipped"
+          + (f"; {evaluated} figure{'s' * (evaluated > 1)} of evaluations on other data" if evaluated else "") + ")")
     return 0
 
 

@@ -56,11 +56,7 @@ class Report:
     table_files: list[Path] = field(default_factory=list)
     figures: list[FigureResult] = field(default_factory=list)
     html: Path | None = None  # report.html beside report.md
-
-    @property
-    def files(self) -> list[Path]:
-        return [self.path, *([self.html] if self.html else []), *self.table_files,
-                *(p for f in self.figures for p in f.paths)]
+    evaluation_files: list[Path] = field(default_factory=list)  # the cutlab-eval section's table and figures
 
 
 def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None = None,
@@ -72,10 +68,12 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
     report = Report(out_dir / REPORT, tables, table_files, figures)
-    from .transfer import transfer_sections  # cutlab-eval's records of these runs, when there are any
+    from .transfer import STEM, transfer_sections  # cutlab-eval's records of these runs, when there are any
 
     text = "\n".join([*_sections(runs, report, gamma_train, command), "",
                       *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR)])
+    report.evaluation_files = sorted([*(out_dir / FIGURES_DIR).glob(f"{STEM}_*"),
+                                      *(out_dir / TABLES_DIR).glob(f"{STEM}.*")])
     report.path.write_text(text.rstrip() + "\n")
     report.html = write_html(text, out_dir)  # the same report as one file, figures embedded
     return report

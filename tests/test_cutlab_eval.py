@@ -439,6 +439,18 @@ def test_the_report_names_the_root_of_an_evaluation_recorded_before_the_label_di
     assert f"ucsd_ped2 (root={copy}) γ_test 0…1 (3)" in header and "own test split (ucsd_ped2)" in header
 
 
+def test_the_reports_closing_line_counts_the_figures_of_evaluations(tmp_path, capsys):
+    # "wrote ... 7 figures" left the cutlab-eval section's figures out
+    from analysis.__main__ import main
+    from helpers.analysis import write_run
+
+    run = write_run(tmp_path / "runs", "a", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
+                    test=20.0, selection=20.0, data={k: v for k, v in PED2.items() if k != "name"})
+    write_evaluation(run, ped2_request(stride=40), "ucsd_ped2 (stride=40)")
+    assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "report")]) == 0
+    assert "; 1 figure of evaluations on other data)" in capsys.readouterr().out
+
+
 def test_a_folder_of_runs_shows_runs_done_and_ctrl_c_ends_in_one_line(trained, tmp_path):
     """Two runs on UCSD Ped2's test split (minutes each): n/N runs done with the time left as each ends, and Ctrl-C
     while the first is evaluated ends in one line (it was a 40-line traceback), leaving no half evaluation."""
