@@ -273,9 +273,20 @@ def test_a_resumed_study_keeps_its_base_config_and_does_not_repropose_its_first_
     assert main(["search=dust_video", "--n-trials", "2", "search.pruner=null", *TINY, "L=3"]) == 2
     refused = capsys.readouterr().err.strip().splitlines()[-1]
     assert "was started with the overrides" in refused and "search.study=<new name>" in refused
-    # keys that do not change a result may differ (a search's workers add their own threads)
-    search_in_process(["search=dust_video", "--n-trials", "2", "search.pruner=null", *TINY, "threads=2"], tmp_path,
-                      monkeypatch, capsys)
+    # a preset of one's own that kept the study's name, another space: it resumed the study, its trials mixed in
+    import yaml
+
+    own = yaml.safe_load((ROOT / "searches" / "dust_video.yaml").read_text())
+    own["space"]["train.lr"] = {"type": "log_float", "low": 2e-2, "high": 5e-2}
+    (tmp_path / "my_search.yaml").write_text(yaml.safe_dump(own))
+    assert main([f"search={tmp_path / 'my_search.yaml'}", "--n-trials", "2", "search.pruner=null", *TINY]) == 2
+    refused = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ("was started with the search space train.alpha in [0.05, 0.5], train.lr in [0.0001, 0.01] (log_float)"
+            in refused and "train.lr in [0.02, 0.05] (log_float)" in refused), refused
+    # keys that do not change a result may differ (a search's workers add their own threads), and the same
+    # overrides may come in another order (it was refused as other overrides)
+    search_in_process(["search=dust_video", "--n-trials", "2", "search.pruner=null", *TINY[::-1], "threads=2"],
+                      tmp_path, monkeypatch, capsys)
     study = study_of(tmp_path, "dust_video")
     trial_0, trial_1 = sorted(study.trials, key=lambda t: t.number)
     # a fresh sampler with the first session's seed would propose trial 0's parameters again

@@ -103,18 +103,25 @@ def _open_study(plan: Plan, arm: Arm, storage, worker_index: int) -> optuna.Stud
     study = optuna.create_study(study_name=plan.preset.study_name(arm), storage=storage, direction=plan.direction,
                                 sampler=optuna.samplers.RandomSampler(), pruner=make_pruner(plan.preset),
                                 load_if_exists=True)
-    overrides = list(plan.base_overrides + arm.overrides)
+    overrides, space = list(plan.base_overrides + arm.overrides), space_record(arm)
+    # the trials of one study are compared as one problem: another base config or another space (a preset of one's
+    # own that kept the study's name) would mix two, and its best trial could be one of the other's
     if "preset" in study.user_attrs and _problem(study.user_attrs.get("overrides") or []) != _problem(overrides):
-        # the trials of one study are compared as one problem: another base config would mix two, and its best trial
-        # could be one of the other's
         raise CutlabError(f"study {study.study_name} was started with the overrides "
                           f"{' '.join(study.user_attrs.get('overrides') or []) or '(none)'}, and this command gives "
                           f"{' '.join(overrides) or '(none)'}; run it with those, or start another study with "
+                          f"search.study=<new name>")
+    if study.user_attrs.get("space", space) != space:
+        raise CutlabError(f"study {study.study_name} was started with the search space "
+                          f"{_space_text(study.user_attrs['space'])}, and search={plan.preset.name} gives "
+                          f"{_space_text(space)}; run it with that space, or start another study with "
                           f"search.study=<new name>")
     study.sampler_seed = sampler_seed(plan.preset, worker_index, len(study.get_trials(deepcopy=False)))
     study.sampler = make_sampler(plan.preset, study.sampler_seed)
     if study.user_attrs.get("n_trials") != plan.preset.n_trials:  # the latest total asked for
         study.set_user_attr("n_trials", plan.preset.n_trials)
+    if "space" not in study.user_attrs:  # a study begun before the space was recorded takes today's
+        study.set_user_attr("space", space)
     if "preset" not in study.user_attrs:  # the study's record: how it was first asked for; "preset", which marks
         study.set_user_attr("overrides", overrides)  # it written, last
         study.set_user_attr("sampler_seed", int(plan.preset.sampler.get("seed", 0)))
@@ -123,9 +130,24 @@ def _open_study(plan: Plan, arm: Arm, storage, worker_index: int) -> optuna.Stud
 
 
 def _problem(overrides: list[str]) -> list[str]:
-    """The overrides that change what a trial computes, in order (threads, W&B, paths and launcher left out: the
-    workers of one search add their own threads)."""
-    return [override for override in overrides if not is_result_neutral_override(override)]
+    """The overrides that change what a trial computes (threads, W&B, paths and launcher left out: the workers of one
+    search add their own threads); in any order unless a key repeats, where the last one given wins."""
+    kept = [override for override in overrides if not is_result_neutral_override(override)]
+    keys = [override.lstrip("+~").partition("=")[0] for override in kept]
+    return sorted(kept) if len(set(keys)) == len(keys) else kept
+
+
+def space_record(arm: Arm) -> list:
+    """The arm's searched space as the study records it (JSON): one seed per trial, or each Param's fields."""
+    return ["seeds"] if arm.seeds else [{k: list(v) if isinstance(v, tuple) else v for k, v in vars(p).items()}
+                                        for p in arm.space]
+
+
+def _space_text(space: list) -> str:
+    if space == ["seeds"]:
+        return "of seeds"
+    return ", ".join(f"{p['key']} in {list(p['choices']) if p['choices'] else [p['low'], p['high']]}"
+                     + ("" if p["type"] in ("float", "categorical") else f" ({p['type']})") for p in space)
 
 
 @contextmanager
