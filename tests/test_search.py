@@ -294,6 +294,30 @@ def test_a_resumed_study_keeps_its_base_config_and_does_not_repropose_its_first_
     assert trial_0.params != trial_1.params and [t.state.name for t in (trial_0, trial_1)] == ["COMPLETE"] * 2
 
 
+def test_a_trial_whose_run_refused_in_one_line_runs_its_parameters_when_the_search_resumes(tmp_path, monkeypatch,
+                                                                                            capsys):
+    # a model module not on PYTHONPATH: the search stopped at trial 0 in one line; run again once fixed, it counted
+    # trial 0 "requeued" but asked fresh parameters, and trial 0's point was never run
+    import cutlab.run.experiment as experiment
+    from cutlab.errors import CutlabError
+    from cutlab.search.__main__ import main
+
+    real = experiment.run_experiment
+
+    def refused(*args, **kwargs):
+        raise CutlabError("model._target_=smoothing.TemporalSmoother cannot be imported")
+
+    monkeypatch.setattr(experiment, "run_experiment", refused)
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    assert main(["search=dust_video", "--n-trials", "1", "search.pruner=null", *TINY]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith("cannot be imported")
+    monkeypatch.setattr(experiment, "run_experiment", real)
+    search_in_process(["search=dust_video", "--n-trials", "1", "search.pruner=null", *TINY], tmp_path, monkeypatch,
+                      capsys)
+    first, again = sorted(study_of(tmp_path, "dust_video").trials, key=lambda t: t.number)
+    assert (first.state.name, again.state.name) == ("FAIL", "COMPLETE") and again.params == first.params
+
+
 def test_trials_that_fail_as_results_count_toward_the_total(tmp_path, monkeypatch, capsys):
     # a configuration whose every run raises (out of memory, say): before, failed trials were not counted and the
     # search asked new ones forever. The run itself is replaced, since no real run here raises an ordinary error.

@@ -256,8 +256,8 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             study.tell(trial, state=TrialState.PRUNED)
             say(f"{study.study_name} trial {trial.number} pruned: {stop}")
             return "pruned"
-        except CutlabError:
-            study.tell(trial, state=TrialState.FAIL)
+        except CutlabError:  # the run refused in one line (a model module not on the path): the search stops, and
+            requeue(plan.study_dir, study, trial)  # the same command, once fixed, runs these parameters first
             raise
         except (KeyboardInterrupt, SystemExit):  # stopped: re-queue its parameters now; it resumes its folder
             requeue(plan.study_dir, study, trial)
