@@ -326,12 +326,19 @@ def test_trials_that_fail_as_results_count_toward_the_total(tmp_path, monkeypatc
     def out_of_memory(*args, **kwargs):
         raise RuntimeError("CUDA out of memory")
 
+    from cutlab.search.__main__ import main
+
     monkeypatch.setattr(experiment, "run_experiment", out_of_memory)
-    search_in_process(["search=dust_video", "--n-trials", "3", "search.pruner=null", *TINY], tmp_path, monkeypatch,
-                      capsys)
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    # no trial completed: it exited 0, and each trial's line named no file or line
+    assert main(["search=dust_video", "--n-trials", "3", "search.pruner=null", *TINY]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("cutlab-search: no trial completed in dust_video (3 failed)"), err[-1]
     study = study_of(tmp_path, "dust_video")
     assert [t.state.name for t in study.trials] == ["FAIL"] * 3
-    assert all("out of memory" in t.user_attrs["error"] for t in study.trials)
+    line = out_of_memory.__code__.co_firstlineno + 1
+    assert all(t.user_attrs["error"] == f"RuntimeError: CUDA out of memory ({__file__}, line {line})"
+               for t in study.trials), study.trials[0].user_attrs["error"]
 
 
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,

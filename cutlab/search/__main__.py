@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sys.argv = redact_argv(sys.argv)  # what provenance.json and W&B record of this command
     try:
-        from cutlab.search.report import format_report, write_report
+        from cutlab.search.report import exit_code, format_report, write_report
         from cutlab.search.storage import counts_text, open_storage, trial_counts
         from cutlab.search.worker import open_study, say, work
 
@@ -384,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         report = write_report(studies, plan.study_dir)
         say(f"finished in {time.perf_counter() - started:.1f} s; {plan.study_dir / 'search_report.json'}:\n"
             + format_report(report))
-        return 0
+        return exit_code(report)
     except CutlabError as error:
         print(f"cutlab-search: error: {redact(str(error))}", file=sys.stderr)
         return 2

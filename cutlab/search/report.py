@@ -10,6 +10,7 @@ a trial feasible only within its resilience slack (``slack_feasible``) is never 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
@@ -110,3 +111,14 @@ def format_report(report: dict) -> str:
 
 def _num(value) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def exit_code(report: dict) -> int:
+    """1 when an arm has no complete trial and some failed (the search found nothing there: a sweep whose runs failed
+    exits 1 too), saying so on stderr; else 0."""
+    empty = [f"{entry['study']} ({entry['trials']['fail']} failed)" for entry in report.values()
+             if "best" not in entry and entry["trials"].get("fail")]
+    if empty:
+        print(f"cutlab-search: no trial completed in {', '.join(empty)}; each failed trial's error is above, with "
+              "the file and line it was raised at", file=sys.stderr)
+    return 1 if empty else 0

@@ -38,6 +38,7 @@ from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import ERROR, RetryCallback, open_storage
 from cutlab.search.verdict import constraint_values, trial_attrs
 from cutlab.tasks import objective_of
+from cutlab.tasks.models import raised_at
 
 # heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
 # with a budget shared by all workers
@@ -263,9 +264,10 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             requeue(plan.study_dir, study, trial)
             raise
         except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
-            trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
+            failure = f"{type(error).__name__}: {raised_at(error)}"  # with the file and line it was raised at
+            trial.set_user_attr(ERROR, failure)
             study.tell(trial, state=TrialState.FAIL)
-            say(f"{study.study_name} trial {trial.number} failed: {type(error).__name__}: {error}")
+            say(f"{study.study_name} trial {trial.number} failed: {failure}")
             return "failed"
     mode = {"min": "minimize", "max": "maximize"}[summary["selection_mode"]]
     if mode != plan.direction:

@@ -153,7 +153,7 @@ def _locate_target(target: str):
             # the module was found and failed as it ran (a misspelt import, a SyntaxError, a missing dependency):
             # Hydra words every failure as "is it installed?", which would send its author to PYTHONPATH
             raise CutlabError(f"model._target_={target} cannot be imported: importing it raised "
-                              f"{type(cause).__name__}: {_where(cause)}; fix that in the model's module") from None
+                              f"{type(cause).__name__}: {raised_at(cause)}; fix that in the model's module") from None
         if missing_module:
             reason = f"no module named {missing_module.group(1)!r}; put the folder that holds it on PYTHONPATH"
         elif missing_name:
@@ -171,7 +171,7 @@ def _is_missing(cause: BaseException, target: str) -> bool:
     return isinstance(cause, ModuleNotFoundError) and cause.name in own_path
 
 
-def _where(cause: BaseException) -> str:
+def raised_at(cause: BaseException) -> str:
     """The exception's message and the file and line it was raised at (the last frame outside Python's importer)."""
     if isinstance(cause, SyntaxError) and cause.filename:
         return f"{cause.msg} ({cause.filename}, line {cause.lineno})"
