@@ -397,6 +397,10 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
     statuses = {run["run_id"].split("train.epochs=")[1].split(",")[0]: run["status"]
                 for run in sweep_outcome(runs)["runs"]}
     assert statuses == {"400": "busy", "2": "complete"}, statuses
+    # killed (SIGKILL above): its summary still says running, and the plan said "running", no resume point
+    replanned = cutlab(["-m", "--plan", *sweep], runs)
+    assert re.search(r"killed +L=2,.*train.epochs=400,.* \(its process died(: resumes from its checkpoint| before its "
+                     r"first checkpoint: starts again)\)", replanned.stdout), replanned.stdout
 
 
 @pytest.mark.parametrize("launcher", [

@@ -25,7 +25,7 @@ from cutlab.interrupted import ctrl_c_held
 from cutlab.redaction import redact
 from cutlab.launch.cost import PROCESS_STARTUP_S, cost_key, estimate
 from cutlab.launch.pasted import pasted_command
-from cutlab.run.records import read_summary
+from cutlab.run.records import CHECKPOINT, read_summary
 from cutlab.run.identity import check_same_run, configuration_key
 from cutlab.run.lock import live_holder
 
@@ -134,8 +134,9 @@ class PlannedRun:
     overrides: list[str]       # this run's overrides, as Hydra hands them to the run
     run_id: str                # its folder name: stable, from the overrides that change the result
     run_dir: Path
-    status: str                # new | complete | running | interrupted | failed (its summary.json) | refused
-                               # | busy (another live process writes its folder: ``holder``)
+    status: str                # new | complete | interrupted | failed (its summary.json) | refused | killed (its
+                               # summary says running, and no process holds its folder) | busy (another live process
+                               # writes its folder: ``holder``)
     steps_done: int = 0
     cost_key: tuple = ()       # runs with the same key cost the same (model, data, depth, arm, budget)
     holder: str | None = None  # busy: the process writing its folder when planned (cutlab.run.lock.live_holder)
@@ -296,6 +297,8 @@ def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None, str | None]:
     steps = steps if isinstance(steps, int) and steps >= 0 else 0
     status = str(summary.get("status", "new")) if summary else "new"
     holder = live_holder(run_dir) if status != "complete" else None
+    if status == "running" and not holder:  # its process died without a word (kill -9, a lost node): not running
+        status = "killed"
     return ("busy" if holder else status), steps, holder, None
 
 
@@ -304,7 +307,11 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
     lines = [f"# sweep {plan.name}: {len(plan.runs)} runs into {plan.runs_dir} (launcher: {launcher})"]
     width = len(str(len(plan.runs)))
     for run in plan.runs:
-        note = f" (resumes at step {run.steps_done})" if run.status in ("running", "interrupted", "failed") and run.steps_done else ""
+        resumes = run.status in ("interrupted", "failed") and run.steps_done
+        note = f" (resumes at step {run.steps_done})" if resumes else ""
+        if run.status == "killed":  # its summary says no step: the checkpoint holds it
+            note = (" (its process died: resumes from its checkpoint)" if (run.run_dir / CHECKPOINT).exists()
+                    else " (its process died before its first checkpoint: starts again)")
         note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
         note = f" (it will stop: {redact(run.problem)})" if run.status == "refused" and run.problem else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
