@@ -93,6 +93,10 @@ def test_dust_can_train_with_the_exact_step_size_and_its_gradient():
     torch.testing.assert_close(gradient, 2 * sigma[0] * torch.outer(u[:, 0], vh[0]))
     with pytest.raises(ValueError, match="lipschitz_estimate must be one of power_iteration, exact, got 'svd'"):
         DUST(depth=1, lipschitz_estimate="svd")
+    for iterations in (0, -1):  # +model.power_iterations=-1 trained with c frozen at its start, without a word
+        with pytest.raises(ValueError, match=f"power_iterations must be >= 1 .*, got {iterations}"):
+            DUST(depth=1, power_iterations=iterations)
+    DUST(depth=1, power_iterations=0, lipschitz_estimate="exact")  # the exact estimate does not iterate
 
 
 def test_dust_trains_only_its_dictionaries_shared_for_erm_per_layer_when_constrained():

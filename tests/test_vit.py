@@ -117,6 +117,12 @@ def test_identity_readout_drops_the_classifier_head_and_puts_every_pixel_back(ti
     torch.testing.assert_close(model._read_out(hidden, (8, 8), crop, tokens.shape), tokens)
 
 
+def test_a_zero_std_is_refused_before_it_gives_nan_losses_blamed_on_training(tiny_vit_folder):
+    # 'model.std=[0,0,0]': "the held-out loss of layer 0 ... is nan ... lower the primal learning rate"
+    with pytest.raises(CutlabError, match=r"model.std must be > 0 for every channel, got \[0.5, 0.0, 0.5\]"):
+        build_vit(str(tiny_vit_folder), depth=1, std=[0.5, 0, 0.5])
+
+
 def test_depth_beyond_the_encoder_is_refused_with_the_bound():
     with pytest.raises(CutlabError, match=r"L=13 but .* has 12 blocks.*1 <= L <= 12"):
         build_vit(str(require_shared(DINOV2)), depth=13)

@@ -78,6 +78,9 @@ class DUST(LayerwiseModel):
                              f"{attention_step}")
         if lipschitz_margin < 1.0:
             raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
+        if lipschitz_estimate == "power_iteration" and not power_iterations >= 1:  # 0 left c where it started
+            raise ValueError(f"power_iterations must be >= 1 (the step size c tracks ||D||_2^2 as D trains), got "
+                             f"{power_iterations}")
         if lipschitz_estimate not in LIPSCHITZ_ESTIMATES:
             raise ValueError(f"lipschitz_estimate must be one of {', '.join(LIPSCHITZ_ESTIMATES)}, got "
                              f"{lipschitz_estimate!r}")

@@ -144,6 +144,8 @@ class ViTDenoiser(LayerwiseModel):
         self.channels = int(getattr(config, "num_channels", 3))
         if len(mean) != self.channels or len(std) != self.channels:
             raise CutlabError(f"model.mean/model.std need {self.channels} values (one per encoder channel)")
+        if not all(value > 0 for value in std):  # the frames are divided by it: 0 gave NaN losses, blamed on training
+            raise CutlabError(f"model.std must be > 0 for every channel, got {list(std)}; give the encoder's own std")
         self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1))
         self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1))
         pixels = self.patch * self.patch * self.channels
