@@ -293,16 +293,22 @@ def test_a_task_whose_run_stopped_on_sigterm_is_interrupted_not_failed(tmp_path,
     from cutlab.launch.outcome import outcome_of
     from cutlab.run.preemption import PREEMPTED_EXIT
 
-    (tmp_path / "checkpointed.py").write_text(f"raise SystemExit({PREEMPTED_EXIT})\n")
+    for name in ("checkpointed", "fresh"):
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit({PREEMPTED_EXIT})\n")
+    (tmp_path / "checkpointed").mkdir()
+    (tmp_path / "checkpointed" / "checkpoint.pt").write_bytes(b"")  # what the run left; "fresh" left none
     (tmp_path / "broken.py").write_text("raise SystemExit(3)\n")
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     executor = submitit.LocalExecutor(folder=tmp_path / "jobs")
     executor.update_parameters(timeout_min=5)
     jobs = {name: executor.submit(RunCommand([], name, str(tmp_path / name), str(tmp_path), module=name))
-            for name in ("checkpointed", "broken")}
+            for name in ("checkpointed", "fresh", "broken")}
     stopped = outcome_of("checkpointed", jobs["checkpointed"].result, job_id="1")
     assert stopped.status == "interrupted", stopped
     assert stopped.error == "checkpointed: stopped by a signal after checkpointing; run the sweep again to resume"
+    # stopped in its set-up: it said "after checkpointing" of a run with no checkpoint (it starts again)
+    fresh = outcome_of("fresh", jobs["fresh"].result, job_id="3")
+    assert fresh.error == "fresh: stopped by a signal before its first checkpoint; run the sweep again to resume"
     broken = outcome_of("broken", jobs["broken"].result, job_id="2")
     assert broken.status == "failed" and broken.error == "exit 3: no output", broken
 

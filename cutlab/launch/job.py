@@ -24,7 +24,7 @@ from cutlab.errors import CutlabError
 from cutlab.launch.outcome import RunFailed, RunInterrupted
 from cutlab.launch.skipped import SKIPPED_ENV, SKIPPED_MARKER
 from cutlab.run.preemption import PREEMPTED_EXIT
-from cutlab.run.records import SkippedSummary, read_summary
+from cutlab.run.records import CHECKPOINT, SkippedSummary, read_summary
 
 try:  # submitit only matters under SLURM; the local launcher works without it
     from submitit.helpers import Checkpointable, DelayedSubmission
@@ -114,8 +114,9 @@ def run_result(run_id: str, run_dir: str, code: int, output: EchoedOutput) -> di
             return SkippedSummary(summary) if output.skipped else summary
         except CutlabError as error:  # replaced since the run ended: say so rather than fail the whole sweep
             return {"status": "unknown", "error": str(error)}
-    if code == PREEMPTED_EXIT:
-        raise RunInterrupted(f"{run_id}: stopped by a signal after checkpointing; run the sweep again to resume")
+    if code == PREEMPTED_EXIT:  # stopped before its first checkpoint, it starts again (nothing was lost but set-up)
+        where = "after checkpointing" if (Path(run_dir) / CHECKPOINT).exists() else "before its first checkpoint"
+        raise RunInterrupted(f"{run_id}: stopped by a signal {where}; run the sweep again to resume")
     raise RunFailed(f"{run_id}: exit {code}: {error_line(output.tail)}")
 
 
