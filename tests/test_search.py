@@ -612,6 +612,24 @@ def test_workers_started_together_on_a_slow_journal_all_open_the_study(tmp_path,
     assert study.user_attrs["preset"] == "dust_video"
 
 
+def test_a_worker_waiting_on_a_dead_workers_trial_says_so_then_resumes_it(tmp_path, monkeypatch, capsys):
+    """A worker killed (SIGKILL: no clean-up) holds its trial RUNNING until its heartbeat is grace_s old. The same
+    command again had the total taken and waited that long in silence under a time left that did not move."""
+    args = ["search=dust_video", "--n-trials", "1", "search.pruner=null", *FAST_HEARTBEAT,
+            *[o for o in TINY if not o.startswith("train.")], "train.epochs=6", "train.max_steps_per_epoch=4"]
+    killed = start_search(args, tmp_path, tmp_path / "killed.log")
+    try:
+        folder = wait_for(lambda: current_folder(tmp_path / "killed.log"), 180, "the first trial to start")
+        wait_for(lambda: (folder / "checkpoint.pt").exists() or killed.poll() is not None, 180, "its first checkpoint")
+    finally:
+        killed.kill()
+        killed.wait()
+    err = search_in_process(args, tmp_path, monkeypatch, capsys)
+    assert ("dust_video: the total is taken; waiting while trial 0 runs in another worker (one whose worker died is "
+            "re-queued here once its heartbeat is 3 s old)") in err, err[-3000:]
+    assert_run_complete(folder, steps=24)
+
+
 def test_a_worker_paused_past_the_heartbeat_grace_hands_its_trial_over_and_no_trial_is_lost(tmp_path):
     """A worker stopped (SIGSTOP: Ctrl-Z, SLURM's suspend) for longer than the heartbeat grace looks dead: another
     worker re-queues its trial, asks it, and finds the trial's folder still held by the paused process. It waits for

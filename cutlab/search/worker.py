@@ -326,6 +326,14 @@ def requeue(study_dir: Path, study: optuna.Study, trial: optuna.Trial) -> None:
         RetryCallback(max_retry=None)(study, study._storage.get_trial(trial._trial_id))
 
 
+def waiting_line(plan: Plan, study: optuna.Study) -> str:
+    running = [str(t.number) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    grace = plan.preset.heartbeat.get("grace_s", 60)
+    which = f"trials {', '.join(running)} run" if len(running) > 1 else f"trial {''.join(running)} runs"
+    return (f"{study.study_name}: the total is taken; waiting while {which} in another worker (one whose worker died "
+            f"is re-queued here once its heartbeat is {grace} s old)")
+
+
 def finished(study: optuna.Study) -> int:
     """Trials that count toward the total and will not run again (complete, pruned, failed as a result)."""
     return sum(t.state not in (TrialState.RUNNING, TrialState.WAITING) for t in counted(study))
@@ -339,13 +347,18 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
         study = open_study(plan, arm, storage, worker_index)
         # the study's trials done out of its total and the time left, at the rate of every worker since this one began
         done = tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
+        waiting = False
         while True:
             trial = next_trial(plan, arm, study)
             if trial == "done":
                 break
             if trial == "wait":  # the budget is taken, but a running trial may still die and be re-queued
+                if not waiting:  # said once: a dead worker's trial holds this one for up to the grace, in silence
+                    say(waiting_line(plan, study))
+                waiting = True
                 time.sleep(1.0)
                 continue
+            waiting = False
             outcome = run_trial(plan, arm, study, trial, worker_index)
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             done.update(finished(study), f"trial {trial.number} {outcome}")
