@@ -22,6 +22,7 @@ from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals, terminal_closed
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
+from cutlab.run.preemption import PREEMPTED_EXIT, Preempted
 from cutlab.signal_waits import wait_hearing_signals
 
 STORAGE_KEY = "search.storage"  # the same address as a preset override
@@ -302,6 +303,7 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
     from cutlab.launch.slurm_profile import check_cluster, slurm_settings
+    from cutlab.search.worker import trial_progress
 
     study_dir = plan.study_dir
     profile = slurm_settings(plan.launcher)
@@ -320,29 +322,6 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
     if failed:
         raise CutlabError(f"{len(failed)} worker job(s) failed: {'; '.join(failed)}; run the same command again to resume")
-
-
-def trial_progress(plan, studies: dict):
-    """A callback that prints each study's trials done out of its total, with the time left, when the count moves
-    (read from the storage at most once a heartbeat interval, 10 s by default): the workers' own lines go to SLURM's
-    log files, not this terminal."""
-    from cutlab.core.progress import tally
-    from cutlab.search.worker import finished
-
-    meters = {name: tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
-              for name, study in studies.items()}
-    last = [time.monotonic()]
-
-    def poll() -> None:
-        if time.monotonic() - last[0] < plan.preset.heartbeat["interval_s"]:
-            return
-        last[0] = time.monotonic()
-        for name, study in studies.items():
-            count = finished(study)
-            if count != meters[name].done:
-                meters[name].update(count, "from the study's storage")
-
-    return poll
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,9 +370,12 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, SystemExit) as stop:
         if isinstance(stop, SystemExit) and stop.code in (0, None):
             raise
-        print(stop if isinstance(stop, StoppedWatching) else "cutlab-search: stopped; run the same command again to "
-              "resume (finished trials are kept, the stopped one resumes from its checkpoint)", file=sys.stderr)
-        return interrupted_exit()
+        if args.worker_index is None:  # the workers share its terminal: the command says it once
+            print(stop if isinstance(stop, StoppedWatching) else "cutlab-search: stopped; run the same command again "
+                  "to resume (finished trials are kept, the stopped one resumes from its checkpoint)", file=sys.stderr)
+        # SIGTERM (stop_on's 143, or a trial's run stopped by it) exits as a run and a sweep do: PREEMPTED_EXIT
+        by_sigterm = isinstance(stop, Preempted) or isinstance(stop, SystemExit) and stop.code == 143
+        return PREEMPTED_EXIT if by_sigterm else interrupted_exit()
 
 
 if __name__ == "__main__":
