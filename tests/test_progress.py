@@ -188,3 +188,18 @@ def test_an_infeasible_run_says_why_on_the_line_before_its_verdict(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert lines[-2] == "[cutlab] " + chain_note(feasibility) and "more total descent is needed" in lines[-2]
     assert lines[-1].startswith("[cutlab] done: ") and "verdict infeasible" in lines[-1]
+
+
+def test_the_upload_command_names_this_runs_w_and_b_sessions_alone(tmp_path):
+    # killed before its first checkpoint, a run starts again under a new W&B id: "wandb sync <run>/wandb/offline-run-*"
+    # also uploaded the first attempt's folder, as a second, empty W&B run
+    from cutlab.run.progress import next_commands
+
+    run_dir = tmp_path / "run"
+    for session in ("20261206_100000-killed1", "20261206_100100-abc123"):
+        (run_dir / "wandb" / f"offline-run-{session}").mkdir(parents=True)
+    assert next_commands(run_dir, "offline", wandb_id="abc123")[-1] == \
+        f"upload W&B:  wandb sync {run_dir / 'wandb' / 'offline-run-20261206_100100-abc123'}"
+    (run_dir / "wandb" / "offline-run-20261206_110000-abc123").mkdir()  # resumed: a second session of the same run
+    assert next_commands(run_dir, "offline", wandb_id="abc123")[-1] == \
+        f"upload W&B:  wandb sync {run_dir}/wandb/offline-run-*-abc123"

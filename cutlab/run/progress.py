@@ -24,21 +24,24 @@ def shown_path(path: Path) -> str:
     return shlex.quote(text)
 
 
-def offline_folders(run_dir: Path) -> list[Path]:
+def offline_folders(run_dir: Path, wandb_id: str | None = None) -> list[Path]:
     """W&B's offline folders of this run (``<run>/wandb/offline-run-<time>-<id>``): one per session, so a resumed
-    run has several and ``wandb sync`` takes them all."""
-    return sorted((run_dir / "wandb").glob("offline-run-*"))
+    run has several and ``wandb sync`` takes them all; with ``wandb_id``, that W&B run's alone (a run killed before
+    its first checkpoint starts again under a new id, its first session's folder left behind)."""
+    return sorted((run_dir / "wandb").glob(f"offline-run-*-{wandb_id}" if wandb_id else "offline-run-*"))
 
 
-def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None) -> list[str]:
+def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None,
+                  wandb_id: str | None = None) -> list[str]:
     """The commands that pick up a finished record: the report, evaluation on other data, and the upload of an
     offline W&B run (or the online run's page)."""
     folder = shown_path(run_dir)
     lines = [f"report:      cutlab-analysis {folder} --out {shown_path(run_dir / 'report')}",
              f"other data:  cutlab-eval {folder} data=NAME"]
-    offline = offline_folders(run_dir)
+    offline = offline_folders(run_dir, wandb_id)
     if wandb_mode == "offline" and offline:
-        target = shown_path(offline[0]) if len(offline) == 1 else f"{folder}/wandb/offline-run-*"
+        every = f"{folder}/wandb/offline-run-*" + (f"-{wandb_id}" if wandb_id else "")
+        target = shown_path(offline[0]) if len(offline) == 1 else every
         lines.append(f"upload W&B:  wandb sync {target}")
     if wandb_url:
         lines.append(f"W&B page:    {wandb_url}")
@@ -107,7 +110,7 @@ class ProgressReporter:
         """The record's folder and the next commands, then the verdict: the run's last line."""
         self.close()
         print_line(f"run complete; record in {shown_path(run_dir)}{os.sep}")
-        for line in next_commands(run_dir, summary.get("wandb_mode", "disabled"), wandb_url):
+        for line in next_commands(run_dir, summary.get("wandb_mode", "disabled"), wandb_url, summary.get("wandb_id")):
             print_line(f"  {line}")
         if summary["verdict"] == "infeasible" and summary["feasibility"].get("last_layer_bound") is not None:
             print_line(chain_note(summary["feasibility"]))
