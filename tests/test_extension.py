@@ -235,6 +235,21 @@ def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_d
     assert f"hydra.searchpath=['file://{outside / 'conf'}']" in result.stderr
 
 
+def test_a_search_over_a_model_whose_module_is_not_on_the_path_stops_before_a_trial(tmp_path):
+    # --dry-run passed, and the search then stopped at its first trial, its point left in the study
+    from helpers.search import TINY, run_search
+
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "smoother.yaml").write_text(CONFIG)  # smoothing.py is nowhere on PYTHONPATH
+    for dry_run in (["--dry-run"], []):
+        result = run_search(["search=dust_video", "--config-dir", str(tmp_path / "conf"), "model=smoother",
+                             "--n-trials", "1", *TINY, *dry_run], tmp_path, check=False)
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+            "cutlab-search: error: model._target_=smoothing.TemporalSmoother cannot be imported: no module named "
+            "'smoothing'; put the folder that holds it on PYTHONPATH"), result.stderr[-2000:]
+    assert not (tmp_path / "runs" / "search").exists()
+
+
 def test_a_config_of_ones_own_named_as_one_of_cutlabs_is_refused_not_ignored(tmp_path):
     """my_project/conf/model/ut.yaml: Hydra reads cutlab's model=ut and trained the built-in UT without a word."""
     outside = tmp_path / "my_project"

@@ -128,6 +128,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
     from cutlab.tasks import objective_of
+    from cutlab.tasks.models import locate_target
 
     refuse_blank("--study", args.study, "give one, or leave it out for the preset's study")  # not another study
     refuse_blank("--storage", args.storage, "give one, or leave it out for $CUTLAB_STORAGE, else the study's journal")
@@ -145,6 +146,8 @@ def build_plan(args: argparse.Namespace):
     for arm in preset.arms:
         cfg = compose_run_config([*arm.overrides, *overrides])
         check_space_keys(cfg, arm.space)
+        if not str(cfg.model.get("_target_") or "cutlab.").startswith("cutlab."):  # a model of one's own: every
+            locate_target(str(cfg.model._target_))  # trial imports it (the workers get this environment)
         # trials at every end of the space must make valid runs (types, bounds, combinations): a refusal stops the
         # search here, naming the setting, instead of ending each worker at the first trial that draws it
         for sample in space_corners(arm.space):

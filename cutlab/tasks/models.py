@@ -32,7 +32,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if not target:
         raise CutlabError(f"model={model_cfg.get('name')} has no _target_; set model._target_ to the class or function "
                           "that builds it, e.g. _target_: cutlab.core.models.DUST")
-    build = _locate_target(str(target))
+    build = locate_target(str(target))
     if not callable(build):
         raise CutlabError(f"model._target_={target} is a {type(build).__name__}, not a class or function that builds the "
                           "model; point it at your LayerwiseModel subclass")
@@ -124,7 +124,7 @@ def builds_a_model(target: str) -> bool:
     the target with the config's keys as arguments, so ``_target_: os.system`` with ``command: ...`` would run it."""
     import typing
 
-    build = _locate_target(target)
+    build = locate_target(target)
     if inspect.isclass(build):
         return issubclass(build, LayerwiseModel)
     if not inspect.isfunction(build):  # a builtin (os.system), a method, a callable object: no annotation to trust
@@ -136,7 +136,7 @@ def builds_a_model(target: str) -> bool:
     return inspect.isclass(returned) and issubclass(returned, LayerwiseModel)
 
 
-def _locate_target(target: str):
+def locate_target(target: str):
     """The object ``target`` names, or one line saying why it cannot be imported (Hydra's ``get_object`` would also
     log its multi-line message)."""
     from hydra._internal.utils import _locate
