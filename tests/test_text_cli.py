@@ -234,3 +234,15 @@ def test_a_missing_tokenizer_folder_is_named_by_its_own_key(tmp_path):
     message = result.stderr.strip().splitlines()[-1]
     assert result.returncode == 2 and message == (f"cutlab: error: model folder {missing} does not exist; "
                                                   "pass model.tokenizer=<an existing folder or a hub id>"), message
+
+
+@pytest.mark.parametrize("value", ["data.val_size=0", "data.train_subset=0"])
+def test_a_text_data_value_that_cannot_make_a_run_is_refused_before_the_run_starts(tmp_path, value):
+    # the text task's builder found it once the run had announced its record folder (removed again): two lines
+    result = cutlab(["model=hf_encoder", "train=constrained_text", *IMDB_TINY, value], tmp_path / "runs", check=False)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    key = value.split("=")[0]
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"cutlab: error: {key} "), lines
+    planned = cutlab(["--plan", "-m", "model=hf_encoder", "train=constrained_text", *IMDB_TINY, f"{value},1"],
+                     tmp_path / "runs", check=False)
+    assert re.search(r"refused +.*\(it will stop: " + re.escape(key), planned.stdout), planned.stdout

@@ -164,7 +164,7 @@ def test_validation_split_and_subsets():
 def test_text_data_keys_are_checked_with_an_example(key, value, expected):
     from omegaconf import OmegaConf
 
-    from cutlab.tasks.text import check_text_data
+    from cutlab.config.text_data import check_text_data
 
     data = OmegaConf.create({"max_length": 128, "num_labels": 2, "train_subset": None, "test_subset": None,
                              "subset_seed": 0, "val_size": 0.1})

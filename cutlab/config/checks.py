@@ -21,6 +21,7 @@ from cutlab.atomic import unwritable
 from cutlab.errors import CutlabError, refuse_blank
 from cutlab.config.groups import task_kind
 from cutlab.config.resolvers import wandb_variable
+from cutlab.config.text_data import check_text_data
 
 WANDB_MODES = ("offline", "online", "disabled")
 # torch's optimisers turn a learning rate into a float32 step factor (check_rate holds the two bounds). Adam's first
@@ -175,6 +176,8 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_integer("data.frames", cfg.data.frames, "10", 1)
         check_integer("data.stride", cfg.data.stride, "10", 1)
         check_integer("data.val_clips", cfg.data.val_clips, "2", 1)
+    if kind == "text":
+        check_text_data(cfg.data)
 
 
 PATH_KEYS = {"data": ("root", "train_file", "test_file"), "model": ("source", "tokenizer", "pretrained")}
