@@ -122,9 +122,13 @@ def run(scale: str, planned, out: Path) -> int:
     for cell, reason in skipped.items():
         print(f"cutlab-reproduce: not run: {cell}: {reason}", file=sys.stderr)
     from cutlab_analysis.__main__ import main as analysis_main
+    from cutlab_analysis.out_folder import not_ours
 
     report = out / "report" / "report.md"
-    report.unlink(missing_ok=True)  # an earlier reproduction's report must not pass for this one's
+    kept = not_ours(report.parent)  # one's own report.md there: the analysis refuses it in one line, and it stays
+    for earlier in (report, report.with_suffix(".html")):  # an earlier reproduction's must not pass for this one's
+        if earlier not in kept:
+            earlier.unlink(missing_ok=True)
     status = analysis_main([str(out / "runs"), "--out", str(out / "report")])
     ended = f"cutlab-reproduce: {scale} scale finished in {time.perf_counter() - started:.0f} s; "
     if report.is_file():

@@ -328,13 +328,27 @@ def test_no_report_is_announced_when_none_was_written(tmp_path, capsys):
     announced, and the exit status says so."""
     from cutlab.reproduce import run
 
+    from cutlab_analysis.out_folder import HTML_TITLE, REPORT_HEADING
+
     out = tmp_path / "out"
     (out / "report").mkdir(parents=True)
-    (out / "report" / "report.md").write_text("an earlier reproduction's report\n")
+    (out / "report" / "report.md").write_text(f"{REPORT_HEADING}\n\nan earlier reproduction's report\n")
+    (out / "report" / "report.html").write_text(f"<html><head><title>{HTML_TITLE}</title></head></html>\n")
     status = run("smoke", [], out)
     err = capsys.readouterr().err
     assert status != 0 and "no report was written" in err and "report at" not in err, err
-    assert not (out / "report" / "report.md").exists()
+    assert not (out / "report" / "report.md").exists() and not (out / "report" / "report.html").exists()
+
+
+def test_a_report_md_of_ones_own_in_the_report_folder_is_kept(tmp_path, capsys):
+    # cutlab-reproduce deleted it before the analysis could refuse it (cutlab-analysis --out keeps it, in one line)
+    from cutlab.reproduce import run
+
+    out = tmp_path / "out"
+    (out / "report").mkdir(parents=True)
+    (out / "report" / "report.md").write_text("# My own notes\n\ndo not lose\n")
+    assert run("smoke", [], out) != 0
+    assert (out / "report" / "report.md").read_text() == "# My own notes\n\ndo not lose\n"
 
 
 def test_an_override_that_every_run_refuses_stops_the_reproduction_at_its_first_grid(tmp_path):
