@@ -128,16 +128,18 @@ def format_scale_plan(scale: str, planned: list[ScaleGrid]) -> str:
 
 class _Tally:
     def __init__(self) -> None:
-        self.runs = self.complete = self.skipped = self.measured = 0
+        self.runs = self.complete = self.refused = self.busy = self.skipped = self.measured = 0
         self.seconds, self.kinds, self.unmeasured = 0.0, set(), 0
 
     def add(self, plan: Plan, launcher: str, runs: list) -> None:
         """Count ``runs`` (some or all of ``plan``'s), costing the ones not complete."""
         folders = {run.run_dir for run in runs}
-        to_run = [run for run in plan.to_run if run.run_dir in folders]
+        to_run = [run for run in plan.to_run if run.run_dir in folders and run.status != "refused"]
         cost = estimate(plan.runs_dir, to_run)
         self.runs += len(runs)
-        self.complete += sum(run.status == "complete" for run in runs)  # not a busy one (another process writes it)
+        self.complete += sum(run.status == "complete" for run in runs)
+        self.refused += sum(run.status == "refused" for run in runs)  # each stops in one line (format_plan says why)
+        self.busy += sum(run.status == "busy" for run in runs)  # another live process writes it: left to it
         self.measured += cost.measured
         # as format_plan: a process per run (SLURM, local without warm workers) pays the start-up per run
         startup = launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True))
@@ -146,8 +148,10 @@ class _Tally:
         self.kinds |= {run.cost_key for run in cost.unmeasured}
 
     def text(self) -> str:
-        text = f"{self.runs + self.skipped} runs: {self.runs - self.complete} to run, {self.complete} complete, " \
-               f"{self.skipped} skipped; "
+        to_run = self.runs - self.complete - self.refused - self.busy
+        text = f"{self.runs + self.skipped} runs: {to_run} to run, {self.complete} complete, " \
+               + (f"{self.refused} refused, " if self.refused else "") + (f"{self.busy} busy, " if self.busy else "") \
+               + f"{self.skipped} skipped; "
         # no run of a kind measured yet: no estimate, rather than "0 s of run time", which reads as no cost
         text += (f"estimated {_duration(self.seconds)} of run time for the {self.measured} measured runs"
                  if self.measured else "no estimate yet")

@@ -204,6 +204,15 @@ def test_a_scale_plan_refuses_a_launcher_value_its_launch_would_refuse(tmp_path,
     assert not (tmp_path / "out").exists()
 
 
+def test_a_scale_plan_counts_runs_that_would_be_refused_apart_from_those_to_run(tmp_path, capsys):
+    # every run listed "refused" and the totals said "16 to run", with the refused runs' cost among the unmeasured
+    from cutlab.reproduce import main
+
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out"), "train.epochs=abc"]) == 0
+    totals = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# Table 3 (smoke): ")]
+    assert totals == ["# Table 3 (smoke): 16 runs: 0 to run, 0 complete, 16 refused, 0 skipped; no estimate yet"]
+
+
 def test_a_slurm_plan_of_a_scale_shows_each_grids_sbatch_script(tmp_path, capsys):
     from cutlab.reproduce import main
 
