@@ -54,6 +54,8 @@ def parse_pairs(items: list[str], flag: str, known: list[str]) -> dict[str, str]
         if HYDRA_SPECIAL & set(value):
             raise CutlabError(f"{flag} {item}: the location holds one of {''.join(sorted(HYDRA_SPECIAL))}, which the "
                               "run's command line would read as a sweep or a list; link it from a plain path")
+        if name in pairs and pairs[name] != value:  # the last one given would win without a word
+            raise CutlabError(f"{flag} {name}= is given twice ({pairs[name]} and {value}); give each NAME once")
         pairs[name] = value
     return pairs
 

@@ -67,6 +67,8 @@ def _check_inputs_read(scale: str, scale_grids: list, inputs: Inputs) -> None:
     datasets = sorted({grid.data for grid in scale_grids})
     models = {grid.model for grid in scale_grids}
     for name, value in inputs.data.items():
+        if name == "synthetic":  # generated in memory: a path given for it was accepted and never read
+            raise CutlabError(f"--data synthetic={value}: the synthetic video is generated, not read from files; drop it")
         if name not in datasets:
             raise CutlabError(f"--data {name}={value}: no grid of the {scale} scale reads {name} (they read "
                               f"{', '.join(datasets)}); drop it, or train on it with python -m cutlab data={name} ...")

@@ -287,6 +287,12 @@ def test_an_input_no_grid_reads_is_refused_and_the_plans_commands_paste_into_a_s
                                                        "grid of the smoke scale reads ucsd_ped1 (they read "), error
     assert main(["--scale", "smoke", "--plan", "--weights", "vit=google/vit-base-patch16-224-in21k"]) == 2
     assert "no grid of the smoke scale runs model=vit; drop it" in capsys.readouterr().err
+    # a path for the generated video was accepted and never read; a NAME given twice kept the last without a word
+    assert main(["--scale", "smoke", "--plan", "--data", "synthetic=/nonexistent"]) == 2
+    assert "--data synthetic=/nonexistent: the synthetic video is generated, not read from files; drop it" in \
+        capsys.readouterr().err
+    assert main(["--scale", "cpu", "--plan", "--data", "imdb=/a", "--data", "imdb=/b"]) == 2
+    assert "--data imdb= is given twice (/a and /b); give each NAME once" in capsys.readouterr().err
     out = tmp_path / "my runs"
     assert main(["--scale", "smoke", "--plan", "--out", str(out), "wandb.mode=disabled"]) == 0
     text = capsys.readouterr().out
