@@ -174,11 +174,13 @@ def _exists(root: str, config: dict) -> None:
 
 def _ucsd(variant: str):
     def check(root: str, config: dict) -> None:
-        from cutlab.core.data.ucsd import _hint, _locate, scan_official
+        from cutlab.core.data.ucsd import _hint, _locate, check_npz_layout, scan_official
 
         kind, path = _locate(variant, root)
         if kind == "official":
             scan_official(path, _hint(variant))
+        else:  # a file of another kind passed, and every run of its grids then stopped on it
+            check_npz_layout(path, _hint(variant))
     return check
 
 
@@ -222,6 +224,9 @@ def _alpaca(root: str, config: dict) -> None:
     if not Path(root).is_file():
         raise CutlabError(f"{root} is not a file: give Stanford Alpaca's alpaca_data.json (or a JSON-lines file of "
                           "{instruction, input, output})")
+    from cutlab.core.data.alpaca import load_examples
+
+    load_examples(root)  # every row, as its runs read them (alpaca_data.json's 52k rows: under a second)
 
 
 CHECKS = {"ucsd_ped1": _ucsd("ped1"), "ucsd_ped2": _ucsd("ped2"), "avenue": _avenue, "shanghaitech": _shanghaitech,

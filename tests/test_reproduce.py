@@ -293,6 +293,18 @@ def test_an_input_no_grid_reads_is_refused_and_the_plans_commands_paste_into_a_s
         capsys.readouterr().err
     assert main(["--scale", "cpu", "--plan", "--data", "imdb=/a", "--data", "imdb=/b"]) == 2
     assert "--data imdb= is given twice (/a and /b); give each NAME once" in capsys.readouterr().err
+    # a file that is no npz passed the input check; every run of the Ped2 grids then stopped on it
+    (tmp_path / "bad.npz").write_text("not npz\n")
+    assert main(["--scale", "cpu", "--plan", "--out", str(tmp_path / "cpu"), "--data",
+                 f"ucsd_ped2={tmp_path / 'bad.npz'}"]) == 0
+    assert (f"# skipped: 18 runs of data=ucsd_ped2 model=dust: --data ucsd_ped2={tmp_path / 'bad.npz'}: data.root="
+            f"{tmp_path / 'bad.npz'} is not a readable .npz archive") in capsys.readouterr().out
+    from cutlab.reproduce_inputs import check_dataset  # the same for Alpaca: a file was all it checked
+
+    (tmp_path / "bad.json").write_text("garbage\n")
+    assert check_dataset("alpaca", str(tmp_path / "bad.json"), {}) == (
+        f"{tmp_path / 'bad.json'}: line 1 is not valid JSON (Expecting value); each line must be one {{instruction, "
+        "input, output} object")
     out = tmp_path / "my runs"
     assert main(["--scale", "smoke", "--plan", "--out", str(out), "wandb.mode=disabled"]) == 0
     text = capsys.readouterr().out

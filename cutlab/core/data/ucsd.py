@@ -248,6 +248,17 @@ def _stored_size(path: Path, hint: str) -> int | None:
     return shape[1] if len(shape) == 3 and shape[1] == shape[2] else None
 
 
+def check_npz_layout(path: Path, hint: str) -> None:
+    """That ``path`` is a zip (npz) holding training_NN and testing_NN arrays, from its directory alone (no array is
+    read): what cutlab-reproduce checks of an input before it plans the grids that read it."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = [name.removesuffix(".npy") for name in archive.namelist()]
+    except cache.NPZ_READ_ERRORS as exc:
+        raise _npz_error(path, exc, hint) from exc
+    _require_both_splits(path, sorted(k for k in names if _NPZ_KEY.fullmatch(k)), names, hint)
+
+
 def _read_npz(path: Path, image_size: int, progress: bool, hint: str) -> tuple[Clips, Clips]:
     """Load, validate (uint8 [frames, H, W]) and, if needed, resize every training_/testing_ clip."""
     out: dict[str, Clips] = {"training": {}, "testing": {}}
