@@ -45,7 +45,10 @@ def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_pat
             assert (out / "report" / "figures" / f"{stem}.{suffix}").stat().st_size > 5_000, stem
     skipped = (out / "skipped.md").read_text()
     assert "vit" in skipped and "roberta" in skipped and "not run: model vit" in first.stderr
-    assert "constrained UT at gamma_train 0" in skipped and "train=constrained_paper" in skipped
+    # it runs with train=constrained_paper: it was listed under "Cells not run" and said "not run"
+    not_run, otherwise = skipped.split("# Cells run otherwise\n")
+    assert "constrained UT at gamma_train 0" in otherwise and "train=constrained_paper" in otherwise
+    assert "constrained UT" not in not_run and "run otherwise: constrained UT at gamma_train 0" in first.stderr
     # runs done out of the scale's and the time left, one line as each grid ends
     tallies = re.findall(r"cutlab-reproduce: smoke scale: (\d+)/(\d+) runs done \(\d+%\), .*, \d\d:\d\d elapsed, "
                          r"\d\d:\d\d left; grid (\d+)/(\d+) \(.*\) finished", first.stderr)
@@ -376,6 +379,23 @@ def test_a_report_md_of_ones_own_in_the_report_folder_is_kept(tmp_path, capsys):
     (out / "report" / "report.md").write_text("# My own notes\n\ndo not lose\n")
     assert run("smoke", [], out) != 0
     assert (out / "report" / "report.md").read_text() == "# My own notes\n\ndo not lose\n"
+
+
+def test_each_grid_is_named_by_its_arm_where_one_cell_is_split_in_three(tmp_path, capsys):
+    # UT's three grids (ERM, constrained, constrained_paper at gamma 0) each read "Table 3 (smoke), data=synthetic
+    # model=ut" in the progress and skip lines
+    from cutlab.reproduce import run
+    from cutlab.reproduce_grids import SCALES, grids
+    from cutlab.reproduce_plan import ScaleGrid
+
+    planned = [ScaleGrid(grid, [], "not given here") for grid in grids(SCALES["smoke"][0])]
+    run("smoke", planned, tmp_path / "out")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cutlab-reproduce: skipping ")]
+    assert [line.split(": ")[1] for line in lines] == [
+        "skipping Table 3 (smoke), data=synthetic model=dust",
+        "skipping Table 3 (smoke), data=synthetic model=ut train=erm",
+        "skipping Table 3 (smoke), data=synthetic model=ut train=constrained gamma=0.09",
+        "skipping Table 3 (smoke), data=synthetic model=ut train=constrained_paper gamma=0.0"]
 
 
 def test_an_override_that_every_run_refuses_stops_the_reproduction_at_its_first_grid(tmp_path):
