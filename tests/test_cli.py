@@ -782,6 +782,20 @@ def test_a_default_folder_that_is_a_file_is_named_as_one(tmp_path, monkeypatch, 
         check_config(compose_run_config(args))
 
 
+@pytest.mark.parametrize("args, held", [(["data=ucsd_ped2"], "ucsd_ped2"), (["data=imdb", "model=hf_encoder"], "imdb")])
+def test_a_data_folder_that_holds_another_thing_names_cutlab_data_dir(tmp_path, monkeypatch, args, held):
+    # CUTLAB_DATA_DIR set one level too high (or low): "point data.root at where the ucsd_ped2 data is", where the
+    # README promises a line naming CUTLAB_DATA_DIR
+    from cutlab.config.checks import check_config
+    from cutlab.config.compose import compose_run_config
+    from cutlab.errors import CutlabError
+
+    monkeypatch.setenv("CUTLAB_DATA_DIR", str(tmp_path))
+    with pytest.raises(CutlabError, match=f"^data.root=.* does not exist: the data folder {tmp_path} holds no {held} "
+                                          f"data; set CUTLAB_DATA_DIR to the folder that holds {held}/ "):
+        check_config(compose_run_config(args))
+
+
 def test_a_constrained_run_that_is_all_warm_up_says_so(tmp_path):
     """train.epochs=1 with train=constrained's one warm-up epoch holds every multiplier at 0: the run trained l_L
     alone and its verdict reads constraints it never trained on, and nothing said so."""

@@ -217,6 +217,12 @@ def check_data_root(cfg: DictConfig) -> None:
     root, name = cfg.data.get("root"), cfg.data.get("name")
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
+    folder = cfg.paths.get("data_dir")
+    if folder is not None and Path(str(root)).is_relative_to(folder):  # the default root: a data folder that is
+        held = Path(str(root)).relative_to(folder).parts[0]  # there, but another one than meant (CUTLAB_DATA_DIR)
+        raise CutlabError(f"data.root={root} does not exist: the data folder {folder} holds no {name} data; set "
+                          f"CUTLAB_DATA_DIR to the folder that holds {held}/ (or paths.data_dir=DIR), or give "
+                          "data.root=PATH")
     raise CutlabError(f"data.root={root} does not exist on this machine; point data.root at where the {name} data is")
 
 
