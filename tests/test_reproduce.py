@@ -498,3 +498,12 @@ def test_ctrl_c_lets_the_running_grid_checkpoint_and_the_reproduction_stops(tmp_
     steps = len(pd.read_csv(run / "history.csv"))
     assert load_checkpoint(run)["trainer"]["progress"]["step"] == steps >= 2, "checkpointed at the step it stopped"
     assert not (out / "report").exists(), "a stopped reproduction writes no report"
+
+
+def test_help_says_which_scale_runs_without_scale(capsys):
+    # a bare cutlab-reproduce started the smoke scale's training, and --help showed no default
+    from cutlab.reproduce import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "smoke (the default" in " ".join(capsys.readouterr().out.split())
