@@ -72,11 +72,12 @@ class Inputs:
     models_dir: Path = field(default_factory=models_dir)
     hub_cache: Path | None = None  # the Hugging Face cache folder; None: huggingface_hub's own (HF_HUB_CACHE, HF_HOME)
 
-    def for_data(self, name: str) -> tuple[list[str], str | None]:
-        """(overrides pointing the runs at the dataset, None) or ([], why it is skipped, with the flag)."""
+    def for_data(self, name: str, keys: dict | None = None) -> tuple[list[str], str | None]:
+        """(overrides pointing the runs at the dataset, None) or ([], why it is skipped, with the flag). ``keys``: the
+        grid's own data.* values (its sweep's), over the data config's."""
         if name == "synthetic":  # generated, no files
             return [], None
-        config = yaml.safe_load((CONF_DATA / f"{name}.yaml").read_text())
+        config = {**yaml.safe_load((CONF_DATA / f"{name}.yaml").read_text()), **(keys or {})}
         given = self.data.get(name)
         root = given if given is not None else _default_root(config.get("root"), self.data_dir)
         if root is None:

@@ -36,7 +36,10 @@ def resolve(scale: str, inputs: Inputs, runs_dir: Path, extra: list[str]) -> lis
     _check_inputs_read(scale, scale_grids, inputs)
     for entry in SCALES[scale]:
         for grid in (grid for grid in scale_grids if grid.entry == entry):
-            data = data_cache.setdefault(grid.data, inputs.for_data(grid.data))
+            # the files its runs read: the sweep's own data.* values (the smoke scale's 100 reviews) over the config's
+            files = {key.removeprefix("data."): values[0] for key, values in sweep_params(entry.sweep)[0].items()
+                     if key.startswith("data.") and len(values) == 1}
+            data = data_cache.setdefault((grid.data, entry.sweep), inputs.for_data(grid.data, files))
             model = model_cache.setdefault(grid.model, inputs.for_model(grid.model))
             reasons = [reason for _, reason in (data, model) if reason]
             argv = [*grid.argv(), *data[0], *model[0], f"paths.runs_dir={runs_dir}", *extra]

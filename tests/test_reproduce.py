@@ -507,3 +507,20 @@ def test_help_says_which_scale_runs_without_scale(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "smoke (the default" in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_input_check_reads_the_files_the_scales_own_runs_read(tmp_path, capsys, monkeypatch):
+    # the smoke scale reads 100 IMDb reviews (its sweep's data.train_file); the check asked for the full data set's
+    # files and skipped the text grid where only those 100 were at hand
+    import shutil
+
+    from conftest import SHARED, require_shared
+    from cutlab.reproduce import main
+
+    (tmp_path / "data" / "imdb").mkdir(parents=True)
+    for split in ("train", "test"):
+        reviews = require_shared(SHARED / "data" / "imdb" / f"imdb_{split}_tiny100.jsonl")
+        shutil.copy(reviews, tmp_path / "data" / "imdb")
+    monkeypatch.setenv("CUTLAB_DATA_DIR", str(tmp_path / "data"))
+    assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out")]) == 0
+    assert "# Table 4 (smoke): 4 runs: 4 to run, 0 complete, 0 skipped" in capsys.readouterr().out
