@@ -450,9 +450,14 @@ def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not
         (["-m", "gamma=0,0.09", "train.epochs=abc"], "every run the sweep would run is refused; the first, "
          "gamma=0,train.epochs=abc: train.epochs must be a whole number, got 'abc'; e.g. train.epochs=20 (and 1 more; "
          "--plan lists each)"),
+        # data that are not on this machine, where the runs run (not SLURM's): 11 lines, Hydra's launch, every run
+        # failed in turn
+        (["-m", "gamma=0,0.09", "data=ucsd_ped2", "data.root=/no/such/ped2.npz"], "every run the sweep would run is "
+         "refused; the first, data.root=_no_such_ped2.npz,data=ucsd_ped2,gamma=0: data.root=/no/such/ped2.npz does "
+         "not exist on this machine"),
     ],
     ids=["unknown-key", "unknown-nested-key", "empty-sweep", "unknown-model", "unknown-profile", "unknown-sweep",
-         "repeated-value", "every-run-refused"],
+         "repeated-value", "every-run-refused", "data-not-here"],
 )
 def test_bad_sweeps_get_one_clear_message_before_any_run_starts(tmp_path, args, expected):
     runs = tmp_path / "runs"

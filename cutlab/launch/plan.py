@@ -207,9 +207,10 @@ def expand(command: Command) -> Plan:
             plan = Plan(sweep_name(command), command, runs_dir_path(cfg.paths.runs_dir),
                         config_yaml=OmegaConf.to_yaml(cfg), launcher=OmegaConf.to_container(cfg.launcher, resolve=True))
             composer = JobComposer(hydra.config_loader, cfg, parser)
+            here = plan.launcher.get("name") != "slurm"  # the runs' data and weights must be on this machine
             for index, job_overrides in enumerate(jobs):
                 job, run_dir = composer.compose(list(job_overrides))
-                status, steps, holder, problem = _state(run_dir, job)
+                status, steps, holder, problem = _state(run_dir, job, here)
                 plan.runs.append(PlannedRun(index, list(job_overrides), run_dir.name, run_dir, status, steps,
                                             cost_key=cost_key(job), holder=holder, problem=problem,
                                             configuration=configuration_key(job) if job.get("run_name") is None
@@ -283,12 +284,12 @@ def _as_typed(overrides: list[str]) -> list[str]:
     return [o for o in overrides if not o.startswith("wandb.group=")]
 
 
-def _state(run_dir: Path, job: dict) -> tuple[str, int, str | None, str | None]:
+def _state(run_dir: Path, job: dict, here: bool) -> tuple[str, int, str | None, str | None]:
     """The run's status from its summary.json; ``refused`` (with why) when its folder holds another configuration or
     files that are not a run record, or when its config has a value the run's own checks refuse (gamma=-1): running
     it says the same in one line, and it is never counted as complete."""
     try:
-        check_config(OmegaConf.create(job), folders=False)  # the jobs may run where the data are
+        check_config(OmegaConf.create(job), folders=here)  # SLURM's jobs may run where the data are, not here
         check_same_run(run_dir, job)
         summary = read_summary(run_dir, resumable=True)
     except CutlabError as error:
