@@ -95,8 +95,9 @@ def run(scale: str, planned, out: Path) -> int:
     done = tally(f"{scale} scale", sum(item.grid.runs for item in grids), "run", prefix="cutlab-reproduce: ")
     position = 0  # of the grid among those that run
     for item in planned:
+        # the grid's own arm (UT's cells run as three grids: ERM, constrained, constrained_paper at gamma 0)
         arm = [o for o in item.grid.overrides if o not in (f"data={item.grid.data}", f"model={item.grid.model}")]
-        where = " ".join([f"{item.grid.entry.label}, data={item.grid.data} model={item.grid.model}", *arm])  # UT's 3
+        where = " ".join([f"{item.grid.entry.label}, data={item.grid.data} model={item.grid.model}", *arm])
         if item.skipped:
             skipped[f"{where} ({item.grid.runs} runs)"] = item.skipped
             print(f"cutlab-reproduce: skipping {where}: {item.skipped}", file=sys.stderr)
