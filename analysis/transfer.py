@@ -104,10 +104,9 @@ def columns_apart(labels: list[str], grids: list[tuple], requests: list[dict]) -
     columns = list(labels)
     for cell in dict.fromkeys(zip(labels, grids)):
         members = [i for i, other in enumerate(zip(labels, grids)) if other == cell]
-        keys = sorted({key for i in members for key in settings[i]})
-        differ = [key for key in keys if len({json.dumps(settings[i].get(key), sort_keys=True) for i in members}) > 1]
-        for i in members if differ else []:
-            columns[i] += " [" + ", ".join(f"{key}={settings[i].get(key)}" for key in differ) + "]"
+        # the rule that tells data configs apart, applied to the rest of the request
+        for i, differ in zip(members, settings_apart([settings[i] for i in members], short=False)):
+            columns[i] += f" [{', '.join(differ)}]" if differ else ""
     return columns
 
 

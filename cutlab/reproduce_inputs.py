@@ -227,7 +227,7 @@ def _alpaca(root: str, config: dict) -> None:
                           "{instruction, input, output})")
     from cutlab.core.data.alpaca import load_examples
 
-    load_examples(root)  # every row, as its runs read them (alpaca_data.json's 52k rows: under a second)
+    load_examples(root)  # every row, as its runs read them
 
 
 CHECKS = {"ucsd_ped1": _ucsd("ped1"), "ucsd_ped2": _ucsd("ped2"), "avenue": _avenue, "shanghaitech": _shanghaitech,

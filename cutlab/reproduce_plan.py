@@ -35,12 +35,16 @@ def resolve(scale: str, inputs: Inputs, runs_dir: Path, extra: list[str]) -> lis
     _check_not_an_axis(scale, scale_grids, extra)
     _check_inputs_read(scale, scale_grids, inputs)
     for entry in SCALES[scale]:
+        # the files its runs read: the sweep's own data.* values (the smoke scale's 100 reviews) over the config's
+        files = {key.removeprefix("data."): values[0] for key, values in sweep_params(entry.sweep)[0].items()
+                 if key.startswith("data.") and len(values) == 1}
         for grid in (grid for grid in scale_grids if grid.entry == entry):
-            # the files its runs read: the sweep's own data.* values (the smoke scale's 100 reviews) over the config's
-            files = {key.removeprefix("data."): values[0] for key, values in sweep_params(entry.sweep)[0].items()
-                     if key.startswith("data.") and len(values) == 1}
-            data = data_cache.setdefault((grid.data, entry.sweep), inputs.for_data(grid.data, files))
-            model = model_cache.setdefault(grid.model, inputs.for_model(grid.model))
+            # each input checked once (setdefault read them again for every grid: Alpaca's rows, a zip's directory)
+            if (grid.data, entry.sweep) not in data_cache:
+                data_cache[grid.data, entry.sweep] = inputs.for_data(grid.data, files)
+            if grid.model not in model_cache:
+                model_cache[grid.model] = inputs.for_model(grid.model)
+            data, model = data_cache[grid.data, entry.sweep], model_cache[grid.model]
             reasons = [reason for _, reason in (data, model) if reason]
             argv = [*grid.argv(), *data[0], *model[0], f"paths.runs_dir={runs_dir}", *extra]
             result.append(ScaleGrid(grid, argv, "; ".join(reasons) or None))
