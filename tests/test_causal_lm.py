@@ -186,6 +186,19 @@ def test_json_lines_and_bad_instruction_files_get_errors_naming_the_row(tmp_path
         load_examples(str(lines))
 
 
+def test_an_instruction_file_that_is_not_utf8_is_one_line_and_a_home_folder_is_expanded(tmp_path, monkeypatch):
+    """The first was UnicodeDecodeError's traceback (the other text readers said it in one line); the second was
+    'is not a file' for ~/data.json, which the other readers expand."""
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'[{"instruction": "caf\xe9", "input": "", "output": "x"}]')
+    with pytest.raises(CutlabError, match=r"latin.json is not UTF-8 text \(invalid continuation byte at byte 21\); "
+                                          r"save it as UTF-8$"):
+        load_examples(str(latin))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "mine.json").write_text(json.dumps(alpaca_rows(2)))
+    assert [e.output for e in load_examples("~/mine.json")] == [r["output"] for r in alpaca_rows(2)]
+
+
 # ---------------------------------------------------------------- model contract
 
 

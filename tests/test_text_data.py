@@ -9,7 +9,7 @@ import pytest
 
 from conftest import SHARED, require_shared
 from cutlab.core.data.text import shuffled, split_sizes
-from cutlab.core.data.text_readers import read_imdb, read_mnli
+from cutlab.core.data.text_readers import _mnli_hf_split, read_imdb, read_mnli
 from cutlab.errors import CutlabError
 
 IMDB = SHARED / "data" / "imdb"
@@ -47,7 +47,12 @@ def test_imdb_official_acl_layout(tmp_path):
     for root in (tmp_path, tmp_path / "aclImdb"):  # the download folder or aclImdb/ itself
         rows = read_imdb(str(root), "test", "unused.jsonl")
         assert [label for _, _, label in rows] == [0, 0, 1, 1]
-        assert rows[2][0] == "A pos review 0.  The end."  # HTML line breaks become spaces
+    # the same reviews as JSON lines read as the same text: the folder's reader turned <br /> into spaces, which
+    # the JSON lines (and hf:imdb) keep, so one data set gave two texts and two results
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"text": text, "label": label}) + "\n"
+                                                 for text, _, label in rows))
+    assert rows[2][0] == "A pos review 0.<br /><br />The end."
+    assert read_imdb(str(tmp_path), "test", "test.jsonl") == rows
 
 
 def test_imdb_wrong_layout_and_bad_rows_name_the_fix(tmp_path):
@@ -88,6 +93,30 @@ def test_text_files_that_are_not_utf8_or_not_whole_gzip_or_rows_without_a_string
     next((tmp_path / "acl" / "aclImdb" / "test" / "pos").glob("*.txt")).write_bytes(b"caf\xe9")
     with pytest.raises(CutlabError, match=r"\.txt is not UTF-8 text"):
         read_imdb(str(tmp_path / "acl"), "test", "unused.jsonl")
+
+
+@pytest.mark.parametrize("row, kind", [('["text", "label"]', "list"), ('"a review"', "str"), ("5", "int"),
+                                        ("null", "NoneType")])
+def test_a_json_line_that_is_not_an_object_is_one_line(tmp_path, row, kind):
+    """Each was a TypeError or AttributeError's traceback from inside the reader, for IMDb and MNLI alike."""
+    good = json.dumps({"text": "fine", "label": 1, "premise": "p", "hypothesis": "h"})
+    (tmp_path / "rows.jsonl").write_text(f"{good}\n{row}\n")
+    for read in (read_imdb, read_mnli):
+        with pytest.raises(CutlabError, match=rf"rows.jsonl:2 is a JSON {kind}, not an object; the file must hold one "
+                                              r"JSON object a line, with its fields named$"):
+            read(str(tmp_path), "train", "rows.jsonl")
+
+
+def test_mnli_from_hugging_face_reads_the_test_set_its_test_file_names():
+    """With hf:glue/mnli the test was always validation_matched, whatever data.test_file named: an evaluation
+    asked of the mismatched set scored the matched one under the mismatched one's name."""
+    assert _mnli_hf_split("train", "train.tsv") == "train"
+    assert _mnli_hf_split("test", "dev_matched.tsv") == "validation_matched"
+    assert _mnli_hf_split("test", "dev_mismatched.tsv") == "validation_mismatched"
+    assert _mnli_hf_split("test", "multinli_1.0_dev_mismatched.jsonl") == "validation_mismatched"
+    with pytest.raises(CutlabError, match=r"data.test_file=test.tsv names neither MNLI test set; with "
+                                          r"data.root=hf:glue/mnli set data.test_file=dev_matched.tsv"):
+        _mnli_hf_split("test", "test.tsv")
 
 
 def test_imdb_labels_beyond_two_are_refused_naming_data_num_labels_which_reads_them(tmp_path):

@@ -51,10 +51,13 @@ def load_examples(root: str | None) -> list[Example]:
     """Rows of a JSON list (``alpaca_data.json``) or a JSON-lines file; every row is checked, errors name it."""
     if root is None:
         raise CutlabError(f"data.root is not set: {HOW_TO_GET}")
-    path = Path(root)
+    path = Path(root).expanduser()  # as the other text readers: a ~ of the command line's quoting stays
     if not path.is_file():
         raise CutlabError(f"data.root={root} is not a file: {HOW_TO_GET}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise CutlabError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
     try:
         if text.lstrip().startswith("["):
             rows = json.loads(text)

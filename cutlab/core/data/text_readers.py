@@ -52,9 +52,13 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
     for number, line in _lines(path):
         if line.strip():
             try:
-                yield number, json.loads(line)
+                row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise CutlabError(f"{path}:{number} is not valid JSON ({error}); the file must hold one JSON object a line") from error
+            if not isinstance(row, dict):  # a list or number row was a TypeError deep in the reader
+                raise CutlabError(f"{path}:{number} is a JSON {type(row).__name__}, not an object; the file must hold "
+                                  "one JSON object a line, with its fields named")
+            yield number, row
 
 
 def _text(value, where: str, key: str) -> str:
@@ -116,7 +120,8 @@ def read_imdb(root: str, split: str, file: str, num_labels: int = 2) -> list[Exa
         for label, polarity in ((0, "neg"), (1, "pos")):
             for path in sorted((acl / split / polarity).glob("*.txt")):
                 text = "".join(line for _, line in _lines(path))
-                examples.append((text.replace("<br />", " "), None, label))
+                # kept as written, <br /> included, as in the JSON lines and hf:imdb: one data set, one text
+                examples.append((text, None, label))
         if not examples:
             raise CutlabError(f"{acl}/{split}/{{pos,neg}}/ holds no .txt reviews; is the aclImdb download complete?")
         return examples
@@ -173,10 +178,22 @@ def _mnli_rows(path: Path) -> Iterator[tuple[str, str, object, str]]:
             row.get("label", row.get("gold_label")), where
 
 
+def _mnli_hf_split(split: str, file: str) -> str:
+    """The Hugging Face split of ``hf:glue/mnli`` that ``data.{split}_file`` names: MNLI has two labelled test sets,
+    and a file named for the mismatched one was read as the matched one."""
+    if split == "train":
+        return "train"
+    for name in ("mismatched", "matched"):  # mismatched first: its name holds the other's
+        if name in file.lower():
+            return f"validation_{name}"
+    raise CutlabError(f"data.test_file={file} names neither MNLI test set; with data.root=hf:glue/mnli set "
+                      "data.test_file=dev_matched.tsv (validation_matched) or dev_mismatched.tsv (validation_mismatched)")
+
+
 def read_mnli(root: str, split: str, file: str) -> list[Example]:
     """Labelled MNLI pairs of ``file`` in ``root`` (``split`` names the Hugging Face split with ``hf:``)."""
     if str(root).startswith("hf:"):
-        hf_name = {"train": "train", "test": "validation_matched"}[split]
+        hf_name = _mnli_hf_split(split, file)
         rows = hf_split(str(root)[3:], hf_name)
         examples = [(r["premise"], r["hypothesis"], mnli_label(r["label"], f"{root} {hf_name}")) for r in rows]
         return [e for e in examples if e[2] is not None]
