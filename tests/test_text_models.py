@@ -188,3 +188,21 @@ def test_truncated_encoder_keeps_the_first_blocks_exactly(minilm_tokenizer, imdb
     with torch.no_grad():
         for a, b in zip(truncated(inputs), full(inputs)[:4], strict=True):
             torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("model_type, pad_token_id", [("roberta", 1), ("bert", 0), ("distilbert", 0)])
+def test_position_limit_is_the_longest_input_the_encoder_places(model_type, pad_token_id):
+    """data.max_length is checked against it: past it a long enough text stopped a run with an index error."""
+    small = dict(model_type=model_type, vocab_size=30, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                 intermediate_size=16, max_position_embeddings=10, pad_token_id=pad_token_id,
+                 dim=8, n_layers=1, n_heads=2, hidden_dim=16)  # DistilBERT names its sizes apart
+    model = EncoderClassifier(load_model(str(require_shared(ROBERTA_TOKENIZER)), False, small), 2)
+    limit = model.max_positions
+    assert limit == (8 if model_type == "roberta" else 10)  # RoBERTa numbers positions from its pad id + 1
+    for length in (limit, limit + 1):
+        inputs = {"input_ids": torch.full((1, length), 5), "attention_mask": torch.ones(1, length, dtype=torch.long)}
+        if length == limit:
+            assert len(model(inputs)) == 2
+        else:
+            with pytest.raises((IndexError, RuntimeError)):
+                model(inputs)

@@ -74,6 +74,10 @@ def build_text_task(cfg: DictConfig) -> Task:
     model = instantiate_model(model_cfg, depth=cfg.L, num_labels=data.num_labels)
     table = model.input_embeddings().weight
     check_tokenizer_fits(tokenizer, table.shape[0], model.pad_token_id, cfg)
+    limit = getattr(model, "max_positions", None)  # past it, a long enough text was an index error mid-run
+    if limit is not None and data.max_length > limit:
+        raise CutlabError(f"data.max_length={data.max_length} is more tokens than model={model_cfg.name} "
+                          f"({model_cfg.source}) can place ({limit} positions); set data.max_length={limit} or less")
     if model_cfg.tokenizer is not None and model_cfg.get("pretrained", True):  # a random init reads any vocabulary
         check_same_vocabulary(tokenizer, model_cfg.tokenizer, model_cfg.source, load_tokenizer)
     _log(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready ({time.perf_counter() - started:.1f} s)")

@@ -38,6 +38,16 @@ def keep_first_layers(encoder: nn.Module, depth: int) -> None:
     raise ValueError(f"cannot find the block list of a {type(encoder).__name__} to truncate")
 
 
+def position_limit(encoder: nn.Module) -> int | None:
+    """The most tokens ``encoder`` can place: its max_position_embeddings, less RoBERTa's offset (its embeddings
+    number positions from padding_idx + 1, so roberta-base's 514 place 512); None where the config gives none."""
+    limit = getattr(encoder.config, "max_position_embeddings", None)
+    if limit is None:
+        return None
+    offset = getattr(getattr(encoder, "embeddings", None), "padding_idx", None)
+    return int(limit) - (int(offset) + 1 if offset is not None else 0)
+
+
 class EncoderClassifier(LayerwiseModel):
     """``encoder``: a ``transformers`` encoder (BertModel, DistilBertModel, RobertaModel, ...)."""
 
@@ -50,6 +60,7 @@ class EncoderClassifier(LayerwiseModel):
         accepted = inspect.signature(encoder.forward).parameters
         self._forwarded = [key for key in ("token_type_ids",) if key in accepted]
         self.pad_token_id = getattr(encoder.config, "pad_token_id", None)  # the tokenizer must pad with it
+        self.max_positions = position_limit(encoder)  # data.max_length may not pass it
 
     def input_embeddings(self) -> nn.Embedding:
         """The word-embedding table the tokenizer's ids index (and sigma_x may be measured on)."""
