@@ -7,6 +7,7 @@ tokenizers are the real RoBERTa BPE tokenizer from ../shared and a small byte-le
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -465,5 +466,22 @@ def test_a_path_that_does_not_exist_is_named_as_such(alpaca_file, tiny_tokenizer
     missing = str(tmp_path / "no" / "such" / "llama")
     cfg = task_config(alpaca_file, tiny_tokenizer, **{key: missing})
     with pytest.raises(CutlabError, match=f"model.{key}={missing} does not exist") as error:
+        build(cfg)
+    assert "hf download" not in str(error.value)
+
+
+def test_a_folder_without_weights_is_named_as_such_not_sent_to_the_hub(alpaca_file, tiny_tokenizer, tmp_path):
+    """A folder with config.json and a tokenizer but no weights got the hub's advice, `hf download <the folder>`."""
+    from transformers import LlamaConfig
+
+    folder = tmp_path / "llama_without_weights"
+    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+                vocab_size=64).save_pretrained(folder)
+    for file in tiny_tokenizer.iterdir():
+        shutil.copy(file, folder)
+    cfg = task_config(alpaca_file, folder, pretrained=str(folder))
+    with pytest.raises(CutlabError, match=rf"model.pretrained={folder} cannot be loaded: the folder does not hold a "
+                                          r"whole Hugging Face checkpoint \(OSError: .*\); point model.pretrained at a "
+                                          r"folder with config.json, weights and tokenizer files$") as error:
         build(cfg)
     assert "hf download" not in str(error.value)

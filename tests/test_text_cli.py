@@ -156,13 +156,17 @@ def write_bad_mnli(folder: Path) -> Path:
          "point model.source, or model.tokenizer, at a folder or hub id with one"),
         (["model=ut_text", "data=imdb", "data.root=WRONG", "data.train_file=garbage.bin", "data.test_file=garbage.bin"],
          "garbage.bin is not UTF-8 text ("),  # a traceback (UnicodeDecodeError), its run folder left behind
+        ([*DISTILBERT[:2], "L=6", "data=imdb"],  # was "not a local folder, and the hub is unreachable"
+         "distilbert-base-uncased holds no weights that transformers can read (model.safetensors or "
+         "pytorch_model.bin): point model.source at a folder with them, or set model.pretrained=false to train its "
+         "architecture from a random init"),
         (["model=hf_encoder", "L=6", "data=imdb", "data.max_length=1000"],  # an index error once a text was long
          "data.max_length=1000 is more tokens than model=hf_encoder (sentence-transformers/all-MiniLM-L6-v2) can "
          "place (512 positions); set data.max_length=512 or less"),
     ],
     ids=["hub-id-offline", "wrong-imdb-layout", "tokenizer-model-mismatch", "mnli-label", "depth", "no-datasets",
          "local-prev-unsupported", "mnli-num-labels", "root-a-file", "folder-without-tokenizer", "file-not-utf8",
-         "max-length-past-positions"],
+         "folder-without-weights", "max-length-past-positions"],
 )
 def test_text_bad_input_gets_one_clear_message(tmp_path, args, expected):
     if "hf:imdb" in " ".join(args):

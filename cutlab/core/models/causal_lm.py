@@ -47,9 +47,13 @@ def load_pretrained(loader, name: str, key: str, **kwargs):
     try:
         return loader.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as error:
-        where = "the folder does not hold a Hugging Face checkpoint" if os.path.isdir(name) else (
-            "it is neither a local folder nor in the local Hugging Face cache"
-            + (", and the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else ", and the hub could not be reached"))
+        if os.path.isdir(os.path.expanduser(name)):  # a folder: the hub's advice (`hf download /a/path`) would mislead
+            raise CutlabError(
+                f"{key}={name} cannot be loaded: the folder does not hold a whole Hugging Face checkpoint "
+                f"({type(error).__name__}: {str(error).splitlines()[0][:200]}); point {key} at a folder with "
+                "config.json, weights and tokenizer files") from None
+        where = "it is neither a local folder nor in the local Hugging Face cache" + (
+            ", and the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else ", and the hub could not be reached")
         raise CutlabError(
             f"{key}={name!r} cannot be loaded: {where} ({type(error).__name__}: {str(error).splitlines()[0][:200]}). "
             f"Download it where the hub is reachable (e.g. `hf download {name} --local-dir /path/to/model`; "

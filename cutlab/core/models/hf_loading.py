@@ -104,4 +104,9 @@ def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] |
     try:
         return factory.from_pretrained(resolved, config=config)
     except OSError as error:
+        if Path(resolved).is_dir():  # a local folder: the hub's advice ("not a local folder") would mislead
+            raise CutlabError(
+                f"{resolved} holds no weights that transformers can read (model.safetensors or pytorch_model.bin): "
+                "point model.source at a folder with them, or set model.pretrained=false to train its architecture "
+                "from a random init") from error
         raise _unreachable(source, "weights", error) from error
