@@ -344,6 +344,10 @@ def corrupt_npz(folder: Path) -> Path:
                                        "1 to 64"),
         (["wandb.tags=abc"], "wandb.tags must be a list, got 'abc'; e.g. 'wandb.tags=[abc]'"),
         (["wandb.project="], "wandb.project is empty; name one, or leave it out for cutlab"),  # W&B's uncategorized
+        # it said "add it" to the model's yaml, where the fix is the video presets
+        (["train=constrained_text"], "train.resilience_c reads model.paper.synthetic.resilience_c, which model=dust's "
+                                     "yaml does not give; with data=synthetic use train=constrained|constrained_paper|"
+                                     "erm (the presets for video data), or add it"),
     ],
     ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz",
          "model-data-mismatch",
@@ -372,7 +376,7 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-file-without-m", "sweep-file-as-a-path",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",
-         "empty-wandb-project"],
+         "empty-wandb-project", "train-preset-of-text-data"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -24,6 +24,11 @@ from cutlab.config.resolvers import wandb_variable
 from cutlab.config.text_data import check_text_data
 
 WANDB_MODES = ("offline", "online", "disabled")
+# the train presets (conf/train/) made for each kind of data (data.task): those of another kind read model settings
+# (model.paper.<data>.dual_lr, ...) that the model's yaml gives only for its own data
+TRAIN_PRESETS = {"video": ("constrained", "constrained_paper", "erm"),
+                 "text": ("constrained_text", "constrained_text_paper", "erm_text"),
+                 "instruction": ("constrained_lm_paper", "erm_lm")}
 # torch's optimisers turn a learning rate into a float32 step factor (check_rate holds the two bounds). Adam's first
 # step is lr / (1 - beta1) = 10 lr: a larger one stopped the first step with a traceback ("value cannot be converted to
 # type float without overflow"). Below float32's smallest normal number a rate is 0 or subnormal there, and so is
@@ -90,6 +95,12 @@ def check_config(cfg: DictConfig, folders: bool = True) -> None:
     except InterpolationKeyError as error:  # e.g. train.alpha: ${model.paper.alpha} of a model yaml without paper
         missing = re.search(r"Interpolation key '([^']+)' not found", str(error))
         wanted = missing.group(1) if missing else str(error).splitlines()[0]
+        kind = cfg.data.get("task")
+        if str(error.full_key).startswith("train.") and wanted.startswith("model.paper.") and kind in TRAIN_PRESETS:
+            # most often a train preset made for another kind of data (train=constrained_text with DUST)
+            raise CutlabError(f"{error.full_key} reads {wanted}, which model={cfg.model.name}'s yaml does not give; "
+                              f"with data={cfg.data.name} use train={'|'.join(TRAIN_PRESETS[kind])} (the presets "
+                              f"for {kind} data), or add it to the model's yaml (e.g. paper: {{alpha: 0.25, epsilon: 1.0}})") from None
         raise CutlabError(f"{error.full_key} reads {wanted}, which the config does not have; add it (a model's yaml "
                           "gives its paper values as paper: {alpha: 0.25, epsilon: 1.0})") from None
 
