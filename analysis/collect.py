@@ -386,6 +386,10 @@ def _runs_frame(rows: list[dict]) -> pd.DataFrame:
              "dual_lr", "lr", "state", "partial", "usable", "status", "verdict", "violated_layers", "problem",
              "metric", "selection_mode", "selection_metric", "test_mean_metric", "test_auc", "steps", "wall_time_s"]
     frame = pd.DataFrame(rows)
+    for column in [c for c in frame.columns if c.startswith(DATA_PREFIX)]:
+        # as recorded: beside runs that lack a key, pandas made the others' whole numbers floats (max_length=32.0),
+        # so a run's label hung on the runs next to it
+        frame[column] = pd.Series([row.get(column, np.nan) for row in rows], index=frame.index, dtype=object)
     for column in first:
         if column not in frame:
             frame[column] = None

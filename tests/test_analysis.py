@@ -509,3 +509,19 @@ def test_what_tells_panels_apart_leaves_out_a_models_class():
     frame = pd.DataFrame({"cfg.model._target_": ["my_models.Deep", "my_models.Shallow"], "cfg.train.dual_lr": [0.05, 0.1],
                           "cfg.model.name": ["deep", "shallow"]})
     assert distinguishing(frame, frame.iloc[0]) == "dual_lr=0.05"
+
+
+def test_a_runs_data_label_is_the_same_beside_runs_whose_data_lack_its_keys(tmp_path):
+    """Text runs beside video runs (what cutlab-reproduce writes) were labelled ``imdb (max_length=32.0)``: the video
+    runs lack the key, and pandas turned the whole numbers beside their NaN into floats."""
+    from analysis.collect import collect_runs
+
+    for length in (32, 64):
+        write_run(tmp_path / "runs", f"imdb_{length}", model="ut_text", dataset="imdb", L=2, gamma=0.09,
+                  constrained=True, test=[0.8] * 6, selection=0.5, data={"max_length": length, "num_labels": 2})
+    alone = collect_runs(tmp_path / "runs").runs["dataset"].tolist()
+    write_run(tmp_path / "runs", "ped2", model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True,
+              test=15.0, selection=15.0)
+    mixed = collect_runs(tmp_path / "runs").runs.set_index("run")["dataset"]
+    assert alone == ["imdb (max_length=32)", "imdb (max_length=64)"]
+    assert [mixed[run] for run in ("imdb_32", "imdb_64")] == alone
