@@ -2,7 +2,8 @@
 
 Handles every URL form a storage or data address may take, whatever its scheme: ``user:password@host``
 (the password may itself hold ``@``: the host follows the *last* ``@``), ``?password=...`` and its
-relatives (``token=``, ``secret=``, ``api_key=``), and libpq's ``password=...`` keyword form.
+relatives (``token=``, ``secret=``, ``api_key=``), libpq's ``password=...`` keyword form, and variables named for
+them (``PGPASSWORD=...``, ``WANDB_API_KEY=...``).
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 HIDDEN = "***"
-# key=value pairs whose value is a credential, in a query string, a libpq DSN or an option (--db-password=...)
+# key=value pairs whose value is a credential, in a query string, a libpq DSN, an option (--db-password=...) or an
+# environment variable a setup line exports (PGPASSWORD=, WANDB_API_KEY=, HF_TOKEN=: a prefix of the key's own); the
+# value runs to '&' (a query's next pair), not to '#', which a password may hold
 _SECRET_PAIR = re.compile(
-    r"(?i)(?<![A-Za-z0-9_.])((?:ssl)?password|passwd|pwd|secret|token|access_token|api[_-]?key)=[^&#\s'\",;]+"
+    r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))=[^&\s'\",;]+"
 )
 
 

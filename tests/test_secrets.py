@@ -24,6 +24,12 @@ from conftest import ROOT
     ("foo://me:topsecret@host/x", "topsecret"),  # a scheme nobody knows
     ("--storage=redis://:onlypass@cache:6379/0", "onlypass"),
     ("host=db dbname=optuna user=me password=pgpass123", "pgpass123"),
+    # a setup line's exports (launcher.setup) passed untouched, and '#' ended the redacted part of a password
+    ("export PGPASSWORD=hunter2", "hunter2"),
+    ("WANDB_API_KEY=abcd1234", "abcd1234"),
+    ("DB_PASSWORD=x9y8z7", "x9y8z7"),
+    ("HF_TOKEN=hf_abcdef", "hf_abcdef"),
+    ("host=db password=ab#cdef", "cdef"),
 ])
 def test_every_url_form_is_redacted(text, secret):
     """Before: ``user:p@ss-secret@host`` and ``?password=`` passed the terminal's redaction untouched."""
@@ -32,6 +38,8 @@ def test_every_url_form_is_redacted(text, secret):
     assert secret not in redact(text) and "***" in redact(text)
     assert all(secret not in argument for argument in redact_argv(["python", "-m", "cutlab.search", text]))
     assert redact("postgresql://dbuser@127.0.0.1:5432/postgres") == "postgresql://dbuser@127.0.0.1:5432/postgres"
+    for plain in ("model.tokenizer=roberta-base", "data.max_tokens=512", "train.dual_lr=0.1"):  # no credential
+        assert redact(plain) == plain
 
 
 def test_an_unknown_storage_scheme_does_not_print_the_address():
