@@ -23,10 +23,9 @@ os.umask(_UMASK)
 class DiskFull(CutlabError):
     """No space (or quota) left where a run writes its record."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, then: str = "the run resumes from its last checkpoint") -> None:
         super().__init__(f"no space left on the device holding {path.parent} (while writing {path.name}); free space "
-                         "there (or point paths.runs_dir elsewhere) and run the same command again: the run resumes "
-                         "from its last checkpoint")
+                         f"there (or point paths.runs_dir elsewhere) and run the same command again: {then}")
 
 
 def is_disk_full(error: BaseException) -> bool:

@@ -123,6 +123,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys, space_corners
+    from cutlab.search.folder import check_study_folder
     from cutlab.search.preset import load_preset
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
@@ -163,6 +164,7 @@ def build_plan(args: argparse.Namespace):
     check_runs_dir(runs_dir)  # a file, not writable, a ~ not expanded: one line, not a traceback
     runs_dir = runs_dir.resolve()
     study_dir = runs_dir / "search" / preset.study
+    check_study_folder(study_dir)  # its lock or report a link: refused before a trial runs (also with --dry-run)
     storage = preset.storage or default_storage_url(study_dir)
     check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
     return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed), launcher)

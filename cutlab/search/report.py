@@ -16,13 +16,14 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from cutlab.atomic import DiskFull, write_atomic
 from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE, UNCONSTRAINED
 from cutlab.errors import CutlabError
 from cutlab.run.records import read_summary
+from cutlab.search.folder import REPORT, SEARCH_GOES_ON, refuse_foreign
 from cutlab.search.storage import trial_counts
 from cutlab.search.verdict import is_feasible, verdict_words
 
-REPORT = "search_report.json"
 #: the verdicts of cutlab.core.evaluation.Verdict, in the order the tally lists them
 VERDICTS = (STRICTLY_FEASIBLE, SLACK_FEASIBLE, INFEASIBLE, DEGENERATE, UNCONSTRAINED)
 
@@ -84,7 +85,12 @@ def verdict_tally(trials: list, study_dir: Path) -> dict[str, int]:
 def write_report(studies: dict[str | None, optuna.Study], study_dir: Path) -> dict:
     """``search_report.json`` in the study folder: one entry per arm (a plain search has the one arm "search")."""
     report = {name or "search": arm_report(study, study_dir) for name, study in studies.items()}
-    (study_dir / REPORT).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    path = study_dir / REPORT
+    refuse_foreign(path, "the study's report")  # a link planted since the search began: replaced, not written through
+    try:  # whole or not at all: written in place, a full disk cut the previous report short
+        write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
+    except DiskFull:
+        raise DiskFull(path, SEARCH_GOES_ON) from None
     return report
 
 

@@ -14,12 +14,10 @@ mounted with -o flock); where it does not, two workers can overshoot the total b
 
 from __future__ import annotations
 
-import fcntl
 import math
 import sys
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import duration, tally
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
+from cutlab.search.folder import study_lock
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import ERROR, RetryCallback, open_storage
 from cutlab.search.verdict import constraint_values, trial_attrs
@@ -149,17 +148,6 @@ def _space_text(space: list) -> str:
         return "of seeds"
     return ", ".join(f"{p['key']} in {list(p['choices']) if p['choices'] else [p['low'], p['high']]}"
                      + ("" if p["type"] in ("float", "categorical") else f" ({p['type']})") for p in space)
-
-
-@contextmanager
-def study_lock(study_dir: Path):
-    study_dir.mkdir(parents=True, exist_ok=True)
-    with open(study_dir / ".ask.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def seed_space(plan: Plan) -> tuple[Param, ...]:

@@ -1,0 +1,129 @@
+"""A search's own files (the study folder's ``.ask.lock`` and ``search_report.json``) from elsewhere or on a full
+disk: one line naming the file, its target untouched."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import unavailable
+
+TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "data.stride=10", "eval.gamma_test=[0,0.5]",
+        "wandb.mode=disabled", "progress=false", "threads=1", "search.pruner=null", "--n-trials", "1"]
+
+
+def search(args: list[str], tmp: Path, monkeypatch, capsys) -> tuple[int, list[str]]:
+    """The real CLI in this process: its exit code and its stderr's ``cutlab-search: error:`` lines."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp / "runs"))
+    monkeypatch.setenv("CUTLAB_CACHE_DIR", str(tmp / "cache"))
+    code = main(["search=dust_video", *TINY, *args])
+    error = capsys.readouterr().err
+    assert "Traceback" not in error, error[-4000:]
+    return code, [line for line in error.splitlines() if line.startswith("cutlab-search: error:")]
+
+
+@pytest.mark.parametrize("name", [".ask.lock", "search_report.json"])
+def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept(tmp_path, monkeypatch, capsys, name):
+    """Before: ``.ask.lock -> thesis.tex`` had thesis.tex truncated to 0 bytes and ``search_report.json -> notes``
+    had the report written over notes, by a search that exited 0."""
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    study_dir.mkdir(parents=True)
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("my thesis\n")
+    (study_dir / name).symlink_to(victim)
+    for dry_run in (["--dry-run"], []):
+        code, lines = search(dry_run, tmp_path, monkeypatch, capsys)
+        assert code == 2 and len(lines) == 1, lines
+        assert f"{study_dir / name} is a symbolic link (to {victim})" in lines[0] and "remove it" in lines[0], lines
+    assert victim.read_text() == "my thesis\n" and (study_dir / name).is_symlink()
+    assert not list(study_dir.glob("trial-*"))
+
+
+def test_a_link_planted_after_the_checks_is_still_not_written_through(tmp_path):
+    """The study folder's files are opened without following a link (as a run's ``.lock`` is), so a link that
+    appears after the search checked its folder is refused too. Before: the lock's target truncated, the report
+    written over its target."""
+    import optuna
+
+    from cutlab.errors import CutlabError
+    from cutlab.search.report import write_report
+    from cutlab.search.worker import study_lock
+
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("my thesis\n")
+    for name in (".ask.lock", "search_report.json"):
+        (study_dir / name).unlink(missing_ok=True)
+        (study_dir / name).symlink_to(victim)
+        with pytest.raises(CutlabError, match=f"{study_dir / name} is a symbolic link"):
+            if name == ".ask.lock":
+                with study_lock(study_dir):
+                    pass
+            else:
+                write_report({None: optuna.create_study()}, study_dir)
+        assert victim.read_text() == "my thesis\n"
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MB tmpfs and a way to fill it and to free it again; needs root (CI runs as root)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        unavailable("mounting a small tmpfs needs root (CI runs as root); the disk-full tests cannot run here")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        unavailable(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the disk-full tests cannot run")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def fill(disk: Path) -> Path:
+    """Take every free byte of ``disk`` with one file (returned: remove it to free the space)."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as handle:
+        try:
+            while True:
+                handle.write(b"\0" * 4096)
+        except OSError as error:
+            assert error.errno == errno.ENOSPC
+    while True:  # the last pages may take a shorter write
+        try:
+            with open(filler, "ab", buffering=0) as handle:
+                handle.write(b"\0")
+        except OSError:
+            return filler
+
+
+def test_a_report_on_a_full_disk_stops_in_one_line_and_the_previous_report_is_kept(tmp_path, full_disk):
+    """Before: an OSError traceback, and search_report.json cut to its first 4 KB (written in place, not replaced: the
+    page its old text freed took the new report's first bytes)."""
+    import optuna
+
+    from cutlab.atomic import DiskFull
+    from cutlab.search.report import write_report
+
+    study_dir = full_disk / "study"
+    study_dir.mkdir()
+    study = optuna.create_study(study_name="s")
+    write_report({None: study}, study_dir)
+    before = (study_dir / "search_report.json").read_text()
+    long = "x" * 5000  # a report of two pages
+    choice = optuna.distributions.CategoricalDistribution([long])
+    study.add_trial(optuna.trial.create_trial(value=1.0, params={"note": long}, distributions={"note": choice}))
+    fill(full_disk)
+    with pytest.raises(DiskFull, match="no space left on the device holding .*while writing search_report.json"):
+        write_report({None: study}, study_dir)
+    assert (study_dir / "search_report.json").read_text() == before and json.loads(before)["search"]["study"] == "s"
+    assert sorted(p.name for p in study_dir.iterdir()) == ["search_report.json"]
