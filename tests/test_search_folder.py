@@ -1,5 +1,5 @@
-"""A search's own files (the study folder's ``.ask.lock`` and ``search_report.json``) from elsewhere or on a full
-disk: one line naming the file, its target untouched."""
+"""A search's own files (the study folder's ``.ask.lock`` and ``search_report.json``, the journal) from elsewhere or
+on a full disk: one line naming the file, its target and the journal's records untouched."""
 
 from __future__ import annotations
 
@@ -29,10 +29,11 @@ def search(args: list[str], tmp: Path, monkeypatch, capsys) -> tuple[int, list[s
     return code, [line for line in error.splitlines() if line.startswith("cutlab-search: error:")]
 
 
-@pytest.mark.parametrize("name", [".ask.lock", "search_report.json"])
+@pytest.mark.parametrize("name", [".ask.lock", "search_report.json", "optuna.journal"])
 def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept(tmp_path, monkeypatch, capsys, name):
     """Before: ``.ask.lock -> thesis.tex`` had thesis.tex truncated to 0 bytes and ``search_report.json -> notes``
-    had the report written over notes, by a search that exited 0."""
+    had the report written over notes, by a search that exited 0; ``optuna.journal -> notes`` had a record appended
+    to notes, then a JSONDecodeError traceback."""
     study_dir = tmp_path / "runs" / "search" / "dust_video"
     study_dir.mkdir(parents=True)
     victim = tmp_path / "thesis.tex"
@@ -49,27 +50,62 @@ def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept
 def test_a_link_planted_after_the_checks_is_still_not_written_through(tmp_path):
     """The study folder's files are opened without following a link (as a run's ``.lock`` is), so a link that
     appears after the search checked its folder is refused too. Before: the lock's target truncated, the report
-    written over its target."""
+    written over its target, the journal's record appended to its target."""
     import optuna
 
     from cutlab.errors import CutlabError
     from cutlab.search.report import write_report
+    from cutlab.search.storage import open_storage
     from cutlab.search.worker import study_lock
 
     study_dir = tmp_path / "study"
-    study_dir.mkdir()
+    storage = open_storage(str(study_dir / "optuna.journal"), {"interval_s": 10, "grace_s": 60})
     victim = tmp_path / "thesis.tex"
     victim.write_text("my thesis\n")
-    for name in (".ask.lock", "search_report.json"):
+    for name in (".ask.lock", "optuna.journal", "search_report.json"):
         (study_dir / name).unlink(missing_ok=True)
         (study_dir / name).symlink_to(victim)
         with pytest.raises(CutlabError, match=f"{study_dir / name} is a symbolic link"):
             if name == ".ask.lock":
                 with study_lock(study_dir):
                     pass
+            elif name == "optuna.journal":
+                optuna.create_study(study_name="late", storage=storage)
             else:
                 write_report({None: optuna.create_study()}, study_dir)
         assert victim.read_text() == "my thesis\n"
+
+
+def a_journal(path: Path) -> bytes:
+    """A real journal: a study and its attribute, two records."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # as the search sets it: no line to a closed capture
+    study = optuna.create_study(study_name="other", storage=JournalStorage(JournalFileBackend(str(path))))
+    study.set_user_attr("note", "mine")
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("content", ["garbage\n", "[1, 2]\n", "{\n  \"a\": 1\n}\n", "RECORD\ngarbage\nRECORD\n",
+                                     "RECORD\nRECORD\ngarbage\n"],
+                         ids=["text", "json", "pretty-json", "corrupt-middle", "corrupt-end"])
+def test_a_journal_that_is_not_optunas_stops_in_one_line_before_anything_is_appended(tmp_path, monkeypatch, capsys,
+                                                                                    content):
+    """Before: a 50-line JSONDecodeError traceback, raised after Optuna had appended the new study's record to the
+    file (a one-line file that is not a journal is read by Optuna as a journal whose last record was cut short)."""
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    study_dir.mkdir(parents=True)
+    journal = study_dir / "optuna.journal"
+    if "RECORD" in content:
+        first, second = a_journal(tmp_path / "real.journal").decode().splitlines(keepends=True)
+        content = content.replace("RECORD\n", first, 1).replace("RECORD\n", second, 1)
+    journal.write_text(content)
+    code, lines = search([], tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert f"{journal} is not an Optuna journal" in lines[0] and "move it away" in lines[0], lines
+    assert journal.read_text() == content and not list(study_dir.glob("trial-*"))
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ storage only; :class:`HeartbeatJournalStorage` adds the same contract to the jou
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import re
 import time
@@ -28,6 +30,7 @@ from optuna.trial import TrialState
 from cutlab.atomic import os_reason, unwritable
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact, scrub, with_encoded_password
+from cutlab.run.records import linked
 
 try:  # renamed in Optuna 4.9
     from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryCallback
@@ -76,6 +79,90 @@ class JournalLock(JournalFileSymlinkLock):
                 "grace); its write is in the journal, and the other worker's lock is left in place")
             return
         super().release()
+
+
+class JournalFile(JournalFileBackend):
+    """Optuna's journal file, never written through a link, and read only as a journal.
+
+    A file that is not a journal (another program's, or one a hand edit broke) stops in one line naming it, when it
+    is opened: Optuna took a first line it could not read for a record cut short, appended the study's record to the
+    file, then raised a JSONDecodeError traceback.
+    """
+
+    def __init__(self, file_path: str, lock_obj: JournalLock) -> None:
+        self._file_path = file_path
+        os.close(self._open(os.O_WRONLY | os.O_CREAT))  # made here: Optuna's open(path, "ab") made a link's target
+        super().__init__(file_path, lock_obj)
+        # a broken line in the middle stops Optuna's first read; one at either end it read as a record cut short
+        if any(line.endswith(b"\n") and not _is_record(line) for line in _end_lines(file_path)):
+            raise self._not_a_journal()
+
+    def read_logs(self, log_number_from: int):
+        try:
+            for log in super().read_logs(log_number_from):
+                if not isinstance(log, dict) or "op_code" not in log:
+                    raise ValueError(log)
+                yield log
+        except ValueError:  # json's JSONDecodeError, or a line of JSON that is no record
+            raise self._not_a_journal() from None
+
+    def append_logs(self, logs: list[dict]) -> None:
+        data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
+        self._lock.acquire()
+        try:
+            self._append(data)
+        finally:
+            self._lock.release()
+
+    def _append(self, data: bytes) -> None:
+        """Optuna's append (one write, then fsync), never through a link planted since the journal was opened."""
+        descriptor = self._open(os.O_WRONLY | os.O_APPEND)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view):]
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+    def _open(self, flags: int) -> int:
+        try:
+            return os.open(self._file_path, flags | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise CutlabError(_linked_journal(Path(self._file_path))) from None
+            raise
+
+    def _not_a_journal(self) -> CutlabError:
+        return CutlabError(f"{self._file_path} is not an Optuna journal (it holds a line that is no journal record); "
+                           "move it away, or give the study another journal (--storage FILE, or search.study=<new "
+                           "name> for a new study folder), and run the same command again")
+
+
+def _end_lines(path: str, window: int = 1 << 16) -> tuple[bytes, bytes]:
+    """The journal's first and last whole lines (b"" for none): a line still being written has no end yet, and one
+    longer than ``window`` is not judged."""
+    with open(path, "rb") as journal:
+        first = journal.readline(window)
+        size = journal.seek(0, os.SEEK_END)
+        journal.seek(max(0, size - window))
+        tail = journal.read()
+    lines = tail.splitlines(keepends=True)
+    whole = len(lines) > 1 or size <= window  # the window's first line may be the end of a longer one
+    return first, lines[-1] if lines and whole and lines[-1].endswith(b"\n") else b""
+
+
+def _is_record(line: bytes) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and "op_code" in record
+
+
+def _linked_journal(path: Path) -> str:
+    return (f"the search storage {linked(path)}; a journal is written only as a file of its own: remove it, or give "
+            "the file itself (--storage FILE), and run the same command again")
 
 
 def _link_identity(path: str) -> tuple[int, int] | None:
@@ -131,7 +218,7 @@ def open_storage(url: str, heartbeat: dict):
         path = _journal_path(url)
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            backend = JournalFileBackend(str(path), lock_obj=JournalLock(str(path)))
+            backend = JournalFile(str(path), JournalLock(str(path)))
         except OSError as error:  # checked by check_form; here what changed since, or what only trying tells
             raise CutlabError(f"the search storage {path} cannot be opened ({os_reason(error)}); "
                               f"{JOURNAL_FIX}") from None
@@ -187,8 +274,11 @@ def _journal_path(url: str) -> Path:
 
 
 def _check_journal_path(path: Path) -> None:
-    """A journal that is a folder, or whose folder cannot be made or written (a read-only mount, /proc): one line
-    (it was Optuna's IsADirectoryError or FileNotFoundError traceback as the search began). Makes nothing."""
+    """A journal that is a link or a folder, or whose folder cannot be made or written (a read-only mount, /proc):
+    one line (it was Optuna's IsADirectoryError or FileNotFoundError traceback as the search began, and a link's
+    target had the study's record appended). Makes nothing."""
+    if path.is_symlink():
+        raise CutlabError(_linked_journal(path))
     if path.is_dir():
         raise CutlabError(f"the search storage {path} is a folder, not a journal file; give a file's path, e.g. "
                           f"--storage {path / 'optuna.journal'}")
