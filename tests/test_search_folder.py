@@ -142,6 +142,40 @@ def fill(disk: Path) -> Path:
             return filler
 
 
+def test_a_full_disk_under_the_journal_stops_in_one_line_and_the_same_command_goes_on(tmp_path, monkeypatch,
+                                                                                      capsys, full_disk):
+    """Before: a 44-line OSError traceback from Optuna's create_study."""
+    journal = full_disk / "study.journal"
+    filler = fill(full_disk)
+    code, lines = search(["--storage", str(journal)], tmp_path, monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert f"no space left on the device holding {full_disk} (while writing study.journal)" in lines[0], lines
+    assert "run the same command again" in lines[0] and journal.read_bytes() == b""
+    filler.unlink()
+    code, lines = search(["--storage", str(journal)], tmp_path, monkeypatch, capsys)
+    assert code == 0, lines
+    assert (tmp_path / "runs" / "search" / "dust_video" / "trial-0000" / "summary.json").exists()
+
+
+def test_a_journal_record_cut_short_by_a_full_disk_is_taken_back(tmp_path, full_disk):
+    """A record that only partly fits (the disk fills in the middle of it) is removed: Optuna left its first bytes,
+    and the next record appended after space came back joined them in one line that no reader parses."""
+    from cutlab.atomic import DiskFull
+    from cutlab.search.storage import open_storage
+
+    storage = open_storage(str(full_disk / "study.journal"), {"interval_s": 10, "grace_s": 60})
+    journal = full_disk / "study.journal"
+    storage._backend.append_logs([{"op_code": -1, "pad": ""}])
+    pad = 4096 - 40 - 2 * journal.stat().st_size  # 40 bytes left in the journal's page: a longer record needs another
+    storage._backend.append_logs([{"op_code": -1, "pad": "x" * pad}])
+    before = journal.read_bytes()
+    assert len(before) == 4096 - 40
+    fill(full_disk)
+    with pytest.raises(DiskFull, match="while writing study.journal"):
+        storage._backend.append_logs([{"op_code": -1, "pad": "y" * 200}])
+    assert journal.read_bytes() == before
+
+
 def test_a_report_on_a_full_disk_stops_in_one_line_and_the_previous_report_is_kept(tmp_path, full_disk):
     """Before: an OSError traceback, and search_report.json cut to its first 4 KB (written in place, not replaced: the
     page its old text freed took the new report's first bytes)."""

@@ -27,10 +27,11 @@ from optuna.storages._heartbeat import BaseHeartbeat
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
-from cutlab.atomic import os_reason, unwritable
+from cutlab.atomic import DiskFull, is_disk_full, os_reason, unwritable
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact, scrub, with_encoded_password
 from cutlab.run.records import linked
+from cutlab.search.folder import SEARCH_GOES_ON
 
 try:  # renamed in Optuna 4.9
     from optuna.storages import RetryHeartbeatStaleTrialCallback as RetryCallback
@@ -86,7 +87,8 @@ class JournalFile(JournalFileBackend):
 
     A file that is not a journal (another program's, or one a hand edit broke) stops in one line naming it, when it
     is opened: Optuna took a first line it could not read for a record cut short, appended the study's record to the
-    file, then raised a JSONDecodeError traceback.
+    file, then raised a JSONDecodeError traceback. A full disk stops in one line too, with any record it cut short
+    taken back: the next record, appended after it, would have made one line that no reader parses.
     """
 
     def __init__(self, file_path: str, lock_obj: JournalLock) -> None:
@@ -108,20 +110,30 @@ class JournalFile(JournalFileBackend):
 
     def append_logs(self, logs: list[dict]) -> None:
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode()
-        self._lock.acquire()
         try:
-            self._append(data)
-        finally:
-            self._lock.release()
+            self._lock.acquire()
+            try:
+                self._append(data)
+            finally:
+                self._lock.release()
+        except OSError as error:
+            if is_disk_full(error):
+                raise DiskFull(Path(self._file_path), SEARCH_GOES_ON) from None
+            raise
 
     def _append(self, data: bytes) -> None:
-        """Optuna's append (one write, then fsync), never through a link planted since the journal was opened."""
+        """Optuna's append (one write, then fsync), which takes back what it wrote when the write fails."""
         descriptor = self._open(os.O_WRONLY | os.O_APPEND)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(descriptor, view):]
-            os.fsync(descriptor)
+            size = os.fstat(descriptor).st_size  # under the journal's lock: no other worker appends meanwhile
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(descriptor, view):]
+                os.fsync(descriptor)
+            except OSError:
+                os.ftruncate(descriptor, size)
+                raise
         finally:
             os.close(descriptor)
 
@@ -216,10 +228,12 @@ def open_storage(url: str, heartbeat: dict):
     check_form(url)
     if not url.startswith(DATABASES):
         path = _journal_path(url)
-        path.parent.mkdir(parents=True, exist_ok=True)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             backend = JournalFile(str(path), JournalLock(str(path)))
         except OSError as error:  # checked by check_form; here what changed since, or what only trying tells
+            if is_disk_full(error):
+                raise DiskFull(path, SEARCH_GOES_ON) from None
             raise CutlabError(f"the search storage {path} cannot be opened ({os_reason(error)}); "
                               f"{JOURNAL_FIX}") from None
         return HeartbeatJournalStorage(backend, interval, grace, retry)
