@@ -94,7 +94,9 @@ def test_a_malicious_checkpoint_in_an_unfinished_folder_never_runs(complete_run,
     (b"[1, 2]", "is not a run summary: it holds a list"),
     (b"\xff\xfe\x00garbage", "is not a readable run summary"),
     (None, "is not a readable run summary"),  # a directory named summary.json
-], ids=["json-list", "not-utf8", "directory"])
+    ("FIFO", "summary.json is a FIFO, not a regular file"),  # the run and the plan waited for a writer for ever
+    ("LINK", "summary.json is a symbolic link (to "),  # read as this run's (a link to /dev/zero: memory for ever)
+], ids=["json-list", "not-utf8", "directory", "fifo", "link"])
 def test_a_summary_that_is_not_one_gets_one_line_in_the_run_and_in_the_plan(complete_run, tmp_path, content,
                                                                            expected):
     """Before: ``[1,2]``, non-UTF-8 bytes or a directory as summary.json were tracebacks (in ``--plan`` too)."""
@@ -102,6 +104,11 @@ def test_a_summary_that_is_not_one_gets_one_line_in_the_run_and_in_the_plan(comp
     (run / "summary.json").unlink()
     if content is None:
         (run / "summary.json").mkdir()
+    elif content == "FIFO":
+        os.mkfifo(run / "summary.json")
+    elif content == "LINK":
+        (tmp_path / "theirs.json").write_text((complete_run / "summary.json").read_text())
+        (run / "summary.json").symlink_to(tmp_path / "theirs.json")
     else:
         (run / "summary.json").write_bytes(content)
     one_line_error(cutlab([*TINY, "run_name=base"], tmp_path / "runs", check=False), expected)

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cutlab.run.records import not_a_file
+
 
 def cost_key(job: dict) -> tuple:
     """What a run's cost depends on: model, data, depth, arm and budget (not gamma, seed or learning rates)."""
@@ -28,6 +30,8 @@ def measured_costs(runs_dir: Path) -> dict[tuple, list[float]]:
     if not runs_dir.is_dir():
         return costs
     for summary_path in runs_dir.glob("*/summary.json"):
+        if not_a_file(summary_path) or not_a_file(summary_path.parent / "config.yaml"):
+            continue  # a link (to /dev/zero: read for ever) or a FIFO (waits for ever) is no cost cutlab measured
         try:
             summary = json.loads(summary_path.read_text())
             if summary.get("status") != "complete" or not summary.get("wall_time_s"):

@@ -83,9 +83,12 @@ def read_mapping(path: Path, parse: Callable[[str], Any], errors: tuple[type[Exc
                  fix: str | None = None) -> dict | None:
     """A record file holding one mapping (None when absent): a file that is not one, cannot be read or is not
     UTF-8 text stops in one line naming it and the fix, never in a traceback."""
+    fix = fix or f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
+    unfit = not_a_file(path)  # a link (to /dev/zero: read for ever; to another run's record) or a FIFO (waits)
+    if unfit is not None and not path.is_dir():  # a folder: the read below names it
+        raise CutlabError(f"{unfit}; {fix}")
     if not path.exists():
         return None
-    fix = fix or f"move {path.parent} aside (or pass run_name=<new name>) so this run gets a folder of its own"
     try:
         data = parse(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, *errors) as error:
