@@ -348,6 +348,8 @@ def corrupt_npz(folder: Path) -> Path:
         (["train=constrained_text"], "train.resilience_c reads model.paper.synthetic.resilience_c, which model=dust's "
                                      "yaml does not give; with data=synthetic use train=constrained|constrained_paper|"
                                      "erm (the presets for video data), or add it"),
+        # it trained the warm-up, then stopped on a Lagrangian of nan naming the learning rates
+        (["train.penalty=inf"], "train.penalty must be a finite number, got inf; e.g. train.penalty=10 (0 = off)"),
     ],
     ids=["unknown-model", "unknown-dataset", "empty-model", "missing-data", "non-numeric-gamma", "corrupt-npz",
          "model-data-mismatch",
@@ -376,7 +378,7 @@ def corrupt_npz(folder: Path) -> Path:
          "sweep-file-without-m", "sweep-file-as-a-path",
          "run-name-not-ascii", "swept-run-name-with-a-space",
          "wandb-project-with-a-team", "wandb-tag-too-long", "wandb-tags-not-a-list",
-         "empty-wandb-project", "train-preset-of-text-data"],
+         "empty-wandb-project", "train-preset-of-text-data", "infinite-penalty"],
 )
 def test_bad_input_gets_one_clear_message_and_touches_no_earlier_run(earlier_run, args, expected):
     before = folder_fingerprint(earlier_run)

@@ -385,3 +385,9 @@ def test_settings_a_combination_never_reads_are_named() -> None:
     assert DualSettings(lr=0.1, optimizer="nupi", kappa_p=5.0, nu=0.9).unused() == []
     assert DualSettings(lr=0.1, resilience="slack", slack_lr=0.5).unused() == []
     assert DualSettings(lr=0.1).unused() == []  # the neutral values: nothing said
+    # named since: nu without nuPI's proportional term, slack restarts without slack (a search's dimension of nothing)
+    assert DualSettings(lr=0.1, optimizer="nupi", kappa_p=0.0, nu=0.5).unused() == [
+        "train.nu=0.5 (read by nuPI's proportional term only: a train.kappa_p > 0)"]
+    assert DualSettings(lr=0.1, resilience="weight_decay", resilience_restarts=False).unused() == [
+        "train.resilience_restarts=false (read by train.resilience=slack only)"]
+    assert DualSettings(lr=0.1, resilience="slack", resilience_restarts=False).unused() == []

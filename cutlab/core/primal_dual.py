@@ -130,8 +130,12 @@ class DualSettings:
             unread += [f"train.{key}={value:g} (read by train.dual_optimizer=nupi only)"
                        for key, value, neutral in (("kappa_p", self.kappa_p, 0.0), ("kappa_i", self.kappa_i, 1.0),
                                                    ("nu", self.nu, 0.0)) if value != neutral]
+        elif self.kappa_p == 0 and self.nu != 0:  # nu smooths the error of the proportional term alone
+            unread.append(f"train.nu={self.nu:g} (read by nuPI's proportional term only: a train.kappa_p > 0)")
         if self.resilience != "slack" and self.slack_lr is not None:
             unread.append(f"train.slack_lr={self.slack_lr:g} (read by train.resilience=slack only)")
+        if self.resilience != "slack" and not self.resilience_restarts:
+            unread.append("train.resilience_restarts=false (read by train.resilience=slack only)")
         return unread
 
     @classmethod
