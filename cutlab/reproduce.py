@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from cutlab.atomic import write_atomic
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import tally
 from cutlab.errors import CutlabError, refuse_blank
@@ -26,6 +27,7 @@ from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
+from cutlab.run.records import linked, not_a_file
 from cutlab.signal_waits import wait_hearing_signals
 
 LEFT_OUT = {  # the paper's cells the smoke and cpu scales leave out: --scale paper runs them
@@ -59,6 +61,10 @@ def notes(scale: str) -> dict[str, str]:
     return found
 
 
+SKIPPED = "skipped.md"  # the cells a reproduction did not run, or ran otherwise
+SKIPPED_HEAD = "# Cells "  # each of its sections' heading
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cutlab-reproduce", description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=sorted(SCALES), default="smoke",
@@ -74,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         refuse_blank("--out", args.out, f"pass a folder, or leave --out out for reproduce-{args.scale}")
         out = Path(args.out or f"reproduce-{args.scale}").resolve()
+        check_out_folder(out)
         inputs = Inputs(parse_pairs(args.data, "--data", dataset_names()),
                         parse_pairs(args.weights, "--weights", list(WEIGHTS)), data_dir())
         planned = resolve(args.scale, inputs, out / "runs", args.overrides)
@@ -85,6 +92,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cutlab-reproduce: error: {error}", file=sys.stderr)
         return 2
     return run(args.scale, planned, out)
+
+
+def check_out_folder(out: Path) -> None:
+    """Before any grid runs: the files the reproduction writes in ``out`` are neither a link's target (a planted
+    ``skipped.md -> ~/notes.md`` was overwritten, ``report -> elsewhere`` got the report) nor a skipped.md of one's
+    own. ``--out`` itself, and its runs/, may be links: the user typed the one and may keep runs on another disk."""
+    for name in (SKIPPED, "report"):
+        problem = linked(out / name)
+        if problem:
+            raise CutlabError(f"{problem}; cutlab-reproduce writes {name} in --out itself: remove the link, or pass "
+                              "another --out")
+    skipped = out / SKIPPED
+    problem = not_a_file(skipped)
+    if problem or (skipped.is_file() and not skipped.read_bytes().startswith(SKIPPED_HEAD.encode())):
+        raise CutlabError(f"{problem or f'{skipped} is not the list of cells an earlier reproduction wrote'}; "
+                          "cutlab-reproduce writes its own there: move it aside, or pass another --out")
 
 
 def run(scale: str, planned, out: Path) -> int:
@@ -123,9 +146,9 @@ def run(scale: str, planned, out: Path) -> int:
     skipped.update(notes(scale))
     otherwise = dict([UT_AT_ZERO])  # run, with another setting than the rest of its grid
     out.mkdir(parents=True, exist_ok=True)
-    sections = [f"# Cells {title}\n\n" + "".join(f"- {cell}: {why}\n" for cell, why in cells.items())
+    sections = [f"{SKIPPED_HEAD}{title}\n\n" + "".join(f"- {cell}: {why}\n" for cell, why in cells.items())
                 for title, cells in (("not run", skipped), ("run otherwise", otherwise))]
-    (out / "skipped.md").write_text("\n".join(sections))
+    write_atomic(out / SKIPPED, "\n".join(sections))
     for cell, reason in skipped.items():
         print(f"cutlab-reproduce: not run: {cell}: {reason}", file=sys.stderr)
     for cell, reason in otherwise.items():

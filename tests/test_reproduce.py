@@ -524,3 +524,27 @@ def test_the_input_check_reads_the_files_the_scales_own_runs_read(tmp_path, caps
     monkeypatch.setenv("CUTLAB_DATA_DIR", str(tmp_path / "data"))
     assert main(["--scale", "smoke", "--plan", "--out", str(tmp_path / "out")]) == 0
     assert "# Table 4 (smoke): 4 runs: 4 to run, 0 complete, 0 skipped" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("planted", ["skipped-link", "report-link", "skipped-of-ones-own"])
+def test_a_planted_link_or_ones_own_skipped_md_in_out_is_refused_before_any_grid_runs(tmp_path, capsys, planted):
+    """skipped.md -> a file of one's own was overwritten with the list of cells, report -> elsewhere got the whole
+    report, and a skipped.md of one's own was replaced without a word."""
+    from cutlab.reproduce import main
+
+    out, notes = tmp_path / "out", tmp_path / "my_notes.md"
+    out.mkdir()
+    notes.write_text("my precious notes\n")
+    if planted == "skipped-link":
+        (out / "skipped.md").symlink_to(notes)
+        expected = f"{out / 'skipped.md'} is a symbolic link (to {notes}); cutlab-reproduce writes skipped.md in --out"
+    elif planted == "report-link":
+        (out / "report").symlink_to(tmp_path, target_is_directory=True)
+        expected = f"{out / 'report'} is a symbolic link (to {tmp_path}); cutlab-reproduce writes report in --out"
+    else:
+        (out / "skipped.md").write_text("my precious notes\n")
+        expected = f"{out / 'skipped.md'} is not the list of cells an earlier reproduction wrote; cutlab-reproduce"
+    assert main(["--scale", "smoke", "--out", str(out), "wandb.mode=disabled"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and error.startswith(f"cutlab-reproduce: error: {expected}"), error
+    assert notes.read_text() == "my precious notes\n" and not (out / "runs").exists()
