@@ -20,12 +20,18 @@ _UMASK = os.umask(0o022)  # read once (it can only be read by setting it) and pu
 os.umask(_UMASK)
 
 
-class DiskFull(CutlabError):
-    """No space (or quota) left where a run writes its record."""
+RUN_GOES_ON = "the run resumes from its last checkpoint"
 
-    def __init__(self, path: Path, then: str = "the run resumes from its last checkpoint") -> None:
-        super().__init__(f"no space left on the device holding {path.parent} (while writing {path.name}); free space "
-                         f"there (or point paths.runs_dir elsewhere) and run the same command again: {then}")
+
+class DiskFull(CutlabError):
+    """No space (or quota) left where a command writes. ``then``: what the same command does once there is space;
+    ``elsewhere``: the setting that writes to another disk instead ("" where there is none)."""
+
+    def __init__(self, path: Path, then: str = RUN_GOES_ON, elsewhere: str = "paths.runs_dir") -> None:
+        self.path = Path(path)
+        instead = f" (or point {elsewhere} elsewhere)" if elsewhere else ""
+        super().__init__(f"no space left on the device holding {self.path.parent} (while writing {self.path.name}); "
+                         f"free space there{instead} and run the same command again: {then}")
 
 
 def is_disk_full(error: BaseException) -> bool:

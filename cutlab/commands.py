@@ -31,6 +31,15 @@ def _command(name: str, module: str) -> None:
                 import torch  # noqa: F401
 
         status = importlib.import_module(module).main()
+    except OSError as error:  # a full disk where no record's own writer names it (a sweep's record, a report table)
+        from cutlab.atomic import NO_SPACE
+
+        if error.errno not in NO_SPACE:
+            raise
+        where = f" (while writing {error.filename})" if error.filename else ""
+        print(f"{name}: error: no space left on the device{where}; free space there and run the same command again",
+              file=sys.stderr, flush=True)
+        status = 2
     except KeyboardInterrupt:
         from cutlab.interrupted import interrupted_exit
 

@@ -3,15 +3,12 @@ on a full disk: one line naming the file, its target and the journal's records u
 
 from __future__ import annotations
 
-import errno
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import unavailable
+from helpers.mounts import fill, full_disk  # noqa: F401 - a fixture
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "data.stride=10", "eval.gamma_test=[0,0.5]",
         "wandb.mode=disabled", "progress=false", "threads=1", "search.pruner=null", "--n-trials", "1"]
@@ -106,40 +103,6 @@ def test_a_journal_that_is_not_optunas_stops_in_one_line_before_anything_is_appe
     assert code == 2 and len(lines) == 1, lines
     assert f"{journal} is not an Optuna journal" in lines[0] and "move it away" in lines[0], lines
     assert journal.read_text() == content and not list(study_dir.glob("trial-*"))
-
-
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 1 MB tmpfs and a way to fill it and to free it again; needs root (CI runs as root)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        unavailable("mounting a small tmpfs needs root (CI runs as root); the disk-full tests cannot run here")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        unavailable(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the disk-full tests cannot run")
-    try:
-        yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
-
-
-def fill(disk: Path) -> Path:
-    """Take every free byte of ``disk`` with one file (returned: remove it to free the space)."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as handle:
-        try:
-            while True:
-                handle.write(b"\0" * 4096)
-        except OSError as error:
-            assert error.errno == errno.ENOSPC
-    while True:  # the last pages may take a shorter write
-        try:
-            with open(filler, "ab", buffering=0) as handle:
-                handle.write(b"\0")
-        except OSError:
-            return filler
 
 
 def test_a_full_disk_under_the_journal_stops_in_one_line_and_the_same_command_goes_on(tmp_path, monkeypatch,

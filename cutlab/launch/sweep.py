@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cutlab.atomic import write_atomic
+from cutlab.atomic import DiskFull, is_disk_full, write_atomic
 from cutlab.config.launcher import check_launcher_node
 from cutlab.config.resolvers import wandb_variable
 from cutlab.errors import CutlabError
@@ -122,10 +123,20 @@ def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
     """The sweep's own folder: its config, its plan as ``--plan`` prints it (same estimate) and its command."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
     record = plan.runs_dir / SWEEP_RECORDS / f"{plan.name}-{stamp}"
-    record.mkdir(parents=True, exist_ok=False)
-    (record / "sweep.yaml").write_text(plan.config_yaml)
-    (record / "plan.txt").write_text(format_plan(plan, launcher, parallel) + "\n")
-    (record / "command.json").write_text(json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher}, indent=1))
+    files = {"sweep.yaml": plan.config_yaml, "plan.txt": format_plan(plan, launcher, parallel) + "\n",
+             "command.json": json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher},
+                                        indent=1)}
+    writing = record
+    try:
+        record.mkdir(parents=True, exist_ok=False)
+        for name, text in files.items():
+            writing = record / name
+            writing.write_text(text)
+    except OSError as error:  # a full disk before any run: one line, and no half record left to read
+        if not is_disk_full(error):
+            raise
+        shutil.rmtree(record, ignore_errors=True)
+        raise DiskFull(writing, "no run of this sweep has started yet") from None
     return record
 
 

@@ -12,6 +12,7 @@ import os
 import socket
 from pathlib import Path
 
+from cutlab.atomic import DiskFull, is_disk_full
 from cutlab.errors import CutlabError
 from cutlab.run.records import linked
 
@@ -67,8 +68,8 @@ class RunLock:
         self._created = [folder for folder in (self.run_dir, *self.run_dir.parents) if not folder.exists()]
         try:
             return self._lock()
-        except OSError:  # a folder that cannot be written (a read-only mount; the caller names it): nothing left
-            self._remove_created_folders()
+        except (OSError, DiskFull):  # a folder that cannot be written (a read-only mount; the caller names it), a
+            self._remove_created_folders()  # full disk: nothing left
             raise
 
     def _lock(self) -> RunLock:
@@ -87,8 +88,13 @@ class RunLock:
             if self._still_the_lock_file(descriptor):
                 break
             os.close(descriptor)  # its holder removed the file while we waited for it: lock the new one
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+        try:
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"process {os.getpid()} on {socket.gethostname()}\n".encode())
+        except OSError as error:  # a full disk: the lock file (ours, locked) goes, so its folder can too
+            self.path.unlink(missing_ok=True)
+            os.close(descriptor)
+            raise DiskFull(self.path) if is_disk_full(error) else error
         self._descriptor = descriptor
         self._remove_stale_temporaries()
         return self
