@@ -363,7 +363,14 @@ def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_i
     summary = json.loads((stopped / "summary.json").read_text())
     assert summary["status"] == "interrupted" and "SIGTERM" in summary["error"], summary
     steps_done = len(pd.read_csv(stopped / "history.csv"))
-    assert torch.load(stopped / "checkpoint.pt", weights_only=False)["trainer"]["progress"]["step"] == steps_done
+    checkpoint = torch.load(stopped / "checkpoint.pt", weights_only=False)
+    assert checkpoint["trainer"]["progress"]["step"] == steps_done
+    # the W&B run's id is kept (it was dropped with the service, and the resumed session began a second W&B run)
+    assert checkpoint["wandb_id"] == summary["wandb_id"] is not None
+    cutlab(args, runs)
+    assert json.loads((stopped / "summary.json").read_text())["wandb_id"] == summary["wandb_id"]
+    assert {folder.name.rsplit("-", 1)[1] for folder in (stopped / "wandb").glob("offline-run-*")} == {
+        summary["wandb_id"]}
 
 
 @pytest.mark.parametrize("launcher", ["inprocess", "local"])

@@ -122,6 +122,7 @@ class Tracker:
                  group: str | None, tags: list[str], run_id: str | None, service: ServiceStart | None = None) -> None:
         _check_mode(mode)
         self.run = None
+        self._run_id = run_id  # kept when W&B's service is gone: the resumed session continues this W&B run
         self.mode = mode
         self._run_dir = run_dir
         self._last_step = 0
@@ -153,6 +154,7 @@ class Tracker:
             raise CutlabError(f"W&B could not start this run (wandb.mode={mode}): {reason}; {fix} and run the same "
                               f"command again, or log offline (wandb.mode=offline, the default; upload later with "
                               f"wandb sync) or not at all (wandb.mode=disabled)") from None
+        self._run_id = self.run.id
         # each section plotted against its own axis in W&B's UI: training curves against the step, the
         # evaluation against gamma_test (the noise level of Fig. 3/4, not a time)
         self.run.define_metric(STEP_KEY)
@@ -180,7 +182,8 @@ class Tracker:
 
     @property
     def run_id(self) -> str | None:
-        return self.run.id if self.run else None
+        """The W&B run's id (None with W&B disabled), also once its service is gone."""
+        return self._run_id
 
     @property
     def url(self) -> str | None:
