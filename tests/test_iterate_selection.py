@@ -185,3 +185,18 @@ def test_bad_iterate_settings_stop_in_one_line(tmp_path) -> None:
         result = cutlab(BUDGET + [override], tmp_path / "runs", check=False)
         assert result.returncode != 0
         assert expected in result.stderr and len([l for l in result.stderr.splitlines() if "Error" in l]) <= 1
+
+
+def test_a_check_draws_the_noise_the_verdict_draws_where_gamma_train_is_not_first_in_the_grid(tmp_path):
+    """A check evaluated gamma_train alone, so with the noise of the grid's first gamma, and the verdict with that of
+    gamma_train's place in the grid: the same iterate had two sets of losses (143.2751 against 143.2714 here), and a
+    borderline one could be chosen as feasible and then judged infeasible."""
+    runs = tmp_path / "runs"
+    cutlab(["train.epochs=3", "train.max_steps_per_epoch=3", "train.alpha=0.8", "train.epsilon=100",
+            "train.warmup_epochs=0", "eval.gamma_test=[0,0.2,0.4]", "wandb.mode=disabled", "threads=1", *BEST], runs)
+    run = only_run(runs)
+    iterate = json.loads((run / "summary.json").read_text())["iterate"]
+    (selected,) = [check for check in iterate["checks"] if check["step"] == iterate["selected_step"]]
+    evaluation = pd.read_csv(run / "eval.csv")
+    losses = evaluation.query("split == 'val' and gamma_test == 0.09 and metric == 'loss'").sort_values("layer")
+    assert losses["value"].tolist() == pytest.approx(selected["layer_losses"], rel=1e-6)

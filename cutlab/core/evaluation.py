@@ -98,10 +98,13 @@ def evaluate(
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
     precision: str = DEFAULT_PRECISION,
+    streams: list[int] | None = None,
 ) -> Evaluation:
     """Metric and mean loss per gamma and layer over ``samples``, with the noise fixed by ``noise.seed``.
 
-    Each gamma of ``gammas`` replaces ``noise.gamma`` (gamma_train); sigma, mean and seed are ``noise``'s."""
+    Each gamma of ``gammas`` replaces ``noise.gamma`` (gamma_train); sigma, mean and seed are ``noise``'s. Each
+    gamma's noise is drawn from its own stream, by default its position in ``gammas``; ``streams`` names them, so
+    that one gamma evaluated alone draws the noise it gets in a longer list."""
     model.eval()
     device = torch.device(device)
     metric_sums: torch.Tensor | None = None
@@ -111,7 +114,8 @@ def evaluate(
     for batch_index, indices in enumerate(order):
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
-            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * 1_000 + g, device)
+            stream = streams[g] if streams is not None else g
+            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * 1_000 + stream, device)
             with forward_precision(precision, device):
                 per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
             per_gamma = as_float32(per_gamma)

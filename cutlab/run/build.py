@@ -91,9 +91,9 @@ class Evaluator:
     precision: str = DEFAULT_PRECISION  # the forward pass's arithmetic (cutlab.core.precision)
 
     def __call__(self, samples: SampleSource, gammas: list[float],
-                 progress: Callable[[int, int], None] | None = None) -> Evaluation:
+                 progress: Callable[[int, int], None] | None = None, streams: list[int] | None = None) -> Evaluation:
         return evaluate(self.task.model, self.task.objective, samples, self.task.prepare, gammas, self.noise,
-                        self.batch_size, self.device, progress, self.precision)
+                        self.batch_size, self.device, progress, self.precision, streams)
 
     def with_batch_size(self, batch_size: int) -> "Evaluator":
         return replace(self, batch_size=batch_size)

@@ -38,7 +38,7 @@ from cutlab.run.records import (
     CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, SkippedSummary,
     read_mapping, read_summary, write_atomic, write_json,
 )
-from cutlab.run.results import evaluate_and_write
+from cutlab.run.results import evaluate_and_write, validation_grid
 from cutlab.run.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task
 
@@ -108,20 +108,21 @@ def _iterate_selector(cfg: DictConfig, task: Task, trainer: Trainer, evaluator: 
     """eval.iterate=best: the selector of the best validation iterate (cutlab.core.iterate_selection), resumed."""
     if cfg.eval.iterate != "best":
         return None
-    gamma = float(cfg.gamma)
     selector = IterateSelector(task.model, constraints if trainer.primal_dual.constrained else None,
-                               cfg.eval.feasibility_tol, lambda: _validation(evaluator, task, gamma).mean_loss[0])
+                               cfg.eval.feasibility_tol, lambda: _validation(evaluator, task, cfg).mean_loss[0])
     if checkpoint and "iterate_selection" in checkpoint:
         selector.load_state_dict(checkpoint["iterate_selection"])
     return selector
 
 
-def _validation(evaluator: Evaluator, task: Task, gamma: float) -> Evaluation:
-    """The validation split at gamma_train: an iterate's check (eval.iterate=best) or a search's pruning metric. It
+def _validation(evaluator: Evaluator, task: Task, cfg: DictConfig) -> Evaluation:
+    """The validation split at gamma_train: an iterate's check (eval.iterate=best) or a search's pruning metric,
+    with the noise the final evaluation draws there (its verdict judges the same iterate on the same noise). It
     runs inside the training loop, whose failed allocations name train.batch_size, yet its batches are
     eval.batch_size."""
+    gamma = float(cfg.gamma)
     with settings_named_on_out_of_memory("a validation check", "eval.batch_size"):
-        return evaluator(task.val_set, [gamma])
+        return evaluator(task.val_set, [gamma], streams=[validation_grid(cfg).index(gamma)])
 
 
 def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: dict) -> tuple[Task, Trainer, tuple]:
@@ -202,7 +203,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
 
     def validate() -> float:  # the last layer's validation metric at gamma_train (a search's pruner reads it)
         with buffers_kept(task.model):  # validating must not change the training that follows
-            return float(_validation(evaluator, task, float(cfg.gamma)).metric[0, cfg.L])
+            return float(_validation(evaluator, task, cfg).metric[0, cfg.L])
 
     selector = _iterate_selector(cfg, task, trainer, evaluator, constraints, checkpoint)
     recorder = StepRecorder(run_dir, trainer, history, tracker, reporter, clock, epsilon, cfg.checkpoint.every_steps,

@@ -16,6 +16,13 @@ from cutlab.run.progress import ProgressReporter
 from cutlab.run.records import evaluation_rows, write_evaluation, write_sample_losses
 
 
+def validation_grid(cfg: DictConfig) -> list[float]:
+    """The gammas of the final evaluation: the grid for model selection, plus gamma_train for the feasibility verdict
+    where the grid lacks it. A check at gamma_train during training draws that gamma's noise stream from here."""
+    grid = [float(g) for g in cfg.eval.gamma_test]
+    return grid + ([float(cfg.gamma)] if float(cfg.gamma) not in grid else [])
+
+
 def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, primal_dual: PrimalDual, tracker,
                        reporter: ProgressReporter, constraints: Constraints, slacks: torch.Tensor) -> dict:
     """Evaluate on validation and test, write eval.csv and sample_losses, and return the summary's results.
@@ -24,8 +31,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     task = evaluator.task
     grid = [float(g) for g in cfg.eval.gamma_test]
     gamma = float(cfg.gamma)
-    # validation: the grid for model selection, plus gamma_train for the feasibility verdict
-    val_grid = grid + ([gamma] if gamma not in grid else [])
+    val_grid = validation_grid(cfg)
     validation = evaluator(task.val_set, val_grid, progress=reporter.evaluating("validation"))
     # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
     # point stays out of eval.csv so that means over the grid are the grid's
