@@ -55,10 +55,10 @@ def test_additional_parameters_merge_key_by_key_over_the_profiles(tmp_path):
     from cutlab.launch.slurm_profile import slurm_settings
 
     profile = tmp_path / "lab.yaml"
-    profile.write_text("partition: long\nadditional_parameters: {account: mylab, comment: old}\nsetup: [module load x]\n")
+    profile.write_text("partition: long\nadditional_parameters: {mail_type: END, comment: old}\nsetup: [module load x]\n")
     settings = slurm_settings(composed_launcher(["launcher=slurm", f"launcher.profile={profile}",
                                                  "launcher.additional_parameters={comment:new,exclusive:true}"]))
-    assert settings.additional_parameters == {"account": "mylab", "comment": "new", "exclusive": True}
+    assert settings.additional_parameters == {"mail_type": "END", "comment": "new", "exclusive": True}
     assert settings.partition == "long" and settings.setup == ("module load x",)
 
 
@@ -356,3 +356,33 @@ def test_a_time_limit_within_the_signal_delay_is_refused_in_one_line_naming_the_
         "cutlab: error: launcher.timeout_min=2 leaves no time to train: SLURM sends the checkpoint signal "
         "launcher.signal_delay_s=90 s before the limit and up to 60 s earlier, so every task would be stopped at its "
         "start and requeued; set launcher.timeout_min=3 or more (or a smaller launcher.signal_delay_s)")
+
+
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ("{time:1}", "launcher.additional_parameters has time (sbatch's --time), which launcher.timeout_min sets: "
+                     "give launcher.timeout_min= instead"),
+        ("{mem:8G}", "which launcher.mem_gb sets: give launcher.mem_gb= instead"),
+        ("{cpus-per-task:4}", "has cpus-per-task (sbatch's --cpus-per-task), which launcher.cpus_per_task sets"),
+        ("{partition:gpu}", "which launcher.partition sets"),
+        ("{gpus:1}", "which launcher.gpus_per_node sets"),
+        ("{array:0-9}", "which launcher.array_parallelism sets"),
+    ],
+    ids=["time", "mem", "cpus-per-task", "partition", "gpus", "array"],
+)
+def test_an_additional_parameter_that_a_launcher_key_sets_is_refused_naming_that_key(tmp_path, extra, expected):
+    """launcher.additional_parameters={time:1} went into the sbatch script over timeout_min (--time=1), past the
+    checks of timeout_min (a limit too short to train), and the profile's named keys with it."""
+    assert_plan_refused_in_one_line(tmp_path, ["launcher=slurm", f"launcher.additional_parameters={extra}"], expected)
+
+
+def test_an_additional_parameter_in_a_profile_that_a_key_sets_is_refused_naming_that_key(tmp_path):
+    from cutlab.launch.slurm_profile import slurm_settings
+
+    profile = tmp_path / "lab.yaml"
+    profile.write_text("additional_parameters: {time: 5, comment: paper}\n")
+    with pytest.raises(CutlabError, match=r"additional_parameters in the SLURM profile .*lab.yaml has time \(sbatch's "
+                                          r"--time\), which launcher.timeout_min sets: give timeout_min: instead"):
+        slurm_settings({"profile": str(profile)})
+

@@ -38,6 +38,11 @@ from cutlab.errors import CutlabError, refuse_blank
 REQUEUE_MARGIN_S = 10  # of signal_delay_s, kept for submitit to pickle a signalled job and call scontrol requeue
 WHOLE = ("timeout_min", "cpus_per_task", "array_parallelism", "signal_delay_s", "max_requeues", "gpus_per_node")
 MAY_BE_ZERO = ("gpus_per_node", "max_requeues")
+# sbatch options that a launcher key (or cutlab itself) writes: in additional_parameters one would replace that key's
+# value in the script past its checks (time=1 under a checked timeout_min), so it is refused, naming the key
+SET_BY_KEYS = {"time": "timeout_min", "mem": "mem_gb", "cpus_per_task": "cpus_per_task", "gpus": "gpus_per_node",
+               "gpus_per_node": "gpus_per_node", "partition": "partition", "qos": "qos", "account": "account",
+               "constraint": "constraint", "array": "array_parallelism", "signal": "signal_delay_s"}
 
 
 @dataclass(frozen=True)
@@ -171,6 +176,17 @@ def _check_values(raw: dict, where) -> None:
     if raw.get("additional_parameters") is not None and not isinstance(raw["additional_parameters"], dict):
         raise CutlabError(f"{where('additional_parameters')} must be a mapping of sbatch options, e.g. "
                           "{comment:paper,exclusive:true}")
+    _check_additional(raw.get("additional_parameters") or {}, where)
+
+
+def _check_additional(extra: dict, where) -> None:
+    """No sbatch option in ``extra`` that a launcher key sets (sbatch spells it with - or _, submitit writes -)."""
+    for key in extra:
+        ours = SET_BY_KEYS.get(str(key).replace("-", "_"))
+        if ours:
+            fix = f"launcher.{ours}=" if where(ours).startswith("launcher.") else f"{ours}:"
+            raise CutlabError(f"{where('additional_parameters')} has {key} (sbatch's --{str(key).replace('_', '-')}), "
+                              f"which launcher.{ours} sets: give {fix} instead")
 
 
 def check_cluster(profile: SlurmProfile) -> None:
