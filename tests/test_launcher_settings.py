@@ -386,3 +386,15 @@ def test_an_additional_parameter_in_a_profile_that_a_key_sets_is_refused_naming_
                                           r"--time\), which launcher.timeout_min sets: give timeout_min: instead"):
         slurm_settings({"profile": str(profile)})
 
+
+def test_the_planned_sbatch_script_quotes_the_runs_folder_as_submitit_does(tmp_path):
+    """A runs folder with a space and ``$(...)``: the script's command line split as the shell splits it gives the
+    folder whole and runs nothing; --plan showed it unquoted, unlike the script submitit writes (shlex.quote)."""
+    import shlex
+
+    runs = tmp_path / "a b $(touch PWNED) x"
+    planned = cutlab(["--plan", "-m", "gamma=0,0.09", "launcher=slurm"], runs).stdout
+    [line] = [line for line in planned.splitlines() if "submitit.core._submit" in line]
+    folder = shlex.split(line)[-1]
+    assert folder.startswith(f"{runs}/_sweeps/") and folder.endswith("-<time>/submitit"), line
+    assert shlex.split(line)[-4:-1] == ["-u", "-m", "submitit.core._submit"], line

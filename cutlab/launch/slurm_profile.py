@@ -25,6 +25,7 @@ The search helper (cutlab/search) reads the same settings for its workers.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass, field, fields
@@ -240,6 +241,6 @@ def sbatch_script(profile: SlurmProfile, folder: Path, job_name: str, array_size
     """The sbatch script submitit writes for a job array of ``array_size`` runs under this profile."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    command = f"{python} -u -m submitit.core._submit {folder}"
+    command = f"{shlex.quote(python)} -u -m submitit.core._submit {shlex.quote(str(folder))}"  # as submitit quotes
     return _make_sbatch_string(command=command, folder=str(folder), map_count=array_size,
                                **profile.executor_parameters(job_name))
