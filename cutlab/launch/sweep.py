@@ -79,9 +79,8 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     from cutlab.launch.outcome import DONE, skipped_total, summary_text
 
     started = time.perf_counter()
-    threads = plan.launcher.get("threads")
-    commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()), os.getcwd(), threads)
-                for run in plan.to_run]
+    commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()),
+                           os.getcwd(), _threads(plan, run.overrides, profile)) for run in plan.to_run]
     if not commands:
         outcomes, stopped_by = [], None
     elif launcher == "local":
@@ -104,6 +103,15 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     if stopped_by is not None:  # as the in-process launcher ends on the same signal
         return stopped_exit(stopped_by)
     return 0 if all(o.status in DONE for o in outcomes) else 1
+
+
+def _threads(plan: Plan, overrides: list[str], profile) -> int | None:
+    """A run's torch threads: launcher.threads; under SLURM, where that is null, the run's own ``threads=``, else the
+    job's CPUs: where SLURM does not bind a job to them (TaskPlugin=task/none) torch took every core of the node."""
+    threads = plan.launcher.get("threads")
+    if profile is None or threads is not None or any(o.lstrip("+").startswith("threads=") for o in overrides):
+        return threads
+    return profile.cpus_per_task
 
 
 def stopped_exit(signal_name: str) -> int:

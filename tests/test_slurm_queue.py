@@ -1,0 +1,46 @@
+"""The real single-node SLURM of tests/test_slurm.py, on what the queue says of a task: one cancelled before it
+started is interrupted (the same command runs it), not failed with a log it never wrote; one SLURM requeued is
+waited for while it is queued again, not taken as ended by the result its first start left; and a run's torch
+threads are the job's CPUs where SLURM does not bind the job to them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT
+from helpers.contract import cutlab_env
+from helpers.sweeps import sweep_outcome
+from test_slurm import LONG_RUN, cluster, profile, scontrol, start_slurm_sweep, sweep_outcome_folder, wait_for_steps
+
+__all__ = ["cluster"]  # the fixture: a single-node SLURM for this module
+
+SHORT = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]", "progress=false",
+         "wandb.mode=disabled"]
+
+
+def array_of(runs, sweep: subprocess.Popen) -> str:
+    """The job array id of the sweep writing into ``runs``, once submitit has written its script."""
+    deadline = time.time() + 120
+    while not list((runs / "_sweeps").glob("*/submitit/*_submission.sh")):
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.1)
+    return next(sweep_outcome_folder(runs).joinpath("submitit").glob("*_submission.sh")).name.split("_")[0]
+
+
+def test_a_run_without_launcher_threads_gets_the_jobs_cpus_not_every_core_of_the_node(cluster, tmp_path):
+    """launcher.threads null ("the job's CPUs"): where SLURM does not bind a job to its CPUs (TaskPlugin=task/none, as
+    here) torch took every core of the node, 2 threads in a job of cpus_per_task=1."""
+    runs = tmp_path / "runs"
+    env = {key: value for key, value in cutlab_env(runs).items() if key != "OMP_NUM_THREADS"}
+    result = subprocess.run([sys.executable, "-m", "cutlab", "-m", "gamma=0", *SHORT, "launcher=slurm",
+                             f"launcher.profile={profile(tmp_path, cpus_per_task=1)}"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and "1 complete" in result.stderr, result.stderr[-3000:]
+    [run_dir] = [path for path in runs.iterdir() if path.name != "_sweeps"]
+    assert int(subprocess.run(["nproc"], capture_output=True, text=True).stdout) > 1, "a node of one core proves nothing"
+    assert json.loads((run_dir / "provenance.json").read_text())["torch_threads"] == 1
