@@ -32,6 +32,24 @@ def array_of(runs, sweep: subprocess.Popen) -> str:
     return next(sweep_outcome_folder(runs).joinpath("submitit").glob("*_submission.sh")).name.split("_")[0]
 
 
+@pytest.mark.slow  # about 25 s: a task gone from the queue is first waited for (VANISHED_AFTER_S)
+def test_a_task_cancelled_before_it_started_is_interrupted_and_names_no_log(cluster, tmp_path):
+    """``scancel <array>`` while its tasks wait to start (here held by --begin): SLURM says CANCELLED, no log was
+    written. Each was failed, "see .../<task>_log.err", a file that does not exist, and the analysis listed it failed."""
+    runs = tmp_path / "runs"
+    later = profile(tmp_path, additional_parameters="{begin: now+1hour}")
+    sweep = start_slurm_sweep(["gamma=0,0.09", *SHORT], later, tmp_path)
+    array = array_of(runs, sweep)
+    subprocess.run(["scancel", array], check=True)
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 1 and "0 complete, 0 failed, 2 interrupted" in stderr, stderr[-3000:]
+    for outcome in sweep_outcome(runs)["runs"]:
+        assert scontrol(outcome["job_id"])["JobState"] == "CANCELLED"
+        assert outcome["status"] == "interrupted", outcome
+        assert outcome["error"] == ("cancelled before it started (SLURM state CANCELLED); run the same command "
+                                    "again to run it"), outcome
+
+
 def test_a_run_without_launcher_threads_gets_the_jobs_cpus_not_every_core_of_the_node(cluster, tmp_path):
     """launcher.threads null ("the job's CPUs"): where SLURM does not bind a job to its CPUs (TaskPlugin=task/none, as
     here) torch took every core of the node, 2 threads in a job of cpus_per_task=1."""

@@ -29,6 +29,7 @@ from cutlab.run.records import stopped_at_checkpoint
 POLL_S = 1.0
 VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one ...
 RESULT_VISIBLE_S = 120.0  # ... unless SLURM says it COMPLETED: NFS may show a new file up to 60 s late (acdirmax)
+CANCELLED_UNSTARTED = "cancelled before it started (SLURM state CANCELLED); run the same command again to run it"
 
 
 def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_name: str) -> tuple[list, list[str]]:
@@ -85,7 +86,7 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
                 error = vanished(time.monotonic() - first, lambda: final_state(job_id), job.paths)
                 if error is None:
                     continue
-                outcome = without_result(command, job_id, error, final_state(job_id))
+                outcome = without_result(command, job_id, error, final_state(job_id), job.paths.stderr)
             else:
                 missing_since.pop(job_id, None)
                 continue
@@ -155,11 +156,14 @@ def vanished(missing_s: float, state, paths) -> str | None:
     return f"the job ended without a result ({how}; see {paths.stderr})"
 
 
-def without_result(command: RunCommand, job_id: str, error: str, state: str | None) -> Outcome:
-    """A task that ended without a result (``error``: why, from ``vanished``; ``state``: SLURM's): failed, unless it
-    was cancelled after its run had stopped at a checkpoint, as a task requeued after its checkpoint (SIGUSR2) and
-    cancelled while it waited to start again was: the same command resumes that run, so it is interrupted, as a task
-    stopped by SIGTERM is. A task killed otherwise (OOM, a node lost) stays failed."""
+def without_result(command: RunCommand, job_id: str, error: str, state: str | None, log: Path) -> Outcome:
+    """A task that ended without a result (``error``: why, from ``vanished``; ``state``: SLURM's; ``log``: the stderr
+    file SLURM opens as the task starts): failed, unless it was cancelled before it started (no log: the same command
+    runs it), or cancelled after its run had stopped at a checkpoint, as a task requeued after its checkpoint
+    (SIGUSR2) and cancelled while it waited to start again was: the same command resumes that run, so it is
+    interrupted, as a task stopped by SIGTERM is. A task killed otherwise (OOM, a node lost) stays failed."""
+    if state == "CANCELLED" and not log.exists():
+        return Outcome(command.run_id, "interrupted", job_id=job_id, error=CANCELLED_UNSTARTED)
     if state != "CANCELLED" or not stopped_at_checkpoint(Path(command.run_dir)):
         return Outcome(command.run_id, "failed", job_id=job_id, error=error)
     return Outcome(command.run_id, "interrupted", job_id=job_id, error=f"{error}, after its run had stopped at its "
