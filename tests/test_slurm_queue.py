@@ -62,3 +62,32 @@ def test_a_run_without_launcher_threads_gets_the_jobs_cpus_not_every_core_of_the
     [run_dir] = [path for path in runs.iterdir() if path.name != "_sweeps"]
     assert int(subprocess.run(["nproc"], capture_output=True, text=True).stdout) > 1, "a node of one core proves nothing"
     assert json.loads((run_dir / "provenance.json").read_text())["torch_threads"] == 1
+
+
+@pytest.mark.slow  # about 40 s
+def test_a_task_slurm_requeues_is_waited_for_while_it_is_queued_again(cluster, tmp_path):
+    """``scontrol requeue`` of a running task (as PreemptMode=REQUEUE does): its run checkpoints on SIGTERM, the task
+    leaves its result (interrupted) and is PENDING again. The sweep took that result as the end, said "run the sweep
+    again to resume" and exited while its task was still queued; now it waits on, and reports how the task ends."""
+    runs = tmp_path / "runs"
+    sweep = start_slurm_sweep(["gamma=0", *LONG_RUN], profile(tmp_path), tmp_path)
+    run_dir = runs / "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=60"
+    wait_for_steps(run_dir, 2, sweep)
+    [task] = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                            check=True).stdout.split()  # one run: submitit submits a plain job
+    subprocess.run(["scontrol", "requeue", task], check=True)
+    result = sweep_outcome_folder(runs) / "submitit" / f"{task}_0_result.pkl"
+    deadline = time.time() + 120
+    while not result.exists() or scontrol(task).get("JobState") != "PENDING":
+        assert time.time() < deadline and sweep.poll() is None, sweep.communicate()[1][-3000:]
+        time.sleep(0.2)
+    time.sleep(3)  # a few of the sweep's polls
+    assert sweep.poll() is None, sweep.communicate()[1][-3000:]
+    subprocess.run(["scancel", task], check=True)  # while it waits to start again: after its run's checkpoint
+    _, stderr = sweep.communicate(timeout=120)
+    assert sweep.returncode == 1 and "0 complete, 0 failed, 1 interrupted" in stderr, stderr[-3000:]
+    [outcome] = sweep_outcome(runs)["runs"]
+    # the result its requeue left is its last: its run stopped at a checkpoint
+    assert outcome["status"] == "interrupted", outcome
+    assert outcome["error"].endswith("stopped by a signal after checkpointing; run the sweep again to resume"), outcome
+    assert scontrol(task)["JobState"] == "CANCELLED"

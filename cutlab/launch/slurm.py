@@ -2,9 +2,10 @@
 
 submitit writes the sbatch script (``--signal=USR2@<signal_delay_s>``, ``--array=0-N%<array_parallelism>``),
 pickles each run's :class:`RunCommand`, and inside the job turns SIGUSR2 into ``checkpoint()`` + requeue.
-Waiting reads submitit's result files and asks ``squeue`` whether a task still exists, so it needs no
-SLURM accounting database; a task that vanishes without a result (killed, node lost) is reported failed with the
-state ``scontrol`` gives it, and one that SLURM says COMPLETED is waited for until its result file shows.
+Waiting asks ``squeue`` whether a task still exists and reads submitit's result files, so it needs no SLURM
+accounting database; a task still queued has not ended, whatever result file its start before a requeue left; a task
+that vanishes without a result (killed, node lost) is reported failed with the state ``scontrol`` gives it, and one
+that SLURM says COMPLETED is waited for until its result file shows.
 """
 
 from __future__ import annotations
@@ -79,16 +80,18 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
     def poll() -> None:  # each task that ended leaves ``pending`` for ``outcomes``
         queued = _in_queue(list(pending))
         for job_id, (job, command) in list(pending.items()):
+            if queued is not None and job_id in queued:  # not ended: a result file is a requeued task's last start's
+                missing_since.pop(job_id, None)
+                continue
             if job.paths.result_pickle.exists():
                 outcome = outcome_of(command.run_id, job.result, job_id=job_id)
-            elif queued is not None and job_id not in queued:
+            elif queued is not None:
                 first = missing_since.setdefault(job_id, time.monotonic())
                 error = vanished(time.monotonic() - first, lambda: final_state(job_id), job.paths)
                 if error is None:
                     continue
                 outcome = without_result(command, job_id, error, final_state(job_id), job.paths.stderr)
             else:
-                missing_since.pop(job_id, None)
                 continue
             del pending[job_id]
             outcomes.append(outcome)
