@@ -305,10 +305,11 @@ def test_a_task_whose_run_stopped_on_sigterm_is_interrupted_not_failed(tmp_path,
             for name in ("checkpointed", "fresh", "broken")}
     stopped = outcome_of("checkpointed", jobs["checkpointed"].result, job_id="1")
     assert stopped.status == "interrupted", stopped
-    assert stopped.error == "checkpointed: stopped by a signal after checkpointing; run the sweep again to resume"
+    assert stopped.error == "stopped by a signal after checkpointing; run the sweep again to resume"  # not its id twice
+    assert stopped.line().startswith("interrupted checkpointed [job 1] stopped by a signal after checkpointing")
     # stopped in its set-up: it said "after checkpointing" of a run with no checkpoint (it starts again)
     fresh = outcome_of("fresh", jobs["fresh"].result, job_id="3")
-    assert fresh.error == "fresh: stopped by a signal before its first checkpoint; run the sweep again to resume"
+    assert fresh.error == "stopped by a signal before its first checkpoint; run the sweep again to resume"
     broken = outcome_of("broken", jobs["broken"].result, job_id="2")
     assert broken.status == "failed" and broken.error == "exit 3: no output", broken
 

@@ -52,14 +52,14 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
     """Call ``result`` (a run's return value or its exception) and turn it into an Outcome."""
     try:
         summary = result()
-    except RunInterrupted as error:
-        return Outcome(run_id, "interrupted", error=str(error), job_id=job_id)
+    except RunInterrupted as error:  # its message starts with the run's id, which the outcome's line gives already
+        return Outcome(run_id, "interrupted", error=str(error).removeprefix(f"{run_id}: "), job_id=job_id)
     except RunFailed as error:
         return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
     except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
         interrupted = _raised(str(error), "RunInterrupted")  # a task stopped by SIGTERM: checkpointed, not failed
         if interrupted is not None:
-            return Outcome(run_id, "interrupted", error=interrupted, job_id=job_id)
+            return Outcome(run_id, "interrupted", error=interrupted.removeprefix(f"{run_id}: "), job_id=job_id)
         if TIMED_OUT in str(error):
             return Outcome(run_id, "interrupted", error=TIMED_OUT_ADVICE, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)
