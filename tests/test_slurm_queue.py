@@ -59,6 +59,7 @@ def test_a_run_without_launcher_threads_gets_the_jobs_cpus_not_every_core_of_the
                              f"launcher.profile={profile(tmp_path, cpus_per_task=1)}"], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and "1 complete" in result.stderr, result.stderr[-3000:]
+    assert "[cutlab] slurm: submitted 1 run as job array" in result.stderr, result.stderr[-3000:]  # not "1 runs"
     [run_dir] = [path for path in runs.iterdir() if path.name != "_sweeps"]
     assert int(subprocess.run(["nproc"], capture_output=True, text=True).stdout) > 1, "a node of one core proves nothing"
     assert json.loads((run_dir / "provenance.json").read_text())["torch_threads"] == 1
