@@ -6,6 +6,7 @@ threads are the job's CPUs where SLURM does not bind the job to them."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -13,12 +14,14 @@ import time
 import pytest
 
 from conftest import ROOT
+from helpers.cli import cutlab
 from helpers.contract import cutlab_env
 from helpers.sweeps import sweep_outcome
 from test_slurm import LONG_RUN, cluster, profile, scontrol, start_slurm_sweep, sweep_outcome_folder, wait_for_steps
 
 __all__ = ["cluster"]  # the fixture: a single-node SLURM for this module
 
+RUN = "L=2,eval.gamma_test=_0_,gamma=0,train.epochs=1,train.max_steps_per_epoch=2"  # gamma=0 with SHORT
 SHORT = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]", "progress=false",
          "wandb.mode=disabled"]
 
@@ -92,3 +95,34 @@ def test_a_task_slurm_requeues_is_waited_for_while_it_is_queued_again(cluster, t
     assert outcome["status"] == "interrupted", outcome
     assert outcome["error"].endswith("stopped by a signal after checkpointing; run the sweep again to resume"), outcome
     assert scontrol(task)["JobState"] == "CANCELLED"
+
+
+def test_after_ctrl_c_a_run_whose_task_still_waits_in_the_queue_is_busy_not_submitted_again(cluster, tmp_path):
+    """Ctrl-C on the submitting command while its task waits to start: the run is recorded busy with its job. Its
+    folder is locked only once the task starts, so the same command planned it new and submitted it a second time;
+    now the plan asks squeue about the job the record names and leaves the run to it."""
+    runs = tmp_path / "runs"
+    grid = ["gamma=0", *SHORT]
+    later = profile(tmp_path, additional_parameters="{begin: now+1hour}")
+    sweep = start_slurm_sweep(grid, later, tmp_path)
+    array_of(runs, sweep)
+    sweep.send_signal(signal.SIGINT)
+    _, stderr = sweep.communicate(timeout=60)
+    try:
+        assert sweep.returncode == 130, stderr[-3000:]
+        [outcome] = sweep_outcome(runs)["runs"]
+        task = outcome["job_id"]
+        assert outcome["status"] == "busy" and scontrol(task)["JobState"] == "PENDING", outcome
+        args = ["-m", *grid, "launcher=slurm", f"launcher.profile={later}"]
+        planned = cutlab(["--plan", *args], runs).stdout
+        assert f" busy        {RUN} (written now by SLURM job {task}, still queued: not run again)" in planned, planned
+        again = cutlab(args, runs, check=False)
+        assert again.returncode == 1 and "0 to run with launcher=slurm, 1 busy" in again.stderr, again.stderr[-3000:]
+        assert "submitted" not in again.stderr
+        [outcome] = sweep_outcome(runs)["runs"]
+        assert (outcome["status"], outcome["job_id"]) == ("busy", task), outcome  # a third command finds it too
+        assert subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                              check=True).stdout.split() == [task]
+    finally:
+        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
+        subprocess.run(["scancel", *queued], check=False)

@@ -143,6 +143,7 @@ class PlannedRun:
     problem: str | None = None  # refused: why (its folder holds another run, or a value its config checks refuse)
     configuration: str = ""    # its resolved config as one string (cutlab.run.identity.configuration_key); "" for
                                # a run named by run_name, which asks for a run of its own
+    job_id: str | None = None  # busy: the SLURM job an earlier sweep left it to, still queued (cutlab.launch.queued)
 
 
 @dataclass
@@ -220,7 +221,18 @@ def expand(command: Command) -> Plan:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
     check_runs_dir(plan.runs_dir)
     _check_unique_ids(plan)
+    _mark_queued(plan)
     return plan
+
+
+def _mark_queued(plan: Plan) -> None:
+    """Busy: a run an earlier sweep left to a SLURM job still queued (its folder is locked only once it starts)."""
+    from cutlab.launch.queued import queued_jobs
+
+    waiting = {run.run_id: run for run in plan.runs if run.status not in ("complete", "busy", "refused")}
+    for run_id, job_id in queued_jobs(plan.runs_dir, set(waiting)).items():
+        run = waiting[run_id]
+        run.status, run.job_id, run.holder = "busy", job_id, f"SLURM job {job_id}, still queued"
 
 
 def _empty_sweep_message(parsed) -> str:

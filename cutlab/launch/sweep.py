@@ -160,7 +160,8 @@ def sbatch_preview(plan: Plan, profile) -> str:
 
 def busy_outcomes(plan: Plan) -> list[Outcome]:
     """The runs left to the live process that writes each (not run again: its folder's lock would refuse them)."""
-    return [Outcome(run.run_id, "busy", error=f"written by {run.holder}: {BUSY_ADVICE}") for run in plan.busy]
+    return [Outcome(run.run_id, "busy", error=f"written by {run.holder}: {BUSY_ADVICE}", job_id=run.job_id)
+            for run in plan.busy]
 
 
 def finish_record(record: Path, outcomes: list[dict], skipped: int, seconds: float) -> None:
