@@ -55,7 +55,8 @@ def test_additional_parameters_merge_key_by_key_over_the_profiles(tmp_path):
     from cutlab.launch.slurm_profile import slurm_settings
 
     profile = tmp_path / "lab.yaml"
-    profile.write_text("partition: long\nadditional_parameters: {mail_type: END, comment: old}\nsetup: [module load x]\n")
+    profile.write_text("partition: long\nadditional_parameters: {mail_type: END, comment: old}\n"
+                       "setup: [module load x]\n")
     settings = slurm_settings(composed_launcher(["launcher=slurm", f"launcher.profile={profile}",
                                                  "launcher.additional_parameters={comment:new,exclusive:true}"]))
     assert settings.additional_parameters == {"mail_type": "END", "comment": "new", "exclusive": True}

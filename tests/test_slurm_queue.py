@@ -38,7 +38,8 @@ def array_of(runs, sweep: subprocess.Popen) -> str:
 @pytest.mark.slow  # about 25 s: a task gone from the queue is first waited for (VANISHED_AFTER_S)
 def test_a_task_cancelled_before_it_started_is_interrupted_and_names_no_log(cluster, tmp_path):
     """``scancel <array>`` while its tasks wait to start (here held by --begin): SLURM says CANCELLED, no log was
-    written. Each was failed, "see .../<task>_log.err", a file that does not exist, and the analysis listed it failed."""
+    written. Each was failed, "see .../<task>_log.err", a file that does not exist, and the analysis listed it
+    failed."""
     runs = tmp_path / "runs"
     later = profile(tmp_path, additional_parameters="{begin: now+1hour}")
     sweep = start_slurm_sweep(["gamma=0,0.09", *SHORT], later, tmp_path)
@@ -64,7 +65,8 @@ def test_a_run_without_launcher_threads_gets_the_jobs_cpus_not_every_core_of_the
     assert result.returncode == 0 and "1 complete" in result.stderr, result.stderr[-3000:]
     assert "[cutlab] slurm: submitted 1 run as job array" in result.stderr, result.stderr[-3000:]  # not "1 runs"
     [run_dir] = [path for path in runs.iterdir() if path.name != "_sweeps"]
-    assert int(subprocess.run(["nproc"], capture_output=True, text=True).stdout) > 1, "a node of one core proves nothing"
+    cores = int(subprocess.run(["nproc"], capture_output=True, text=True).stdout)
+    assert cores > 1, "a node of one core proves nothing"
     assert json.loads((run_dir / "provenance.json").read_text())["torch_threads"] == 1
 
 
