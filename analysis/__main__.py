@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: cannot write the report to {out} ({error.filename}: {os_reason(error)}): pass a "
               "writable --out", file=sys.stderr)
         return 2
+    from .run_folders import linked_folders
     from .sweep_outcomes import sweep_outcomes
 
     outcomes = sweep_outcomes(runs)  # the report lists these too
@@ -157,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
                 *(f"{run['run']}: failed before it wrote a run folder: {run['error']}" for run in outcomes.failed),
                 *(f"{run['run']}: interrupted before it wrote a run record; run the same sweep command again"
                   for run in outcomes.interrupted),
-                *(f"sweep record not read: {line}" for line in outcomes.unread)]
+                *(f"sweep record not read: {line}" for line in outcomes.unread),
+                *(f"{line}: left out (a folder linked in from elsewhere holds no run of this folder's; pass its "
+                  "target to analyse it)" for line in linked_folders(runs.folders))]
     for warning in warnings[:WARNINGS_SHOWN]:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
     if len(warnings) > WARNINGS_SHOWN:

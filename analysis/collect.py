@@ -36,6 +36,7 @@ from .selection import VALIDATION, arm_of
 from .record_files import refused_problem
 from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY_RULES, checked, flatten
 from .history import lost_steps, read_history
+from .run_folders import AnalysisError, find_run_dirs
 from .run_numbers import headline, summary_columns
 from cutlab.config.data_settings import settings_apart, named_with
 from cutlab.config.groups import shipped_root_apart
@@ -43,10 +44,6 @@ from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
 SUPPORTED_RECORD_VERSIONS = (1,)
-#: a directory holding any of these files is a run folder
-RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
-#: directories never searched for runs (W&B's offline folders, caches)
-SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
 STATES = ("complete", "failed", "pruned", "partial", "unsupported")
 DATA_PREFIX = "cfg.data."  # a run's data config, one column per key
@@ -64,10 +61,6 @@ CONFIG_COLUMNS = {
     "penalty": "train.penalty",
     "precision": "precision",
 }
-
-
-class AnalysisError(Exception):
-    """Bad input to the analysis (missing or empty folder, no run records): the message names the fix."""
 
 
 @dataclass
@@ -179,28 +172,6 @@ def data_configs(runs: pd.DataFrame, columns: list[str] | None = None) -> list[d
     """Each run's ``data.*`` config from its ``cfg.data.*`` columns (a key its record lacks is NaN there)."""
     columns = columns if columns is not None else [c for c in runs.columns if c.startswith(DATA_PREFIX)]
     return [{column[len(DATA_PREFIX):]: row[column] for column in columns} for _, row in runs.iterrows()]
-
-
-def find_run_dirs(root: Path) -> list[Path]:
-    """The run folders under ``root`` (``root`` itself if it is one); clear errors when there are none."""
-    if not root.exists():
-        raise AnalysisError(f"{root} does not exist; pass the folder that holds the run records "
-                            "(the runs_dir of python -m cutlab, e.g. runs/ or $CUTLAB_RUNS_DIR)")
-    if not root.is_dir():
-        raise AnalysisError(f"{root} is a file, not a folder; pass the folder that holds the run records")
-    if not any(root.iterdir()):
-        raise AnalysisError(f"{root} is empty: there are no run records to analyse; train some first "
-                            f"(CUTLAB_RUNS_DIR={root} python -m cutlab ...) or pass the folder that holds them")
-    found = []
-    for current, dirs, files in os.walk(root):
-        if any(name in files for name in RECORD_FILES):
-            found.append(Path(current))
-        # on into a run folder's subfolders too: a run written into another's folder (run_name=.) is still found
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
-    if not found:
-        raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
-                            "folder that python -m cutlab wrote its runs into")
-    return found
 
 
 def _run_ids(run_dirs: list[Path]) -> list[str]:

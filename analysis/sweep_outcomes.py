@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .collect import SKIP_DIRS, RunTable
+from .collect import RunTable
+from .run_folders import SKIP_DIRS
 from .record_values import OUTCOME, checked
 from cutlab.launch.outcome import OUTCOME_FILE, SWEEP_RECORDS
 from cutlab.run.records import not_a_file

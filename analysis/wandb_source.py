@@ -37,7 +37,8 @@ from typing import Any, Callable, Iterable
 import pandas as pd
 import yaml
 
-from .collect import SKIP_DIRS, AnalysisError, RunTable, collect_runs
+from .collect import AnalysisError, RunTable, collect_runs
+from .run_folders import SKIP_DIRS
 from .history import lost_steps
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
 from cutlab.run.tracking import RUN_FOLDER_KEY, SUMMARY_SEPARATOR, history_column

@@ -304,3 +304,19 @@ def test_hydras_rerun_of_a_pickle_is_refused_before_the_pickle_is_loaded(tmp_pat
         "cutlab: error: --experimental-rerun loads a pickle, which can run any code (cutlab writes none, and loads "
         "none); to run a run again, run its 'command' from its provenance.json"], result.stderr[-2000:]
     assert not made.exists()
+
+
+def test_a_run_folder_linked_in_from_elsewhere_is_left_out_and_named(finished, tmp_path, capsys):
+    """Before: the analysis passed over a folder link without a word ("1 run folders"), so a run one expected in the
+    report was missing from it with nothing to say why."""
+    from analysis.__main__ import main
+
+    runs, theirs = tmp_path / "runs", tmp_path / "elsewhere" / "theirs"
+    shutil.copytree(finished, runs / "mine")
+    shutil.copytree(finished, theirs)
+    (runs / "linked").symlink_to(theirs, target_is_directory=True)
+    assert main([str(runs), "--out", str(tmp_path / "report")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [f"cutlab-analysis: warning: {runs / 'linked'} is a symbolic link (to {theirs}): left out (a "
+                        "folder linked in from elsewhere holds no run of this folder's; pass its target to analyse "
+                        "it)"], warnings

@@ -1,0 +1,50 @@
+"""Which folders under a folder given to the analysis are run folders, and which links it passes over."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, linked
+
+#: a directory holding any of these files is a run folder
+RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
+#: directories never searched for runs (W&B's offline folders, caches)
+SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
+
+
+class AnalysisError(Exception):
+    """Bad input to the analysis (missing or empty folder, no run records): the message names the fix."""
+
+
+def find_run_dirs(root: Path) -> list[Path]:
+    """The run folders under ``root`` (``root`` itself if it is one); clear errors when there are none."""
+    if not root.exists():
+        raise AnalysisError(f"{root} does not exist; pass the folder that holds the run records "
+                            "(the runs_dir of python -m cutlab, e.g. runs/ or $CUTLAB_RUNS_DIR)")
+    if not root.is_dir():
+        raise AnalysisError(f"{root} is a file, not a folder; pass the folder that holds the run records")
+    if not any(root.iterdir()):
+        raise AnalysisError(f"{root} is empty: there are no run records to analyse; train some first "
+                            f"(CUTLAB_RUNS_DIR={root} python -m cutlab ...) or pass the folder that holds them")
+    found = []
+    for current, dirs, files in os.walk(root):
+        if any(name in files for name in RECORD_FILES):
+            found.append(Path(current))
+        # on into a run folder's subfolders too: a run written into another's folder (run_name=.) is still found
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+    if not found:
+        raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
+                            "folder that python -m cutlab wrote its runs into")
+    return found
+
+
+def linked_folders(roots: list[Path]) -> list[str]:
+    """``<path> is a symbolic link (to <target>)`` for each folder link under ``roots`` that the search for runs
+    passes over (a run folder linked in from elsewhere is not this folder's run): it was left out without a word."""
+    found = []
+    for root in roots:
+        for current, dirs, _files in os.walk(root):
+            found += [linked(Path(current, d)) for d in sorted(dirs) if os.path.islink(os.path.join(current, d))]
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]
+    return [line for line in found if line]
