@@ -811,3 +811,18 @@ def test_a_constrained_run_that_is_all_warm_up_says_so(tmp_path):
             "run trains l_L alone; set train.warmup_epochs=0 or more epochs") in result.stderr.splitlines()
     result = cutlab([*args, "train.warmup_epochs=0", "run_name=dual"], tmp_path / "runs")
     assert "covers all" not in result.stderr
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_plan_of_a_read_only_runs_folder_lists_its_runs(earlier_run, tmp_path, sweep):
+    """A plan writes nothing, yet it refused a read-only runs folder (a colleague's, a mounted archive) as one that
+    "cannot hold run folders", so its runs could not be looked at."""
+    from helpers.mounts import read_only
+
+    theirs = tmp_path / "theirs"
+    shutil.copytree(earlier_run, theirs)
+    args = ["--plan", *(["-m", "L=1,2"] if sweep else []), f"paths.runs_dir={theirs}", "wandb.mode=disabled"]
+    with read_only(theirs):
+        result = cutlab(args, earlier_run, check=False)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert "cannot hold run folders" not in result.stderr + result.stdout

@@ -247,13 +247,18 @@ def runs_dir_path(value: Any) -> Path:
     return Path(value)
 
 
-def check_runs_dir(folder: Path) -> None:
+def check_runs_dir(folder: Path, writing: bool = True) -> None:
     """A runs folder that is a file (or lies under one), or that cannot be written (a read-only mount, another user's
-    folder), would fail deep inside Hydra's making of the run's folder, with a traceback."""
+    folder), would fail deep inside Hydra's making of the run's folder, with a traceback. ``writing=False``: a plan,
+    which writes nothing, so a read-only folder of runs (a colleague's) can be looked at."""
     fix = "give a folder you can write (paths.runs_dir=DIR, CUTLAB_RUNS_DIR=DIR, or cutlab-reproduce --out DIR)"
     if str(folder).startswith("~"):  # an override's ~ reaches Hydra as written: it would make a folder named ~ here
         raise CutlabError(f"paths.runs_dir={folder}: a ~ on the command line is not expanded (Hydra takes it as "
                           f"written, a folder named ~ here); write the path out: paths.runs_dir={folder.expanduser()}")
+    if not writing:
+        if folder.is_file():
+            raise CutlabError(f"paths.runs_dir={folder} is a file, not a folder of runs; {fix}")
+        return
     problem = unwritable(folder)  # tried, not asked: os.access says yes to root on /proc or a root-squashed NFS
     if problem:
         raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {problem}; {fix}")

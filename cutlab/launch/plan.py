@@ -219,7 +219,7 @@ def expand(command: Command) -> Plan:
                 held.stop_if_pressed()  # a plan of thousands of runs takes seconds to compose
     except (HydraException, OmegaConfBaseException) as error:
         raise CutlabError(f"the sweep cannot be composed before any run starts: {composition_message(error)}") from None
-    check_runs_dir(plan.runs_dir)
+    check_runs_dir(plan.runs_dir, writing=not command.plan)
     _check_unique_ids(plan)
     _mark_queued(plan)
     return plan
@@ -267,7 +267,7 @@ def check_run(command: Command) -> Path:
         raise CutlabError(f"--config-name {command.config_name} is a sweep file (it sweeps {', '.join(swept)}): add "
                           f"-m to run its runs (python -m cutlab -m --config-name {command.config_name} ...; with "
                           f"--plan, to list them), or give {' '.join(f'{key}=...' for key in swept)} for one of them")
-    check_runs_dir(runs_dir)
+    check_runs_dir(runs_dir, writing=not command.plan)
     return runs_dir
 
 
