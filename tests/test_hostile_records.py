@@ -320,3 +320,19 @@ def test_a_run_folder_linked_in_from_elsewhere_is_left_out_and_named(finished, t
     assert warnings == [f"cutlab-analysis: warning: {runs / 'linked'} is a symbolic link (to {theirs}): left out (a "
                         "folder linked in from elsewhere holds no run of this folder's; pass its target to analyse "
                         "it)"], warnings
+
+
+def test_a_wandb_folder_that_links_elsewhere_is_refused_and_its_target_untouched(tmp_path):
+    """Before: W&B followed ``wandb -> elsewhere`` and wrote its offline run, cache and data there, outside the run's
+    folder (an ``evaluations`` link is refused the same way)."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / "runs" / "linked").mkdir(parents=True)
+    (tmp_path / "runs" / "linked" / "wandb").symlink_to(elsewhere, target_is_directory=True)
+    args = [*(a for a in TINY if not a.startswith("wandb.")), "wandb.mode=offline", "run_name=linked"]
+    result = cutlab(args, tmp_path / "runs", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"cutlab: error: {tmp_path / 'runs' / 'linked' / 'wandb'} is a symbolic link (to {elsewhere}): W&B writes only "
+        "inside its run's folder; remove the link and run the same command again (or log nothing: wandb.mode=disabled)")
+    assert list(elsewhere.iterdir()) == []

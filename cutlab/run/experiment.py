@@ -36,7 +36,7 @@ from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
     CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, SkippedSummary,
-    read_mapping, read_summary, write_atomic, write_json,
+    linked, read_mapping, read_summary, write_atomic, write_json,
 )
 from cutlab.run.results import evaluate_and_write, validation_grid
 from cutlab.run.tracking import ServiceStart, Tracker
@@ -84,6 +84,9 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
             return SkippedSummary(existing)
         if cfg.train.constrained:  # about to train: what the config checks leave to training time (old records pass)
             DualSettings.of(cfg.train).check_trainable()
+        if cfg.wandb.mode != "disabled" and linked(run_dir / "wandb"):  # W&B would write its files at the target
+            raise CutlabError(f"{linked(run_dir / 'wandb')}: W&B writes only inside its run's folder; remove the link "
+                              "and run the same command again (or log nothing: wandb.mode=disabled)")
         checkpoint = load_checkpoint(run_dir)
         if checkpoint is not None:
             check_same_data(run_dir, resolved)
