@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,17 @@ def test_a_config_whose_model_target_is_a_command_is_not_called(finished, tmp_pa
     line = eval_error(run, capsys)
     assert "names model._target_=os.system, which is not a LayerwiseModel class nor a function declared" in line
     assert not marker.exists()
+
+
+def test_a_config_whose_model_target_is_a_standard_module_is_refused_unimported(finished, tmp_path, capsys):
+    """Before: ``_target_: this.Model`` was imported, so the module's own code ran (the Zen of Python printed;
+    ``antigravity`` opens a browser), and only then refused."""
+    run = copied(finished, tmp_path, "import")
+    config = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(config.replace("_target_: cutlab.core.models.DUST", "_target_: this.Model"))
+    line = eval_error(run, capsys)
+    assert "names model._target_=this.Model, which is not a LayerwiseModel class" in line
+    assert "this" not in sys.modules
 
 
 def test_the_model_builders_cutlab_ships_and_a_users_class_are_model_builders():

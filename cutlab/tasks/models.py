@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 import traceback
 
 from omegaconf import DictConfig, OmegaConf
@@ -124,6 +125,8 @@ def builds_a_model(target: str) -> bool:
     the target with the config's keys as arguments, so ``_target_: os.system`` with ``command: ...`` would run it."""
     import typing
 
+    if str(target).partition(".")[0] in sys.stdlib_module_names:  # holds no model, and importing one runs it
+        return False  # (``this`` prints, ``antigravity`` opens a browser): refused unimported
     build = locate_target(target)
     if inspect.isclass(build):
         return issubclass(build, LayerwiseModel)
