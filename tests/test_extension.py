@@ -136,9 +136,10 @@ class PlainModule(nn.Module):
     ("syntax.Model", "", "importing it raised SyntaxError: "),
     ("attribute.Model", "", "importing it raised AttributeError: module 'os' has no attribute 'nonexistent_attr'"),
     ("smoothing.NOT_A_CLASS", "", "model._target_=smoothing.NOT_A_CLASS is a int, not a class or function"),
-    ("smoothing.TemporalSmoother", "DROP paper", "train.alpha reads model.paper.alpha, which model=smoother's yaml does "
-                                                    "not give; with data=synthetic use train=constrained|constrained_paper|"
-                                                    "erm (the presets for video data), or add it to the model's yaml"),
+    ("smoothing.TemporalSmoother", "DROP paper", "train.alpha reads model.paper.alpha, which model=smoother's yaml "
+                                                  "does not give; with data=synthetic use train=constrained|"
+                                                  "constrained_paper|erm (the presets for video data), or add it to "
+                                                  "the model's yaml"),
     ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
         "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",

@@ -100,7 +100,8 @@ def check_config(cfg: DictConfig, folders: bool = True) -> None:
             # most often a train preset made for another kind of data (train=constrained_text with DUST)
             raise CutlabError(f"{error.full_key} reads {wanted}, which model={cfg.model.name}'s yaml does not give; "
                               f"with data={cfg.data.name} use train={'|'.join(TRAIN_PRESETS[kind])} (the presets "
-                              f"for {kind} data), or add it to the model's yaml (e.g. paper: {{alpha: 0.25, epsilon: 1.0}})") from None
+                              f"for {kind} data), or add it to the model's yaml (e.g. paper: "
+                              "{alpha: 0.25, epsilon: 1.0})") from None
         raise CutlabError(f"{error.full_key} reads {wanted}, which the config does not have; add it (a model's yaml "
                           "gives its paper values as paper: {alpha: 0.25, epsilon: 1.0})") from None
 
@@ -176,7 +177,8 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_number("train.kappa_p", train.kappa_p, "1.0", minimum=0.0)
         check_number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         check_number("train.nu", train.nu, "0.0", minimum=0.0)
-        check_number("train.penalty", train.get("penalty", 0.0), "10 (0 = off)", minimum=0.0)  # inf: a warm-up, then nan
+        # inf trained the warm-up, then stopped on a Lagrangian of nan
+        check_number("train.penalty", train.get("penalty", 0.0), "10 (0 = off)", minimum=0.0)
         DualSettings.of(train)  # the rules on combinations (penalty with resilience, restarts with Adam, ...)
     if kind == "video":
         if "patch" in cfg.model and cfg.model.patch != cfg.data.patch:

@@ -125,18 +125,15 @@ class DualSettings:
     def unused(self) -> list[str]:
         """``key=value`` of each setting given away from its neutral value that this combination never reads (a
         search tuning it would spend its trials on nothing)."""
-        unread = []
-        if self.optimizer != "nupi":
-            unread += [f"train.{key}={value:g} (read by train.dual_optimizer=nupi only)"
-                       for key, value, neutral in (("kappa_p", self.kappa_p, 0.0), ("kappa_i", self.kappa_i, 1.0),
-                                                   ("nu", self.nu, 0.0)) if value != neutral]
-        elif self.kappa_p == 0 and self.nu != 0:  # nu smooths the error of the proportional term alone
+        unread = [f"train.{key}={value:g} (read by train.dual_optimizer=nupi only)"
+                  for key, value, neutral in (("kappa_p", self.kappa_p, 0.0), ("kappa_i", self.kappa_i, 1.0),
+                                              ("nu", self.nu, 0.0)) if value != neutral and self.optimizer != "nupi"]
+        if self.optimizer == "nupi" and self.kappa_p == 0 and self.nu != 0:  # nu smooths the proportional term's error
             unread.append(f"train.nu={self.nu:g} (read by nuPI's proportional term only: a train.kappa_p > 0)")
-        if self.resilience != "slack" and self.slack_lr is not None:
-            unread.append(f"train.slack_lr={self.slack_lr:g} (read by train.resilience=slack only)")
-        if self.resilience != "slack" and not self.resilience_restarts:
-            unread.append("train.resilience_restarts=false (read by train.resilience=slack only)")
-        return unread
+        slack_only = [("slack_lr", f"{self.slack_lr:g}") if self.slack_lr is not None else None,
+                      ("resilience_restarts", "false") if not self.resilience_restarts else None]
+        return unread + [f"train.{key}={value} (read by train.resilience=slack only)"
+                         for key, value in filter(None, slack_only) if self.resilience != "slack"]
 
     @classmethod
     def of(cls, train) -> "DualSettings":

@@ -57,7 +57,8 @@ def load_examples(root: str | None) -> list[Example]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise CutlabError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
+        raise CutlabError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start}); "
+                          "save it as UTF-8") from None
     try:
         if text.lstrip().startswith("["):
             rows = json.loads(text)

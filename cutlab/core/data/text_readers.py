@@ -187,7 +187,8 @@ def _mnli_hf_split(split: str, file: str) -> str:
         if name in file.lower():
             return f"validation_{name}"
     raise CutlabError(f"data.test_file={file} names neither MNLI test set; with data.root=hf:glue/mnli set "
-                      "data.test_file=dev_matched.tsv (validation_matched) or dev_mismatched.tsv (validation_mismatched)")
+                      "data.test_file=dev_matched.tsv (validation_matched) or dev_mismatched.tsv "
+                      "(validation_mismatched)")
 
 
 def read_mnli(root: str, split: str, file: str) -> list[Example]:
