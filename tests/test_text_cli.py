@@ -200,7 +200,8 @@ def test_imdb_data_of_three_classes_is_refused_naming_data_num_labels_and_trains
     refused = cutlab(args, runs, check=False)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
         f"cutlab: error: {tmp_path / 'three.jsonl'}:3: IMDb label must be 0 (negative) or 1 (positive), got 2; "
-        "for text of more classes (labels 0 .. N-1) set data.num_labels=N")
+        "for text of more classes (labels 0 .. N-1) train with data.num_labels=N (a model trained on 2 classes "
+        "cannot score it)")
     cutlab([*args, "data.num_labels=3"], runs)
     summary = json.loads(next(runs.glob("*/summary.json")).read_text())
     assert summary["status"] == "complete" and summary["test_metric_by_gamma"]

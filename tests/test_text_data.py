@@ -123,12 +123,15 @@ def test_imdb_labels_beyond_two_are_refused_naming_data_num_labels_which_reads_t
     # the refusal said only that IMDb labels are 0 or 1, with no way to train on text of more classes
     (tmp_path / "three.jsonl").write_text("".join(json.dumps({"text": f"review {i}", "label": i}) + "\n" for i in range(3)))
     with pytest.raises(CutlabError, match=r"three.jsonl:3: IMDb label must be 0 \(negative\) or 1 \(positive\), got 2; "
-                                          r"for text of more classes \(labels 0 .. N-1\) set data.num_labels=N$"):
+                                          r"for text of more classes \(labels 0 .. N-1\) train with data.num_labels=N "
+                                          r"\(a model trained on 2 classes cannot score it\)$"):
         read_imdb(str(tmp_path), "train", "three.jsonl")
     assert [label for _, _, label in read_imdb(str(tmp_path), "train", "three.jsonl", num_labels=3)] == [0, 1, 2]
     (tmp_path / "four.jsonl").write_text(json.dumps({"text": "review", "label": 3}) + "\n")
-    with pytest.raises(CutlabError, match=r"four.jsonl:1: label must be 0 .. 2 \(data.num_labels=3\), got 3; set "
-                                          r"data.num_labels to the number of classes$"):
+    # cutlab-eval reads with its run's num_labels: "set data.num_labels" sent its user to a refusal
+    with pytest.raises(CutlabError, match=r"four.jsonl:1: label must be 0 .. 2 \(data.num_labels=3\), got 3; train "
+                                          r"with data.num_labels set to the number of classes \(a model trained on 3 "
+                                          r"cannot score more\)$"):
         read_imdb(str(tmp_path), "train", "four.jsonl", num_labels=3)
 
 

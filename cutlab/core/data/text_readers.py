@@ -93,11 +93,15 @@ def _imdb_label(value, where: str, num_labels: int) -> int:
     """0 .. num_labels - 1: IMDb's sentiment, or the classes of other text a run declares with data.num_labels."""
     if value in range(num_labels) and not isinstance(value, bool):
         return int(value)
-    if num_labels == 2:  # the refusal names the key that lets a set of more classes in
+    # the refusal names the key that lets more classes in, to train on them: cutlab-eval's run was trained on
+    # num_labels classes, and its readout cannot score more (the same words there sent its user to a refusal)
+    if num_labels == 2:
         raise CutlabError(f"{where}: IMDb label must be 0 (negative) or 1 (positive), got {value!r}; for text of more "
-                          "classes (labels 0 .. N-1) set data.num_labels=N")
+                          "classes (labels 0 .. N-1) train with data.num_labels=N (a model trained on 2 classes "
+                          "cannot score it)")
     raise CutlabError(f"{where}: label must be 0 .. {num_labels - 1} (data.num_labels={num_labels}), got {value!r}; "
-                      "set data.num_labels to the number of classes")
+                      f"train with data.num_labels set to the number of classes (a model trained on {num_labels} "
+                      "cannot score more)")
 
 
 def _acl_imdb_folder(root: Path) -> Path | None:
