@@ -28,6 +28,17 @@ def test_dct_dictionary_is_an_overcomplete_unit_norm_dct_frame():
     assert not torch.allclose(second, torch.full_like(second, second[0, 0].item()))
 
 
+@pytest.mark.parametrize("atoms", [226, 240, 255, 256, 300, 512])
+def test_a_dct_dictionary_spans_the_patch_or_is_refused(atoms):
+    """226 to 255 atoms passed the check for 16x16 patches (ceil(sqrt(atoms)) >= 16) and gave a dictionary of
+    rank < 256, whose D D^T UT's encoder inverts: its untrained Phi_0 missed its input by up to 110 (on [0, 1])."""
+    if atoms < 256:
+        with pytest.raises(ValueError, match=f"needs at least 256 atoms for 16x16 patches, got {atoms}"):
+            dct_2d_dictionary(16, atoms)
+        return
+    assert int(torch.linalg.matrix_rank(dct_2d_dictionary(16, atoms).double())) == 256
+
+
 def test_dust_layer_is_a_lista_step_of_its_dictionary(ped2_tokens):
     """Phi_l = D H_l with H_l = soft_theta((I - D^T D / c) Z + D^T x / c), checked with the matrices written out."""
     torch.manual_seed(0)

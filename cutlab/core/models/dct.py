@@ -19,15 +19,16 @@ def dct_1d(size: int, atoms: int) -> torch.Tensor:
 def dct_2d_dictionary(patch: int, atoms: int) -> torch.Tensor:
     """Separable overcomplete 2-D DCT: [patch*patch, atoms] with unit-norm columns.
 
-    ``atoms`` must be a perfect square k*k with k >= patch (d = 2n is not a square for n = 256, so the
-    2-D frame takes k = ceil(sqrt(atoms)) per axis and keeps the ``atoms`` lowest-frequency products).
+    ``atoms`` >= patch*patch, so that the dictionary spans the patch's pixels (UT's encoder inverts D D^T; fewer
+    atoms made it singular); it need not be a square (d = 2n = 512 for n = 256 is not): the 2-D frame takes
+    k = ceil(sqrt(atoms)) per axis and keeps the ``atoms`` lowest-frequency products.
     """
     if patch < 2:  # dct_1d's non-constant atoms are zero-mean: over one pixel, all 0, and their unit norm NaN
         raise ValueError(f"a DCT dictionary needs patches of at least 2x2 pixels, got {patch}x{patch}; "
                          "set data.patch=2 or more")
-    per_axis = math.ceil(math.sqrt(atoms))
-    if per_axis < patch:
+    if atoms < patch * patch:  # ceil(sqrt(atoms)) >= patch let 226 to 255 atoms through for 16x16 patches
         raise ValueError(f"a DCT dictionary needs at least {patch * patch} atoms for {patch}x{patch} patches, got {atoms}")
+    per_axis = math.ceil(math.sqrt(atoms))
     one_d = dct_1d(patch, per_axis)
     full = torch.kron(one_d, one_d)  # [patch*patch, per_axis**2], column (i, j) = outer product of atoms i, j
     i, j = torch.meshgrid(torch.arange(per_axis), torch.arange(per_axis), indexing="ij")
