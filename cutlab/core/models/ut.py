@@ -19,7 +19,9 @@ class UT(LayerwiseModel):
         Y_l = Z - ReLU(Z S_l + b_l) S_l                                     S_l = (W_l + W_l^T)/2 symmetric
 
     The second line is a gradient step on the energy 1/2 ||ReLU(Z S + b)||^2, the unrolled form of a
-    ReLU feed-forward layer with a symmetric weight and a residual (Yang et al. 2022, section 4).
+    ReLU feed-forward layer with a symmetric weight and a residual (Yang et al. 2022, section 4). Its output is not
+    clipped at 0, where the paper's App. C words eq. (48) as a linear map, a residual and a ReLU: DCT codes are
+    signed, and this form keeps an untrained layer near the identity (Phi_0 = x, and S near 0 changes little).
     """
 
     def __init__(
