@@ -172,7 +172,9 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
         result.skipped = "no complete constrained run with a readable sample_losses.csv"
         return result
     result.caption = ("Per-sample ratios ℓ_l / ℓ_{l−1} over every test sample and layer l = 1…L, at the "
-                      "γ_test nearest γ_train (in distribution), for the constrained run "
+                      "γ_test nearest γ_train (sample_losses.csv holds the test grid; a panel whose γ_test is not "
+                      "γ_train says so, and gives the fraction at γ_train itself from summary.json's "
+                      "in_distribution), for the constrained run "
                       f"{CHOSEN_BY[runs.selection]} (filled) and its ERM counterpart (outline). A ratio below 1 is "
                       "a layer that lowers the loss; the constraint asks for 1 − α. " + MARKS_CAPTION
                       + _not_shown(hidden, "cells") + settings_left_out(*chosen))
@@ -192,7 +194,8 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             upper = float(max(1.5, min(4.0, max(np.quantile(v, 0.99) for v in values) * 1.05)))
             bins = np.linspace(0.0, upper, 41)
             style = ARM_STYLE[run["arm"]]
-            text = f"{style['label']}{_mark(run)}:\n  {stats(mine)}"
+            where, at_train = not_in_distribution(run, gamma_test)
+            text = f"{style['label']}{_mark(run)}:\n  {stats(mine)}{at_train}"
             ax.hist(np.clip(mine, 0, upper), bins=bins, color=style["color"], alpha=0.55, label=style["label"],
                     **figure_marks.bar_style(run))
             if theirs is not None:
@@ -208,7 +211,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.text(0.02, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
                     bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.8"})
             _title(ax, f"{cell_label(run)}\n{figure_marks.settings(run)}\n"
-                       f"γ_test = {gamma_test:g} (ratios > {upper:.2g} in the last bin)")
+                       f"γ_test = {gamma_test:g}{where} (ratios > {upper:.2g} in the last bin)")
             ax.set_xlabel(r"per-sample ratio $\ell_l / \ell_{l-1}$ (l = 1…L)")
             integer_ticks(ax.yaxis)  # a count of samples
             _ylabel(axes, k // cols, k % cols, "count (samples × layers)")
@@ -219,6 +222,19 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
         return figure
 
     return _render(draw, out_dir, result)
+
+
+def not_in_distribution(run: pd.Series, gamma_test: float) -> tuple[str, str]:
+    """(a panel title's note, a statistics line) where the grid's gamma_test nearest gamma_train is not gamma_train
+    (gamma 0.09 against a grid of 0, 0.2, ...: clean input): the share of ratios below 1 at gamma_train itself, from
+    the run's summary (in_distribution); ("", "") where it is gamma_train."""
+    gamma_train = float(run["gamma_train"])
+    if np.isclose(gamma_test, gamma_train):
+        return "", ""
+    at_train = run.get("fraction_decreasing_id")
+    line = "" if at_train is None or pd.isna(at_train) else \
+        f"\n  at γ_train {gamma_train:g}: {100 * float(at_train):.1f} % < 1"
+    return " (nearest γ_train; not in distribution)", line
 
 
 def sample_ratios(runs: RunTable, run: pd.Series, gamma_test: float | None = None) -> tuple[np.ndarray, float] | None:

@@ -525,3 +525,15 @@ def test_a_runs_data_label_is_the_same_beside_runs_whose_data_lack_its_keys(tmp_
     mixed = collect_runs(tmp_path / "runs").runs.set_index("run")["dataset"]
     assert alone == ["imdb (max_length=32)", "imdb (max_length=64)"]
     assert [mixed[run] for run in ("imdb_32", "imdb_64")] == alone
+
+
+def test_fig12_says_where_its_gamma_test_is_not_gamma_train_and_gives_the_in_distribution_share():
+    """Fig 12 drew gamma_train 0.09 at the grid's nearest point, gamma_test 0 (clean input), under a caption saying
+    "in distribution": UT's panels read 0.0 % < 1 where summary.json records 75.3 % at gamma_train."""
+    from analysis.figures_layers import not_in_distribution
+
+    run = pd.Series({"gamma_train": 0.09, "fraction_decreasing_id": 0.753})
+    assert not_in_distribution(run, 0.0) == (" (nearest γ_train; not in distribution)",
+                                             "\n  at γ_train 0.09: 75.3 % < 1")
+    assert not_in_distribution(run, 0.09) == ("", "")
+    assert not_in_distribution(pd.Series({"gamma_train": 0.09}), 0.0)[1] == ""  # a record without the share
