@@ -36,7 +36,7 @@ from .selection import VALIDATION, arm_of
 from .record_files import refused_problem
 from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY_RULES, checked, flatten
 from .history import lost_steps, read_history
-from .run_folders import AnalysisError, find_run_dirs
+from .run_folders import AnalysisError, find_run_dirs, quiet_meter
 from .run_numbers import headline, summary_columns
 from cutlab.config.data_settings import settings_apart, named_with
 from cutlab.config.groups import shipped_root_apart
@@ -134,7 +134,9 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
     run_dirs = sorted(set(path.resolve() for path in run_dirs))
     ids = _run_ids(run_dirs)
     rows, metrics, histories = [], [], []
-    for run_dir, run_id in zip(run_dirs, ids):
+    meter = quiet_meter("reading runs", len(run_dirs), "run")
+    for index, (run_dir, run_id) in enumerate(zip(run_dirs, ids)):
+        meter.update(index)
         row, evaluation, history = read_run(run_dir)
         row["run"] = run_id
         rows.append(row)

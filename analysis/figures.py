@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from .collect import RunTable
+from .run_folders import quiet_meter
 from .figure_kit import ARM_STYLE, TITLES, FigureResult, distinguishing  # noqa: F401 (re-exported)
 from .figures_metric import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
     rmse_vs_gamma, accuracy_vs_gamma, rmse_vs_depth, alpha_ablation, dual_lr_ablation, ablation_groups, ABLATION_LABEL,
@@ -47,7 +48,9 @@ def make_figures(runs: RunTable, out_dir: Path, gamma_train: float | None = None
     level with the most cells).
     """
     results = []
-    for stem, figure in FIGURES.items():
+    meter = quiet_meter("drawing figures", len(FIGURES), "figure")
+    for index, (stem, figure) in enumerate(FIGURES.items()):
+        meter.update(index)
         takes_gamma = "gamma_train" in inspect.signature(figure).parameters
         try:
             results.append(figure(runs, Path(out_dir), gamma_train=gamma_train) if takes_gamma

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cutlab.core.progress import Meter
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, linked
 
 #: a directory holding any of these files is a run folder
 RECORD_FILES = (SUMMARY, CONFIG, EVAL, HISTORY)
+QUIET_EVERY_S = 10.0  # between the lines of a long read or drawing (quiet_meter)
 #: directories never searched for runs (W&B's offline folders, caches)
 SKIP_DIRS = {"wandb", "__pycache__", ".hydra", ".cache"}
 
@@ -37,6 +39,13 @@ def find_run_dirs(root: Path) -> list[Path]:
         raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
                             "folder that python -m cutlab wrote its runs into")
     return found
+
+
+def quiet_meter(label: str, total: int, unit: str) -> Meter:
+    """Lines of ``done/total``, rate and time left every 10 s, none before: a folder of a few runs reads in a second,
+    one of hundreds took 30 s with nothing said (call ``update`` with what is done before each item, never with the
+    total, so that a quick pass prints nothing at all)."""
+    return Meter(label, total, unit, bar=False, prefix="cutlab-analysis: ", every_s=QUIET_EVERY_S)
 
 
 def linked_folders(roots: list[Path]) -> list[str]:

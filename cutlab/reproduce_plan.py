@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cutlab.config.launcher import check_launcher_node
+from cutlab.core.progress import counted
 from cutlab.errors import CutlabError
 from cutlab.launch.cost import PROCESS_STARTUP_S, estimate
 from cutlab.launch.pasted import pasted_command
@@ -165,7 +166,8 @@ class _Tally:
         text += (f"estimated {_duration(self.seconds)} of run time for the {self.measured} measured runs"
                  if self.measured else "no estimate yet")
         if self.unmeasured:
-            text += f", {self.unmeasured} runs of {len(self.kinds)} kinds not measured yet (run one of each to calibrate)"
+            text += (f", {counted(self.unmeasured, 'run')} of {counted(len(self.kinds), 'kind')} not measured yet (run "
+                     "one of each to calibrate)")
         return text
 
 

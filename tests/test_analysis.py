@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -537,3 +538,19 @@ def test_fig12_says_where_its_gamma_test_is_not_gamma_train_and_gives_the_in_dis
                                              "\n  at γ_train 0.09: 75.3 % < 1")
     assert not_in_distribution(run, 0.09) == ("", "")
     assert not_in_distribution(pd.Series({"gamma_train": 0.09}), 0.0)[1] == ""  # a record without the share
+
+
+def test_a_long_read_of_runs_and_drawing_of_figures_say_how_far_they_are(golden_runs, tmp_path, capsys, monkeypatch):
+    """183 runs took 30 s with nothing said before the last line; a quick pass still says nothing (here every
+    update is due, as if each run had taken the 10 s between two lines)."""
+    from analysis import run_folders
+    from analysis.__main__ import main
+
+    assert main([str(golden_runs), "--out", str(tmp_path / "quiet")]) == 0
+    assert "reading runs" not in capsys.readouterr().err
+    monkeypatch.setattr(run_folders, "QUIET_EVERY_S", 0.0)
+    assert main([str(golden_runs), "--out", str(tmp_path / "report")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert any(re.match(r"cutlab-analysis: reading runs: \d+/\d+ runs \(\d+%\), .* elapsed, .* left$", line)
+               for line in lines), lines
+    assert any(line.startswith("cutlab-analysis: drawing figures: ") for line in lines), lines

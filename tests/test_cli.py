@@ -300,6 +300,11 @@ def corrupt_npz(folder: Path) -> Path:
         # a sweep of a key that does not change the result: the line listed the sweep's own wandb.group in each run
         (["-m", "threads=1,2"], "runs threads=1 and threads=2 would share the folder default: a swept key is left out "
                                 "of folder names, as a key that does not change a run's result"),
+        # it said eval.batch_size does not change a result (another value draws other noise), and to give each run of
+        # the sweep a run_name, which a -m sweep cannot
+        (["-m", "eval.batch_size=8,2"], "runs eval.batch_size=8 and eval.batch_size=2 would share the folder default: "
+                                        "the swept key is left out of folder names, yet its values evaluate apart "
+                                        "(cutlab/config/neutral.py); run each value as a command of its own"),
         # an option of another set's loader (video_folder's): load_synthetic()'s TypeError, a traceback
         (["+data.test_clips=2"], "data.test_clips is not a setting of data.name=synthetic; remove it (python -m "
                                  "cutlab data=synthetic --cfg job shows the set's keys)"),
@@ -369,7 +374,7 @@ def corrupt_npz(folder: Path) -> Path:
          "misspelt-key-added-with-plus-plus", "sweep-of-a-null-depth", "sweep-of-a-gamma-test-not-a-list",
          "hydra-mode", "unknown-sweep-file", "cfg-with-m",
          "env-set-without-plus", "cfg-job-with-a-misspelt-key",
-         "folder-name-separator", "sweep-of-a-neutral-key",
+         "folder-name-separator", "sweep-of-a-neutral-key", "sweep-of-eval-batch-size",
          "option-of-another-data-set",
          "unquoted-value", "value-split-by-the-shell",
          "run-folder-as-a-setting",
@@ -763,6 +768,11 @@ def test_a_wandb_mode_cutlab_does_not_run_is_named_by_its_variable(monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "shared")
     with pytest.raises(CutlabError, match=r"^WANDB_MODE=shared gives wandb.mode, which must be one of offline, online, "
                                           r"disabled \(W&B's shared mode is not supported\); set WANDB_MODE"):
+        check_config(compose_run_config([]))
+    # another value is no shared mode: the remark misled (WANDB_MODE=bogus)
+    monkeypatch.setenv("WANDB_MODE", "bogus")
+    with pytest.raises(CutlabError, match=r"^WANDB_MODE=bogus gives wandb.mode, which must be one of offline, online, "
+                                          r"disabled; set WANDB_MODE to one of them, or give wandb.mode=offline$"):
         check_config(compose_run_config([]))
 
 

@@ -269,9 +269,10 @@ def check_runs_dir(folder: Path, writing: bool = True) -> None:
 def _check_wandb(wandb: DictConfig) -> None:
     """W&B's own refusals, before the run's folder is made: wandb.init raised them after it held the first records."""
     if wandb.mode not in WANDB_MODES and wandb.mode == wandb_variable("MODE", None):  # the variable gave it
+        shared = " (W&B's shared mode is not supported)" if wandb.mode == "shared" else ""  # W&B has it; cutlab not
         raise CutlabError(f"WANDB_MODE={os.environ['WANDB_MODE'].strip()} gives wandb.mode, which must be one of "
-                          f"{', '.join(WANDB_MODES)} (W&B's shared mode is not supported); set WANDB_MODE to one of "
-                          "them, or give wandb.mode=offline")
+                          f"{', '.join(WANDB_MODES)}{shared}; set WANDB_MODE to one of them, or give "
+                          "wandb.mode=offline")
     _choice("wandb.mode", wandb.mode, WANDB_MODES)
     tags = wandb.get("tags")
     if tags is not None and not isinstance(tags, (list, ListConfig)):  # a string: one tag per character

@@ -53,6 +53,11 @@ def plural(unit: str) -> str:
     return unit + ("es" if unit.endswith(("s", "sh", "ch", "x")) else "s")
 
 
+def counted(count: int, unit: str) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{count} {unit if count == 1 else plural(unit)}"
+
+
 def rate_text(per_s: float | None, unit: str) -> str:
     """``2.31 steps/s``, or ``4.2 s/step`` when slower than one a second."""
     if not per_s:

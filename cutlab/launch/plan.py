@@ -20,6 +20,8 @@ from omegaconf import OmegaConf
 from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
 from cutlab.config.compose import JobComposer, check_is_override, composition_message, main_hydra
 from cutlab.config.launcher import is_launcher_override
+from cutlab.config.neutral import RESULT_NEUTRAL_KEYS
+from cutlab.core.progress import counted
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
 from cutlab.redaction import redact
@@ -283,11 +285,18 @@ def _check_unique_ids(plan: Plan) -> None:
             first = seen[run.run_id].overrides
             if first == run.overrides:
                 raise CutlabError(f"the sweep lists the run {run.run_id} twice: give each swept value once")
-            raise CutlabError(
-                f"runs {' '.join(_as_typed(first))} and {' '.join(_as_typed(run.overrides))} would share the folder "
-                f"{run.run_id}: "
-                "a swept key is left out of folder names, as a key that does not change a run's result "
-                "(cutlab/config/neutral.py); sweep a key that changes the result, or give each run its own run_name")
+            shared = f"runs {' '.join(_as_typed(first))} and {' '.join(_as_typed(run.overrides))} would share the " \
+                     f"folder {run.run_id}: "
+            values = [dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
+                      for overrides in (first, run.overrides)]
+            apart = {key for key in {*values[0], *values[1]} if values[0].get(key) != values[1].get(key)}
+            if apart <= set(RESULT_NEUTRAL_KEYS):
+                raise CutlabError(shared + "a swept key is left out of folder names, as a key that does not change a "
+                                  "run's result (cutlab/config/neutral.py); sweep a key that changes the result")
+            # eval.batch_size: left out of folder names, yet another value is another evaluation (its noise)
+            raise CutlabError(shared + "the swept key is left out of folder names, yet its values evaluate apart "
+                              "(cutlab/config/neutral.py); run each value as a command of its own, with its own "
+                              "run_name=")
         seen[run.run_id] = run
 
 
@@ -345,7 +354,8 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
             kinds = {run.cost_key: run for run in cost.unmeasured}
             example = [*plan.command.config_flags(),
                        *(o for o in _as_typed(next(iter(kinds.values())).overrides) if not is_launcher_override(o))]
-            lines.append(f"# {len(cost.unmeasured)} runs of {len(kinds)} kinds not measured; to calibrate, run one "
+            lines.append(f"# {counted(len(cost.unmeasured), 'run')} of {counted(len(kinds), 'kind')} not measured; "
+                         "to calibrate, run one "
                          f"of each first, e.g. {pasted_command(example)}")
     return "\n".join(lines)
 

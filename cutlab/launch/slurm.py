@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cutlab.core.progress import plural, tally
+from cutlab.core.progress import counted, tally
 from cutlab.errors import CutlabError
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, ended, outcome_of
@@ -53,8 +53,7 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
         reason = "; ".join(said[-2:]) or "no reason given"
         raise CutlabError(f"sbatch refused the job array ({reason}); nothing was submitted: change the "
                           "launcher.KEY= setting it names (--plan shows the sbatch script)") from None
-    runs = f"{len(jobs)} {'run' if len(jobs) == 1 else plural('run')}"
-    print(f"[cutlab] slurm: submitted {runs} as job array {jobs[0].job_id.split('_')[0]} "
+    print(f"[cutlab] slurm: submitted {counted(len(jobs), 'run')} as job array {jobs[0].job_id.split('_')[0]} "
           f"(at most {profile.array_parallelism} at a time; logs in {folder})", file=sys.stderr, flush=True)
     return jobs, stopped_by
 
