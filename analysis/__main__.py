@@ -149,7 +149,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{prog}: error: cannot write the report to {out} ({error.filename}: {os_reason(error)}): pass a "
               "writable --out", file=sys.stderr)
         return 2
-    from .run_folders import linked_folders
     from .sweep_outcomes import sweep_outcomes
 
     outcomes = sweep_outcomes(runs)  # the report lists these too
@@ -160,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                   for run in outcomes.interrupted),
                 *(f"sweep record not read: {line}" for line in outcomes.unread),
                 *(f"{line}: left out (a folder linked in from elsewhere holds no run of this folder's; pass its "
-                  "target to analyse it)" for line in linked_folders(runs.folders))]
+                  "target to analyse it)" for line in runs.links)]
     for warning in warnings[:WARNINGS_SHOWN]:
         print(f"{prog}: warning: {warning}", file=sys.stderr)
     if len(warnings) > WARNINGS_SHOWN:

@@ -73,6 +73,7 @@ class RunTable:
     folders: list[Path] = field(default_factory=list)
     source: str | None = None  # where the records came from when not run folders (analysis.wandb_source)
     selection: str = VALIDATION  # how tables and figures choose each cell's run (analysis.selection.SELECTION_RULES)
+    links: list[str] = field(default_factory=list)  # folder links left out of the search for runs (find_run_dirs)
 
     @property
     def results(self) -> pd.DataFrame:
@@ -129,8 +130,9 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
         raise AnalysisError("a runs folder given is empty; pass the folder that holds the run records (e.g. runs/)")
     roots = [Path(folder) for folder in folders]
     run_dirs: list[Path] = []
+    links: list[str] = []
     for root in roots:
-        run_dirs += find_run_dirs(root)
+        run_dirs += find_run_dirs(root, links)
     run_dirs = sorted(set(path.resolve() for path in run_dirs))
     ids = _run_ids(run_dirs)
     rows, metrics, histories = [], [], []
@@ -148,7 +150,7 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
     metric_frame = (pd.concat(metrics, ignore_index=True)[["run", *EVAL_COLUMNS]] if metrics
                     else pd.DataFrame(columns=["run", *EVAL_COLUMNS]))
     history_frame = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["run", "step"])
-    return RunTable(runs, metric_frame, history_frame, roots)
+    return RunTable(runs, metric_frame, history_frame, roots, links=links)
 
 
 def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:

@@ -19,8 +19,10 @@ class AnalysisError(Exception):
     """Bad input to the analysis (missing or empty folder, no run records): the message names the fix."""
 
 
-def find_run_dirs(root: Path) -> list[Path]:
-    """The run folders under ``root`` (``root`` itself if it is one); clear errors when there are none."""
+def find_run_dirs(root: Path, links: list[str] | None = None) -> list[Path]:
+    """The run folders under ``root`` (``root`` itself if it is one); clear errors when there are none. ``links``
+    gets ``<path> is a symbolic link (to <target>)`` for each folder link the search passes over (a run folder
+    linked in from elsewhere is not this folder's run: it was left out without a word)."""
     if not root.exists():
         raise AnalysisError(f"{root} does not exist; pass the folder that holds the run records "
                             "(the runs_dir of python -m cutlab, e.g. runs/ or $CUTLAB_RUNS_DIR)")
@@ -35,6 +37,8 @@ def find_run_dirs(root: Path) -> list[Path]:
             found.append(Path(current))
         # on into a run folder's subfolders too: a run written into another's folder (run_name=.) is still found
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+        if links is not None:  # os.walk does not follow them
+            links += [linked(Path(current, d)) for d in dirs if os.path.islink(os.path.join(current, d))]
     if not found:
         raise AnalysisError(f"{root} holds no run records (no folder with {SUMMARY} or {CONFIG}); pass the "
                             "folder that python -m cutlab wrote its runs into")
@@ -47,13 +51,3 @@ def quiet_meter(label: str, total: int, unit: str) -> Meter:
     total, so that a quick pass prints nothing at all)."""
     return Meter(label, total, unit, bar=False, prefix="cutlab-analysis: ", every_s=QUIET_EVERY_S)
 
-
-def linked_folders(roots: list[Path]) -> list[str]:
-    """``<path> is a symbolic link (to <target>)`` for each folder link under ``roots`` that the search for runs
-    passes over (a run folder linked in from elsewhere is not this folder's run): it was left out without a word."""
-    found = []
-    for root in roots:
-        for current, dirs, _files in os.walk(root):
-            found += [linked(Path(current, d)) for d in sorted(dirs) if os.path.islink(os.path.join(current, d))]
-            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")]
-    return [line for line in found if line]

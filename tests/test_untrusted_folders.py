@@ -20,9 +20,10 @@ import pandas as pd
 import pytest
 import torch
 
-from conftest import PED2_TINY, ROOT, require_shared, unavailable
+from conftest import PED2_TINY, ROOT, require_shared
 from helpers.cli import as_another_run, cutlab, folder_fingerprint
 from helpers.contract import cutlab_env
+from helpers.mounts import small_tmpfs
 
 # six steps on the embedded synthetic video, a few seconds
 TINY = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
@@ -450,15 +451,7 @@ def test_unusable_devices_and_infinite_gamma_test_stop_at_the_door(tmp_path, arg
 def test_a_full_disk_fails_in_one_line_and_the_same_command_resumes_once_space_is_back(tmp_path):
     """Before: a 54-line chained traceback, no "disk full" sentence, summary left ``running`` and a 2 MB
     ``.checkpoint.pt.tmp`` left behind. Here a tmpfs holds one checkpoint (about 4.7 MB) but not a second."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0:
-        unavailable("mounting a small tmpfs needs root (CI runs as root); the disk-full test cannot run here")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
-    if mounted.returncode != 0:
-        unavailable(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the disk-full test cannot run")
-    try:
+    with small_tmpfs(tmp_path / "disk", "8m") as disk:
         runs = disk / "runs"
         args = [*TINY, "checkpoint.every_steps=2", "run_name=full"]
         env = {"CUTLAB_CACHE_DIR": str(tmp_path / "cache"), "WANDB_DIR": str(tmp_path)}
@@ -477,5 +470,3 @@ def test_a_full_disk_fails_in_one_line_and_the_same_command_resumes_once_space_i
         assert "resuming" in resumed.stdout + resumed.stderr
         assert json.loads((run / "summary.json").read_text())["status"] == "complete"
         assert history_steps(run) == list(range(1, 7))
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
 from cutlab.config.compose import JobComposer, check_is_override, composition_message, main_hydra
 from cutlab.config.launcher import is_launcher_override
-from cutlab.config.neutral import RESULT_NEUTRAL_KEYS
+from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import counted
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
@@ -287,10 +287,7 @@ def _check_unique_ids(plan: Plan) -> None:
                 raise CutlabError(f"the sweep lists the run {run.run_id} twice: give each swept value once")
             shared = f"runs {' '.join(_as_typed(first))} and {' '.join(_as_typed(run.overrides))} would share the " \
                      f"folder {run.run_id}: "
-            values = [dict(o.lstrip("+~").partition("=")[::2] for o in overrides)
-                      for overrides in (first, run.overrides)]
-            apart = {key for key in {*values[0], *values[1]} if values[0].get(key) != values[1].get(key)}
-            if apart <= set(RESULT_NEUTRAL_KEYS):
+            if all(is_result_neutral_override(o) for o in set(first) ^ set(run.overrides)):  # what sets them apart
                 raise CutlabError(shared + "a swept key is left out of folder names, as a key that does not change a "
                                   "run's result (cutlab/config/neutral.py); sweep a key that changes the result")
             # eval.batch_size: left out of folder names, yet another value is another evaluation (its noise)

@@ -19,8 +19,10 @@ from cutlab.run.records import not_a_file
 
 def queued_jobs(runs_dir: Path, run_ids: set[str]) -> dict[str, str]:
     """``run_id -> job id`` for those of ``run_ids`` that a sweep record left to a SLURM job squeue still lists."""
+    if shutil.which("squeue") is None:  # before the records are read: no SLURM here, no plan pays for them
+        return {}
     left = _left_to_jobs(runs_dir, run_ids)
-    if not left or shutil.which("squeue") is None:
+    if not left:
         return {}
     queued = _in_queue(sorted({job for job, _ in left.values()}))
     return {run_id: job for run_id, (job, name) in left.items() if queued.get(job) == name}

@@ -51,6 +51,18 @@ def live_holder(run_dir: Path) -> str | None:
         os.close(descriptor)
 
 
+def open_lock_file(path: Path, refusal: str) -> int:
+    """``path`` opened to be locked (made if missing), never a link's target: a folder from elsewhere holding
+    ``.lock -> ~/thesis.tex`` had that file truncated and overwritten by the same command that merely skipped its
+    run. A link is refused in one line: its name, then ``refusal``."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno != errno.ELOOP:
+            raise
+        raise CutlabError(f"{linked(path)}{refusal}") from None
+
+
 class RunLock:
     """Hold ``run_dir``'s lock from ``acquire()`` to ``release()`` (or the end of a ``with`` block).
 
@@ -100,16 +112,11 @@ class RunLock:
         return self
 
     def _open(self) -> int:
-        """The lock file, never a link's target: a folder from elsewhere holding ``.lock -> ~/thesis.tex`` had that
-        file truncated and overwritten with the holder's name by the same command that merely skipped the run."""
         try:
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError as error:
-            if error.errno != errno.ELOOP:
-                raise
+            return open_lock_file(self.path, ", not a lock file cutlab wrote; remove it and run the same command again")
+        except CutlabError:
             self._remove_created_folders()
-            raise CutlabError(f"{linked(self.path)}, not a lock file cutlab wrote; remove it and run the same command "
-                              "again") from None
+            raise
 
     def _remove_stale_temporaries(self) -> None:
         """The temporary files of record writes that a kill cut short (cutlab.atomic): with the lock held, no writer of

@@ -7,7 +7,6 @@ naming the link, as a run folder's ``.lock`` is (cutlab/run/lock.py); the journa
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 from contextlib import contextmanager
@@ -15,7 +14,8 @@ from pathlib import Path
 
 from cutlab.atomic import DiskFull, is_disk_full
 from cutlab.errors import CutlabError
-from cutlab.run.records import linked, not_a_file
+from cutlab.run.lock import open_lock_file
+from cutlab.run.records import not_a_file
 
 ASK_LOCK = ".ask.lock"
 REPORT = "search_report.json"
@@ -55,10 +55,6 @@ def study_lock(study_dir: Path):
 def _open_lock(path: Path) -> int:
     """Never a link's target, and never truncated: the lock's content is nothing, its file only a name to lock."""
     try:
-        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        return open_lock_file(path, f"; it is not the study's lock file cutlab-search wrote: {FIX}")
     except OSError as error:
-        if is_disk_full(error):
-            raise DiskFull(path, SEARCH_GOES_ON) from None
-        if error.errno != errno.ELOOP:
-            raise
-        raise CutlabError(f"{linked(path)}; it is not the study's lock file cutlab-search wrote: {FIX}") from None
+        raise DiskFull(path, SEARCH_GOES_ON) if is_disk_full(error) else error

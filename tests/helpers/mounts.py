@@ -33,21 +33,27 @@ def read_only(folder: Path) -> Iterator[Path]:
         subprocess.run(["umount", str(folder)], check=True)
 
 
-@pytest.fixture
-def full_disk(tmp_path):
-    """A 1 MB tmpfs and a way to fill it and to free it again; needs root (CI runs as root)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
+@contextmanager
+def small_tmpfs(folder: Path, size: str) -> Iterator[Path]:
+    """``folder`` (made here) as a tmpfs of ``size`` (e.g. ``1m``) for the block; needs root (CI runs as root)."""
+    folder.mkdir()
     if os.geteuid() != 0:
         unavailable("mounting a small tmpfs needs root (CI runs as root); the disk-full tests cannot run here")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True,
-                             text=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
     if mounted.returncode != 0:
         unavailable(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); the disk-full tests cannot run")
     try:
-        yield disk
+        yield folder
     finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MB tmpfs, to fill (``fill``) and free again."""
+    with small_tmpfs(tmp_path / "disk", "1m") as disk:
+        yield disk
 
 
 def fill(disk: Path) -> Path:
