@@ -211,7 +211,8 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             ax.text(0.02, 0.97, text, transform=ax.transAxes, ha="left", va="top", fontsize=7,
                     bbox={"boxstyle": "round", "facecolor": "white", "alpha": 0.9, "edgecolor": "0.8"})
             _title(ax, f"{cell_label(run)}\n{figure_marks.settings(run)}\n"
-                       f"γ_test = {gamma_test:g}{where} (ratios > {upper:.2g} in the last bin)")
+                       # on a line of its own: beside "not in distribution" it ran into the next panel's title
+                       f"γ_test = {gamma_test:g}{where}\n(ratios > {upper:.2g} in the last bin)")
             ax.set_xlabel(r"per-sample ratio $\ell_l / \ell_{l-1}$ (l = 1…L)")
             integer_ticks(ax.yaxis)  # a count of samples
             _ylabel(axes, k // cols, k % cols, "count (samples × layers)")

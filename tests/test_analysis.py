@@ -540,6 +540,25 @@ def test_fig12_says_where_its_gamma_test_is_not_gamma_train_and_gives_the_in_dis
     assert not_in_distribution(pd.Series({"gamma_train": 0.09}), 0.0)[1] == ""  # a record without the share
 
 
+def test_no_two_panel_titles_of_fig12_overlap(tmp_path, monkeypatch):
+    """On the committed cpu-scale runs (gamma_train 0.09, off the gamma_test grid), each panel's "not in
+    distribution" note ran its title into the next panel's."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import analysis.figure_kit as figure_kit
+    from analysis.collect import collect_runs
+    from analysis.figures import descent_ratios
+
+    drawn, save = [], figure_kit._save
+    monkeypatch.setattr(figure_kit, "_save", lambda figure, *rest: drawn.append(figure) or save(figure, *rest))
+    runs = collect_runs(ROOT / "benchmarks/feasibility_study/reproduce_cpu/rerun_intel/runs")
+    assert descent_ratios(runs, tmp_path).paths
+    renderer = FigureCanvasAgg(drawn[0]).get_renderer()
+    titles = [ax.title.get_window_extent(renderer) for ax in drawn[0].axes if ax.get_visible()]
+    assert len(titles) == 9 and "not in distribution" in drawn[0].axes[0].get_title()
+    assert not [(i, j) for i, a in enumerate(titles) for j, b in enumerate(titles) if i < j and a.overlaps(b)]
+
+
 def test_a_long_read_of_runs_and_drawing_of_figures_say_how_far_they_are(golden_runs, tmp_path, capsys, monkeypatch):
     """183 runs took 30 s with nothing said before the last line; a quick pass still says nothing (here every
     update is due, as if each run had taken the 10 s between two lines)."""
