@@ -49,5 +49,5 @@ def quiet_meter(label: str, total: int, unit: str) -> Meter:
     """Lines of ``done/total``, rate and time left every 10 s, none before: a folder of a few runs reads in a second,
     one of hundreds took 30 s with nothing said (call ``update`` with what is done before each item, never with the
     total, so that a quick pass prints nothing at all)."""
-    return Meter(label, total, unit, bar=False, prefix="cutlab-analysis: ", every_s=QUIET_EVERY_S)
+    return Meter(label, total, unit, bar=False, prefix="cutlab-analysis: ", every_s=QUIET_EVERY_S, first_line=False)
 

@@ -115,13 +115,37 @@ def test_the_meter_counts_the_rate_and_time_left_of_this_session_only():
     meter = Meter("train", 10, "step", stream=stream, every_s=3600)
     assert meter.bar is None
     meter.update(3)
-    assert stream.getvalue() == "", "at most one line per every_s"
+    meter.update(5)
+    assert len(stream.getvalue().splitlines()) == 1, "at most one line per every_s after the first"
     meter.update(10, "epoch 1/1")
-    (written,) = stream.getvalue().splitlines()
+    written = stream.getvalue().splitlines()[-1]
     assert re.fullmatch(r"\[cutlab\] train: 10/10 steps \(100%\), .+ elapsed, 00:00 left; epoch 1/1", written)
     runs = tally("sweep s", 3, "run", stream=stream)
     runs.update(1, "complete a")
     assert stream.getvalue().splitlines()[-1].startswith("[cutlab] sweep s: 1/3 runs done (33%), ")
+
+
+def test_a_log_gets_its_first_line_as_the_first_unit_ends_with_a_time_left_then_one_every_every_s():
+    """In a log an evaluation of Ped2 said nothing for 16-25 s: its first line came every_s after its first batch.
+    A quiet meter (cutlab-analysis: a quick read prints nothing) still waits every_s."""
+    from cutlab.core.progress import Meter
+
+    stream = io.StringIO()
+    meter = Meter("evaluating test", 40, "batch", initial=1, stream=stream, every_s=3600)  # made at the first batch
+    meter.update(1)
+    assert stream.getvalue() == "", "no rate before a batch of its own has ended"
+    meter.update(2)
+    (first,) = stream.getvalue().splitlines()
+    assert re.fullmatch(r"\[cutlab\] evaluating test: 2/40 batches \(5%\), .+, \d\d:\d\d elapsed, \d\d:\d\d left",
+                        first), first
+    for done in range(3, 40):
+        meter.update(done)
+    assert len(stream.getvalue().splitlines()) == 1, "then at most one line per every_s"
+    quiet = io.StringIO()
+    meter = Meter("reading runs", 40, "run", stream=quiet, every_s=3600, first_line=False)
+    for done in range(40):
+        meter.update(done)
+    assert quiet.getvalue() == ""
 
 
 def test_a_note_given_as_a_function_is_made_only_when_a_line_is_written_or_the_bar_drawn():
@@ -137,7 +161,7 @@ def test_a_note_given_as_a_function_is_made_only_when_a_line_is_written_or_the_b
     meter = Meter("train", 10, "step", stream=stream, every_s=3600)
     for step in range(1, 11):
         meter.update(step, note(step))
-    assert made == [10], "only the line that was written made its note"
+    assert made == [1, 10], "only the lines that were written (the first and the last) made their notes"
     assert stream.getvalue().splitlines()[-1].endswith("; at 10")
     drawn = io.StringIO()
     with Meter("train", 10, "step", stream=drawn, bar=True) as bar:

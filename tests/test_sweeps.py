@@ -334,7 +334,7 @@ def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_comma
     stopped = runs / "stopped"
     # the validation split's evaluation has ended, so the test split's has begun (6 s of it on 2 cores of an Intel
     # Xeon; a fixed sleep after training, once 2 s, came after the whole evaluation on a fast machine)
-    while "evaluating validation:" not in process.stderr.readline():
+    while not re.search(r"evaluating validation: (\d+)/\1 ", process.stderr.readline()):  # its last line
         assert process.poll() is None, "the run ended before its evaluation"
     assert process.poll() is None, "the evaluation ended before it could be stopped"
     process.send_signal(signal.SIGTERM)

@@ -2,7 +2,8 @@
 set's preparation, a sweep's runs, a search's trials, a reproduction's grids.
 
 On a terminal it is tqdm's bar; anywhere else (a SLURM log, a pipe, a launcher's captured stderr) it is a plain
-line at most every ``every_s`` seconds and at the end, with no carriage return, so a log reads top to bottom:
+line as the first unit of this session ends (its rate and time left known: an evaluation of Ped2 said nothing for
+16-25 s), then at most every ``every_s`` seconds and at the end, with no carriage return, so a log reads top to bottom:
 
     [cutlab] train: 9/18 steps (50%), 2.31 steps/s, 00:04 elapsed, 00:04 left; layer losses [...]
 
@@ -99,9 +100,10 @@ class Meter:
 
     def __init__(self, label: str, total: int, unit: str, *, initial: int = 0, enabled: bool = True,
                  every_s: float = LINE_EVERY_S, stream: TextIO | None = None, bar: bool | None = None,
-                 prefix: str = PREFIX, counted: str = "") -> None:
+                 prefix: str = PREFIX, counted: str = "", first_line: bool = True) -> None:
         self.label, self.total, self.unit, self.initial = label, max(int(total), 0), unit, initial
         self.counted = counted  # after the counts of a line: "2/3 runs done"
+        self.first_line = first_line  # a line as the first unit ends (False: none before every_s, a quiet meter)
         self.enabled, self.every_s, self.prefix = enabled, every_s, prefix
         self.stream = stream or sys.stderr
         self.done, self._note = initial, ""
@@ -135,8 +137,9 @@ class Meter:
             self.bar.update(done - self.bar.n)
             return
         now = time.perf_counter()
-        if now - self.last >= self.every_s or done >= self.total:
-            self.last = now
+        first = self.first_line and done > self.initial  # the first line as soon as a time left can be told
+        if first or now - self.last >= self.every_s or done >= self.total:
+            self.last, self.first_line = now, False
             self._print(self.line())
 
     def line(self) -> str:
