@@ -234,6 +234,10 @@ def test_a_run_on_a_read_only_file_system_is_refused_and_the_other_runs_evaluate
         f"cutlab-eval: error: a_read_only: cannot write the evaluation into {folder} (read-only file system): copy the "
         "run somewhere writable and evaluate the copy"], result.stderr
     assert "1 of 2 runs evaluated or already done, 1 refused" in result.stderr
+    # the progress line counts them as the closing line does (it had said "2/2 runs done" of the same two)
+    tallies = [line for line in result.stderr.splitlines() if line.startswith("cutlab-eval: evaluation: ")]
+    assert tallies[-1].startswith("cutlab-eval: evaluation: 2/2 runs ended (100%), ") and \
+        tallies[-1].endswith("; 1 evaluated or already done, 1 refused"), tallies
     assert result.stdout.startswith("b_writable: synthetic: mean rmse") and not folder.exists()
     assert (runs / "b_writable" / "evaluations").is_dir() and "Traceback" not in result.stderr
 

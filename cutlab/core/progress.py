@@ -176,8 +176,8 @@ class Meter:
 
 
 def tally(label: str, total: int, unit: str, initial: int = 0, prefix: str = PREFIX,
-          stream: TextIO | None = None) -> Meter:
+          stream: TextIO | None = None, counted: str = " done") -> Meter:
     """Whole jobs of a batch (a sweep's runs, a search's trials, a reproduction's grids), one line as each ends:
     never a bar, since these lines are the batch's record of what ended and a run's bar may be drawing below."""
     return Meter(label, total, unit, initial=initial, bar=False, every_s=0.0, prefix=prefix, stream=stream,
-                 counted=" done")
+                 counted=counted)

@@ -87,8 +87,9 @@ def _evaluate_all(argv: list[str]) -> int:
 
     command = shlex.join(redact_argv(["cutlab-eval", *argv]))
     refused = 0
-    # n/N runs and the time left as each ends (an evaluation takes minutes; a sweep's folder holds dozens)
-    done = tally("evaluation", len(runs), "run", prefix="cutlab-eval: ") if len(runs) > 1 else None
+    # n/N runs and the time left as each ends (an evaluation takes minutes; a sweep's folder holds dozens); "ended",
+    # with the refused ones counted apart as the closing line does: "done" had counted them among the evaluated
+    done = tally("evaluation", len(runs), "run", prefix="cutlab-eval: ", counted=" ended") if len(runs) > 1 else None
     for index, run_dir in enumerate(runs, start=1):
         try:
             print(evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command), flush=True)
@@ -100,7 +101,7 @@ def _evaluate_all(argv: list[str]) -> int:
             print(f"cutlab-eval: error: {message if message.startswith(run_dir.name) else f'{run_dir.name}: {message}'}",
                   file=sys.stderr, flush=True)
         if done is not None:
-            done.update(index)
+            done.update(index, f"{index - refused} evaluated or already done, {refused} refused" if refused else "")
     if len(runs) > 1:
         print(f"cutlab-eval: {len(runs) - refused} of {len(runs)} runs evaluated or already done, {refused} refused",
               file=sys.stderr)
