@@ -202,6 +202,14 @@ def test_info_names_the_launcher_that_runs_the_sweep_and_its_settings(tmp_path):
             "(cutlab/launch/sweep.py); Hydra's hydra/launcher (basic, above) does not run it") in slurm.stdout
     assert "settings (profile default, overridden by launcher.KEY=): partition=gpu " in slurm.stdout
     assert " timeout_min=30 mem_gb=4 " in slurm.stdout
+    # the threads each run gets: the job's CPUs where launcher.threads is null (it showed threads=None)
+    assert " cpus_per_task=1 " in slurm.stdout and slurm.stdout.count(" threads=1 (cpus_per_task)") == 1, slurm.stdout
+    cores = cutlab(["--info", "defaults", "launcher=slurm", "launcher.cpus_per_task=4"], tmp_path / "runs")
+    assert " threads=4 (cpus_per_task)" in cores.stdout and "threads=None" not in cores.stdout
+    own = cutlab(["--info", "defaults", "launcher=slurm", "launcher.cpus_per_task=4", "threads=2"], tmp_path / "runs")
+    assert " threads=2 (the runs' threads=)" in own.stdout, own.stdout
+    fixed = cutlab(["--info", "defaults", "launcher=slurm", "launcher.threads=3"], tmp_path / "runs")
+    assert fixed.stdout.rstrip().endswith(" threads=3"), fixed.stdout
     inprocess = cutlab(["--info", "defaults"], tmp_path / "runs")
     assert "launcher: inprocess: a multirun (-m) runs in this process through Hydra's hydra/launcher (basic)" \
         in inprocess.stdout

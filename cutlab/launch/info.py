@@ -64,10 +64,21 @@ def launcher_info(config_name: str | None, overrides: list[str], config_dir: str
         from cutlab.launch.slurm_profile import slurm_settings
 
         try:
-            settings = asdict(slurm_settings(launcher))
+            profile = slurm_settings(launcher)
         except CutlabError as error:
             return "\n".join([*lines, f"settings: not valid: {error}"])
-        profile = settings.pop("name")
-        lines.append(f"settings (profile {profile}, overridden by launcher.KEY=): "
-                     + " ".join(f"{k}={v}" for k, v in settings.items()) + f" threads={launcher.get('threads')}")
+        settings = asdict(profile)
+        name = settings.pop("name")
+        shown = [*(f"{k}={v}" for k, v in settings.items()), f"threads={_threads(launcher, profile, overrides)}"]
+        lines.append(f"settings (profile {name}, overridden by launcher.KEY=): " + " ".join(shown))
     return "\n".join(lines)
+
+
+def _threads(launcher: dict, profile, overrides: list[str]) -> str:
+    """The torch threads each job's run uses (launcher.threads alone read None where it is null: the job's CPUs)."""
+    from cutlab.launch.slurm_profile import job_threads, own_threads
+
+    threads = job_threads(launcher.get("threads"), overrides, profile)
+    if threads is None:
+        return f"{own_threads(overrides)} (the runs' threads=)"
+    return str(threads) if launcher.get("threads") is not None else f"{threads} (cpus_per_task)"

@@ -114,6 +114,21 @@ def slurm_settings(launcher: dict) -> SlurmProfile:
 SIGNAL_RESOLUTION_S = 60  # sbatch --signal: "the signal may be sent up to 60 seconds earlier than specified"
 
 
+def own_threads(overrides: list[str]) -> str | None:
+    """The value of a run's own ``threads=`` override (the last one), None without one."""
+    given = [o.lstrip("+").partition("=")[2] for o in overrides if o.lstrip("+").startswith("threads=")]
+    return given[-1] if given else None
+
+
+def job_threads(threads: int | None, overrides: list[str], profile: SlurmProfile | None) -> int | None:
+    """A run's torch threads: launcher.threads; under SLURM, where that is null, the run's own ``threads=`` (None:
+    left to it), else the job's CPUs: where SLURM does not bind a job to them (TaskPlugin=task/none) torch took every
+    core of the node."""
+    if profile is None or threads is not None or own_threads(overrides) is not None:
+        return threads
+    return profile.cpus_per_task
+
+
 def _check_signal_fits(timeout_min: int, signal_delay_s: int) -> None:
     """The checkpoint signal must come after the job starts: one sent at the start (a time limit within
     signal_delay_s plus SLURM's 60 s resolution) stops every task before its first step and spends its requeues

@@ -106,12 +106,9 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
 
 
 def _threads(plan: Plan, overrides: list[str], profile) -> int | None:
-    """A run's torch threads: launcher.threads; under SLURM, where that is null, the run's own ``threads=``, else the
-    job's CPUs: where SLURM does not bind a job to them (TaskPlugin=task/none) torch took every core of the node."""
-    threads = plan.launcher.get("threads")
-    if profile is None or threads is not None or any(o.lstrip("+").startswith("threads=") for o in overrides):
-        return threads
-    return profile.cpus_per_task
+    from cutlab.launch.slurm_profile import job_threads
+
+    return job_threads(plan.launcher.get("threads"), overrides, profile)
 
 
 def stopped_exit(signal_name: str) -> int:
