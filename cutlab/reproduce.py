@@ -21,7 +21,7 @@ from typing import Iterator
 
 from cutlab.atomic import write_atomic
 from cutlab.config.paths import data_dir
-from cutlab.core.progress import tally
+from cutlab.core.progress import rate_text, tally
 from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
@@ -113,9 +113,10 @@ def check_out_folder(out: Path) -> None:
 def run(scale: str, planned, out: Path) -> int:
     skipped, started, stopped = {}, time.perf_counter(), []
     grids = [item for item in planned if not item.skipped]
-    # runs done out of the scale's and the time left, as each grid ends (at the rate so far: a resumed
-    # reproduction's complete runs are skipped in no time, so its first estimate is low)
+    # runs done out of the scale's and the time left, as each grid ends (ScaleClock; a resumed reproduction's
+    # complete runs are skipped in no time, so its first estimate is low)
     done = tally(f"{scale} scale", sum(item.grid.runs for item in grids), "run", prefix="cutlab-reproduce: ")
+    clock = ScaleClock(grids)
     position = 0  # of the grid among those that run
     for item in planned:
         # the grid's own arm (UT's cells run as three grids: ERM, constrained, constrained_paper at gamma 0)
@@ -128,6 +129,7 @@ def run(scale: str, planned, out: Path) -> int:
         position += 1
         print(f"cutlab-reproduce: {where}: {item.grid.runs} runs into {out / 'runs'} (complete ones are skipped)",
               file=sys.stderr)
+        began = time.perf_counter()
         returncode, interrupted = run_grid(item.argv)
         if interrupted:
             print(f"cutlab-reproduce: stopped during {where} (exit {returncode}); run the same command again to "
@@ -140,9 +142,10 @@ def run(scale: str, planned, out: Path) -> int:
             return 2
         if returncode != 0:  # the other grids still run, and the report shows what is there
             stopped.append(f"the grid {' '.join(item.argv[:-1])} ended with exit {returncode}")
+        clock.ended(time.perf_counter() - began)
         ended = "finished" if returncode == 0 else f"ended with exit {returncode}"
-        done.update(done.done + item.grid.runs,
-                    f"grid {position}/{len(grids)} ({where}) {ended}{unrun_kinds(grids, position)}")
+        done.update(done.done + item.grid.runs, f"grid {position}/{len(grids)} ({where}) {ended}{clock.note()}",
+                    left=clock.left())
     skipped.update(notes(scale))
     otherwise = dict([UT_AT_ZERO])  # run, with another setting than the rest of its grid
     out.mkdir(parents=True, exist_ok=True)
@@ -213,17 +216,48 @@ def _forward_stop_signals(child: subprocess.Popen) -> Iterator[list[str]]:
             signal.signal(sig, old)
 
 
-def unrun_kinds(grids: list, ran: int) -> str:
-    """What the time left cannot know once the first ``ran`` grids have run: the runs still to come of a (data,
-    model) kind not run yet, which it counts at the rate of the others (a MiniLM run of the cpu scale takes about
-    12 times a Ped2 one)."""
-    kinds_run = {(item.grid.data, item.grid.model) for item in grids[:ran]}
-    unrun = [item.grid for item in grids[ran:] if (item.grid.data, item.grid.model) not in kinds_run]
-    if not unrun:
-        return ""
-    kinds = ", ".join(dict.fromkeys(f"data={grid.data} model={grid.model}" for grid in unrun))
-    return (f"; {sum(grid.runs for grid in unrun)} of the runs left ({kinds}) are of a kind not run yet, "
-            "counted at this rate")
+class ScaleClock:
+    """The scale's time left as each grid ends: the grids left of a kind (data, model) already run at that kind's
+    own seconds a run, those of a kind not run yet at the rate of all the grids so far, which ``note`` says. The rate
+    so far alone had counted the smoke scale's UT and text runs at its first grid's DUST rate. No prior cost per kind:
+    the ratios change with the machine, its load and the threads (on 2 cores that first estimate of the rest was 1.0
+    times the time it took at threads=1, 1.4 times under load, and 2.6 times on the machine of an audit)."""
+
+    def __init__(self, grids: list) -> None:
+        self.grids, self.ran, self.spent = grids, 0, {}  # spent: kind -> [seconds, runs]
+
+    def ended(self, seconds: float) -> None:
+        """The next grid ran in ``seconds``."""
+        grid = self.grids[self.ran].grid
+        spent = self.spent.setdefault(_kind(grid), [0.0, 0])
+        spent[0], spent[1], self.ran = spent[0] + seconds, spent[1] + grid.runs, self.ran + 1
+
+    def per_run(self, kind: tuple | None = None) -> float:
+        """Seconds a run of ``kind``, measured; of every grid so far where ``kind`` has not run (or is None)."""
+        if kind in self.spent:
+            seconds, runs = self.spent[kind]
+        else:
+            seconds, runs = sum(s for s, _ in self.spent.values()), sum(r for _, r in self.spent.values())
+        return seconds / runs if runs else 0.0
+
+    def left(self) -> float:
+        return sum(item.grid.runs * self.per_run(_kind(item.grid)) for item in self.grids[self.ran:])
+
+    def note(self) -> str:
+        """Which runs left are counted at the rate of other kinds, and at what rate."""
+        unrun = [item.grid for item in self.grids[self.ran:] if _kind(item.grid) not in self.spent]
+        if not unrun:
+            return ""
+        kinds = ", ".join(dict.fromkeys(f"data={grid.data} model={grid.model}" for grid in unrun))
+        ran = [f"data={data} model={model}" for data, model in self.spent]
+        source = ran[0] if len(ran) == 1 else f"the {len(ran)} kinds run so far"
+        per_run = self.per_run()
+        return (f"; {sum(grid.runs for grid in unrun)} runs left are of a kind not run yet ({kinds}), counted at "
+                f"{rate_text(1 / per_run if per_run else None, 'run')}, the rate of {source}")
+
+
+def _kind(grid) -> tuple:
+    return grid.data, grid.model
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -414,24 +415,41 @@ def test_an_override_that_every_run_refuses_stops_the_reproduction_at_its_first_
     assert len(lines) == 3 and not out.exists(), result.stderr
 
 
-def test_the_time_left_names_the_runs_of_a_kind_not_run_yet():
-    """After each grid the time left is at the rate so far, which says nothing of a kind not run yet (the cpu
-    scale's MiniLM runs take far longer than its Ped2 ones): the line names those runs and their kinds."""
+def test_the_time_left_counts_each_kind_at_its_own_rate_and_says_which_it_could_not():
+    """The time left had counted every grid left at the rate so far: the smoke scale's UT and text runs at its first
+    grid's DUST rate (1.4 to 2.6 times the time they took). A kind already run is now counted at its own rate; the
+    line names the runs of a kind not run yet and the rate they are counted at."""
     from types import SimpleNamespace
 
-    from cutlab.reproduce import unrun_kinds
+    from cutlab.reproduce import ScaleClock
     from cutlab.reproduce_grids import SCALES, grids
 
     planned = [SimpleNamespace(grid=grid) for entry in SCALES["cpu"] for grid in grids(entry)]
-    kinds = [(item.grid.data, item.grid.model) for item in planned]
-    assert kinds == [("ucsd_ped2", "dust")] + [("ucsd_ped2", "ut")] * 3 + [("imdb", "hf_encoder")]
-    after_dust = unrun_kinds(planned, 1)
-    assert after_dust == ("; 20 of the runs left (data=ucsd_ped2 model=ut, data=imdb model=hf_encoder) are of a "
-                          "kind not run yet, counted at this rate")
-    for after_ut in (2, 4):  # UT's first grid has run: only the text grid is of a kind not run yet
-        assert unrun_kinds(planned, after_ut).startswith(
-            "; 2 of the runs left (data=imdb model=hf_encoder) are")
-    assert unrun_kinds(planned, len(planned)) == "" and unrun_kinds([], 0) == ""
+    kinds = [(item.grid.data, item.grid.model, item.grid.runs) for item in planned]
+    assert kinds == [("ucsd_ped2", "dust", 18), ("ucsd_ped2", "ut", 9), ("ucsd_ped2", "ut", 6), ("ucsd_ped2", "ut", 3),
+                     ("imdb", "hf_encoder", 2)]
+    clock = ScaleClock(planned)
+    clock.ended(18 * 10.0)  # DUST: 10 s a run
+    assert clock.left() == pytest.approx(20 * 10.0)  # nothing else measured: the rate so far
+    assert clock.note() == ("; 20 runs left are of a kind not run yet (data=ucsd_ped2 model=ut, data=imdb "
+                            "model=hf_encoder), counted at 10 s/run, the rate of data=ucsd_ped2 model=dust")
+    clock.ended(9 * 2.0)  # UT: 2 s a run
+    # the two UT grids left at UT's 2 s a run, not at the 7.3 s of all 27 runs so far; MiniLM's at that 7.3 s
+    assert clock.left() == pytest.approx(9 * 2.0 + 2 * 198 / 27)
+    assert clock.note() == ("; 2 runs left are of a kind not run yet (data=imdb model=hf_encoder), counted at 7.33 "
+                            "s/run, the rate of the 2 kinds run so far")
+    for seconds in (6 * 2.0, 3 * 2.0, 2 * 100.0):
+        clock.ended(seconds)
+    assert clock.left() == 0 and clock.note() == ""
+
+
+def test_a_line_given_its_time_left_shows_it_in_place_of_the_rate_so_far():
+    from cutlab.core.progress import tally
+
+    stream = io.StringIO()
+    meter = tally("cpu scale", 41, "run", stream=stream)
+    meter.update(27, "grid 1/5", left=3725.0)
+    assert ", 1:02:05 left; grid 1/5" in stream.getvalue()
 
 
 def test_a_stop_signal_the_kernel_hands_to_another_thread_still_reaches_the_grid(tmp_path, monkeypatch):

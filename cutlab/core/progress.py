@@ -106,7 +106,7 @@ class Meter:
         self.first_line = first_line  # a line as the first unit ends (False: none before every_s, a quiet meter)
         self.enabled, self.every_s, self.prefix = enabled, every_s, prefix
         self.stream = stream or sys.stderr
-        self.done, self._note = initial, ""
+        self.done, self._note, self._left = initial, "", None
         self.started = self.last = time.perf_counter()  # the first line once a rate can be told
         self.bar = None
         if enabled and (wants_bar(self.stream) if bar is None else bar):
@@ -123,9 +123,11 @@ class Meter:
             self._note = self._note()
         return self._note
 
-    def update(self, done: int, note: Note = "") -> None:
-        """``done`` so far (not an increment); ``note`` follows the counts (a run's layer losses)."""
-        self.done, self._note = done, note
+    def update(self, done: int, note: Note = "", left: float | None = None) -> None:
+        """``done`` so far (not an increment); ``note`` follows the counts (a run's layer losses); ``left``: the time
+        left where the caller knows it better than this session's rate (a line's, not the bar's: grids of unequal
+        cost)."""
+        self.done, self._note, self._left = done, note, left
         if not self.enabled:
             return
         if self.bar is not None:
@@ -147,7 +149,7 @@ class Meter:
         elapsed = time.perf_counter() - self.started
         percent = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
         rate = session_rate(self.done, self.initial, elapsed)
-        left = time_left(self.done, self.total, self.initial, elapsed)
+        left = time_left(self.done, self.total, self.initial, elapsed) if self._left is None else self._left
         text = (f"{self.label}: {self.done}/{self.total} {plural(self.unit)}{self.counted}{percent}, {rate_text(rate, self.unit)}, "
                 f"{duration(elapsed)} elapsed, {duration(left)} left")
         return f"{text}; {self.note}" if self.note else text
