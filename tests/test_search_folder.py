@@ -44,6 +44,41 @@ def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept
     assert not list(study_dir.glob("trial-*"))
 
 
+@pytest.mark.timeout(120)
+def test_a_journal_that_is_a_fifo_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """Before: passed by --dry-run, then the search hung for ever opening it for writing (a FIFO waits for a
+    reader)."""
+    import os
+
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    study_dir.mkdir(parents=True)
+    os.mkfifo(study_dir / "optuna.journal")
+    for dry_run in (["--dry-run"], []):
+        code, lines = search(dry_run, tmp_path, monkeypatch, capsys)
+        assert code == 2 and len(lines) == 1, lines
+        assert f"{study_dir / 'optuna.journal'} is a FIFO, not a regular file" in lines[0], lines
+        assert "remove it" in lines[0], lines
+    assert not list(study_dir.glob("trial-*"))
+
+
+@pytest.mark.timeout(60)
+def test_a_fifo_planted_after_the_checks_is_refused_not_waited_on(tmp_path):
+    """Before: the study's first record waited for ever to open the FIFO for writing."""
+    import os
+
+    import optuna
+
+    from cutlab.errors import CutlabError
+    from cutlab.search.storage import open_storage
+
+    journal = tmp_path / "study" / "optuna.journal"
+    storage = open_storage(str(journal), {"interval_s": 10, "grace_s": 60})
+    journal.unlink()
+    os.mkfifo(journal)
+    with pytest.raises(CutlabError, match=f"{journal} is a FIFO, not a regular file; a journal is written only"):
+        optuna.create_study(study_name="late", storage=storage)
+
+
 def test_a_link_planted_after_the_checks_is_still_not_written_through(tmp_path):
     """The study folder's files are opened without following a link (as a run's ``.lock`` is), so a link that
     appears after the search checked its folder is refused too. Before: the lock's target truncated, the report
@@ -160,3 +195,51 @@ def test_a_report_on_a_full_disk_stops_in_one_line_and_the_previous_report_is_ke
         write_report({None: study}, study_dir)
     assert (study_dir / "search_report.json").read_text() == before and json.loads(before)["search"]["study"] == "s"
     assert sorted(p.name for p in study_dir.iterdir()) == ["search_report.json"]
+
+
+
+BEATS_ON_A_FULL_DISK = """
+import sys, time
+from pathlib import Path
+import optuna
+from optuna.storages._heartbeat import get_heartbeat_thread
+from cutlab.search.storage import HEARTBEAT_ATTR, open_storage
+from helpers.mounts import fill
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+disk = Path(sys.argv[1])
+journal = disk / "study.journal"
+storage = open_storage(str(journal), {"interval_s": 1, "grace_s": 60})
+study = optuna.create_study(study_name="s", storage=storage)
+trial = study.ask()
+study.set_user_attr("pad", "")  # then as long a pad as ends the journal at a page's end: no beat fits in its page
+record = len(journal.read_bytes().rsplit(b"\\n", 2)[-2]) + 1
+study.set_user_attr("pad", "x" * ((-journal.stat().st_size - record) % 4096))
+assert journal.stat().st_size % 4096 == 0
+filler = fill(disk)
+beating = get_heartbeat_thread(trial._trial_id, storage)
+beating.start()  # Study.optimize's own thread, as a trial of the search has it
+time.sleep(1.5)  # two beats on the full disk
+filler.unlink()
+time.sleep(1.5)  # and one once there is space again
+beating.join()
+print(HEARTBEAT_ATTR in storage.get_trial(trial._trial_id).system_attrs and
+      storage.get_trial(trial._trial_id).system_attrs[HEARTBEAT_ATTR] > time.time() - 2)
+"""
+
+
+def test_a_full_disk_under_the_heartbeat_is_one_line_not_its_threads_traceback(full_disk):
+    """Optuna beats from a thread of its own: a full disk under the journal ended that thread with an OSError
+    traceback ("Exception in thread"), and the trial beat no more once space was back."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}"}
+    ended = subprocess.run([sys.executable, "-W", "ignore", "-c", BEATS_ON_A_FULL_DISK, str(full_disk)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert ended.returncode == 0 and "Traceback" not in ended.stderr, ended.stderr[-3000:]
+    lines = ended.stderr.splitlines()
+    assert len(lines) == 1 and "no space left on the device holding" in lines[0], lines
+    assert ended.stdout.strip() == "True"  # it beats again once there is space

@@ -16,6 +16,7 @@ import errno
 import json
 import os
 import re
+import stat
 import time
 import warnings
 from pathlib import Path
@@ -30,7 +31,7 @@ from optuna.trial import TrialState
 from cutlab.atomic import DiskFull, is_disk_full, os_reason, unwritable
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact, scrub, with_encoded_password
-from cutlab.run.records import linked
+from cutlab.run.records import linked, not_a_file
 from cutlab.search.folder import SEARCH_GOES_ON
 
 try:  # renamed in Optuna 4.9
@@ -138,12 +139,18 @@ class JournalFile(JournalFileBackend):
             os.close(descriptor)
 
     def _open(self, flags: int) -> int:
-        try:
-            return os.open(self._file_path, flags | os.O_NOFOLLOW, 0o644)
+        try:  # without waiting: a FIFO made after the checks (check_form) would wait for a reader for ever
+            descriptor = os.open(self._file_path, flags | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as error:
             if error.errno == errno.ELOOP:
                 raise CutlabError(_linked_journal(Path(self._file_path))) from None
+            if error.errno == errno.ENXIO:  # a FIFO with no reader
+                raise CutlabError(_foreign_journal(not_a_file(Path(self._file_path)) or self._file_path)) from None
             raise
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            raise CutlabError(_foreign_journal(not_a_file(Path(self._file_path)) or self._file_path))
+        return descriptor
 
     def _not_a_journal(self) -> CutlabError:
         return CutlabError(f"{self._file_path} is not an Optuna journal (it holds a line that is no journal record); "
@@ -173,7 +180,11 @@ def _is_record(line: bytes) -> bool:
 
 
 def _linked_journal(path: Path) -> str:
-    return (f"the search storage {linked(path)}; a journal is written only as a file of its own: remove it, or give "
+    return _foreign_journal(linked(path))
+
+
+def _foreign_journal(problem: str) -> str:
+    return (f"the search storage {problem}; a journal is written only as a file of its own: remove it, or give "
             "the file itself (--storage FILE), and run the same command again")
 
 
@@ -191,16 +202,32 @@ class HeartbeatJournalStorage(JournalStorage, BaseHeartbeat):
     def __init__(self, backend, heartbeat_interval: int, grace_period: int, stale_callback) -> None:
         super().__init__(backend)
         self._interval, self._grace, self._stale_callback = heartbeat_interval, grace_period, stale_callback
+        self._missed = False  # a beat was lost to a full disk, and said so (once, until one is recorded again)
 
     def record_heartbeat(self, trial_id: int) -> None:
         # a trial given up while its worker was stopped past the grace (SIGSTOP, a suspended SLURM job) is finished:
         # its worker hands it over at its next epoch (cutlab/search/worker.py); until then its beats go nowhere
-        if self.get_trial(trial_id).state.is_finished():
+        trial = self.get_trial(trial_id)
+        if trial.state.is_finished():
             return
         try:
             self.set_trial_system_attr(trial_id, HEARTBEAT_ATTR, time.time())
         except UpdateFinishedTrialError:  # given up between the check and the beat
             pass
+        except DiskFull as full:  # Optuna beats from a thread of its own: raised there, it printed the thread's
+            self._say_missed(trial.number, full)  # traceback and ended the beats for good
+        else:
+            self._missed = False
+
+    def _say_missed(self, number: int, full: DiskFull) -> None:
+        if self._missed:
+            return
+        from cutlab.search.worker import say  # here: the worker imports this module
+
+        self._missed = True
+        say(f"trial {number}'s heartbeat was not recorded: no space left on the device holding {full.path.parent}; "
+            f"the trial goes on and beats again once there is space (after {self._grace} s without a beat, other "
+            "workers take it for dead)")
 
     def _get_stale_trial_ids(self, study_id: int) -> list[int]:
         now = time.time()
@@ -296,6 +323,9 @@ def _check_journal_path(path: Path) -> None:
     if path.is_dir():
         raise CutlabError(f"the search storage {path} is a folder, not a journal file; give a file's path, e.g. "
                           f"--storage {path / 'optuna.journal'}")
+    problem = not_a_file(path)  # a FIFO (opening it for writing waited for a reader for ever), a device
+    if problem:
+        raise CutlabError(_foreign_journal(problem))
     problem = unwritable(path.parent)
     if problem:
         raise CutlabError(f"the search storage {path} cannot be written: {problem}; {JOURNAL_FIX}")
