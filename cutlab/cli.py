@@ -8,6 +8,7 @@ cutlab/commands.py.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import time
 from contextlib import nullcontext
@@ -26,6 +27,7 @@ from cutlab.launch.outcome import BUSY_ADVICE
 from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted, stops_held_between_runs
+from cutlab.run.records import CHECKPOINT
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter, the ids it has yet to
@@ -47,22 +49,23 @@ def app(cfg: DictConfig) -> float | None:
 
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
-    if in_sweep and HELD_STOP and HELD_STOP[0].requested:  # it came as Hydra composed this run: none of it ran
+    if HELD_STOP and HELD_STOP[0].requested:  # it came as Hydra composed this run: none of it ran
         _remove_if_empty(run_dir)
-        print(f"cutlab: {HELD_STOP[0].signal_name} as the sweep readied its next run: it stops before {run_dir.name}; "
-              "run the same command again to resume it", file=sys.stderr)
+        readied = "the sweep readied its next run" if in_sweep else "the run was readied"
+        again = "resume it" if in_sweep else "start it"
+        print(f"cutlab: {HELD_STOP[0].signal_name} as {readied}: it stops before {run_dir.name}; "
+              f"run the same command again to {again}", file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT)
     try:
         with ctrl_c_released():  # the run handles Ctrl-C itself; Hydra's composition, before and after, holds it
             summary = run_experiment(cfg, run_dir)
     except Preempted as stop:
-        print(f"cutlab: {stop}; run the same command again to resume", file=sys.stderr)
+        print(f"cutlab: {stop}; {_again(run_dir)}", file=sys.stderr)
         if in_sweep:
             _record_outcome(run_dir, "interrupted", str(stop))
         raise SystemExit(PREEMPTED_EXIT) from None
     except KeyboardInterrupt:  # Ctrl-C: the record says interrupted; a traceback would say nothing more
-        print(f"cutlab: interrupted (Ctrl-C); run the same command again to resume {run_dir.name} from its last "
-              "checkpoint", file=sys.stderr)
+        print(f"cutlab: interrupted (Ctrl-C); {_again(run_dir)}", file=sys.stderr)
         if in_sweep:
             _record_outcome(run_dir, "interrupted", "interrupted (Ctrl-C)")
         raise SystemExit(interrupted_exit()) from None
@@ -96,6 +99,15 @@ def app(cfg: DictConfig) -> float | None:
 
         say_if_skipped(summary)
     return summary.get("selection_metric") if summary else None
+
+
+def _again(run_dir: Path) -> str:
+    """What the same command does with a run stopped by a signal: resume it from its checkpoint, or, stopped in its
+    set-up before it wrote one, start it (a folder it left empty is removed)."""
+    if (run_dir / CHECKPOINT).exists():
+        return f"run the same command again to resume {run_dir.name} from its last checkpoint"
+    _remove_if_empty(run_dir)
+    return f"{run_dir.name} was stopped before its first checkpoint: run the same command again to start it"
 
 
 def _record_outcome(run_dir: Path, status: str, error: str) -> None:
@@ -167,8 +179,9 @@ def main() -> None:
         raise SystemExit(2) from None
     sys.argv = [sys.argv[0], *argv]
     try:
-        with ctrl_c_held(), (stops_held_between_runs() if sweep is not None else nullcontext()) as held:
-            HELD_STOP[:] = [held] if sweep is not None else []
+        # a run's stop signals are held from Hydra's composition (which makes the run's folder) to its set-up
+        with ctrl_c_held(), (stops_held_between_runs() if command is not None else nullcontext()) as held:
+            HELD_STOP[:] = [held] if command is not None else []
             app()
     except (SystemExit, KeyboardInterrupt):  # a signal stopped the sweep (in a run, or as Hydra readied the next):
         if sweep is not None:  # its record still gets the outcomes so far
@@ -177,6 +190,8 @@ def main() -> None:
     if sweep is not None and held.requested:  # it came after the last run began: the sweep ends stopped
         _report_inprocess_sweep(*sweep, time.perf_counter() - started, stopped=True)
         raise SystemExit(PREEMPTED_EXIT)
+    if command is not None and held.requested:  # after the single run's evaluation: its record is complete, and the
+        signal.raise_signal(signal.Signals[held.signal_name])  # signal does what it did there before it was held
     _show_launcher_info(argv)
     if sweep is not None:
         _report_inprocess_sweep(*sweep, time.perf_counter() - started)

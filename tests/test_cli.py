@@ -623,8 +623,10 @@ def test_ctrl_c_while_torch_imports_numpy_stops_the_command(tmp_path):
 
 
 TINY_RUN = ["data=synthetic", "train.epochs=1", "train.max_steps_per_epoch=1", "data.training_clips=2"]
-STOPPED_RUN = ("run the same command again to resume data.training_clips=2,data=synthetic,train.epochs=1,"
-               "train.max_steps_per_epoch=1 from its last checkpoint")
+# stopped before its first checkpoint: there is none to resume from (it was said to resume from one)
+STOPPED_RUN = ("data.training_clips=2,data=synthetic,train.epochs=1,train.max_steps_per_epoch=1 was stopped before its "
+               "first checkpoint: run the same command again to start it")
+SET_UP_STOP = f"cutlab: stopped by SIGTERM outside the training loop (set-up or evaluation); {STOPPED_RUN}"
 
 
 @pytest.mark.parametrize("where, sent, nth, args, status, last_line", [
@@ -638,8 +640,7 @@ STOPPED_RUN = ("run the same command again to resume data.training_clips=2,data=
     # as the run wrote its config: old, OmegaConf's error through Hydra's report, exit 1
     (("cutlab.run.experiment", "_prepare"), "SIGINT", 2, TINY_RUN, 130, f"cutlab: interrupted (Ctrl-C); {STOPPED_RUN}"),
     # SIGTERM there: old, the same error and exit 1, not the stop (75) a launcher requeues
-    (("cutlab.run.experiment", "_prepare"), "SIGTERM", 2, TINY_RUN, 75, "cutlab: stopped by SIGTERM outside the "
-     "training loop (set-up or evaluation; its last checkpoint stands); run the same command again to resume"),
+    (("cutlab.run.experiment", "_prepare"), "SIGTERM", 2, TINY_RUN, 75, SET_UP_STOP),
 ], ids=["planning-a-sweep", "hydra-composing-a-run", "run-writing-its-config", "sigterm-as-the-run-writes-its-config"])
 def test_a_signal_inside_omegaconf_stops_the_command_as_a_signal(tmp_path, where, sent, nth, args, status, last_line):
     """A signal as OmegaConf builds a node (tests/helpers/signals.py): 5 of 177 plans of 100 runs stopped at fixed
@@ -656,12 +657,10 @@ def test_a_signal_inside_omegaconf_stops_the_command_as_a_signal(tmp_path, where
     (("cutlab.launch.sweep", "run_sweep"), "SIGINT", ["--plan", "-m", "gamma=0,0.09"], 130,
      "cutlab: interrupted (Ctrl-C); run the same command again to go on"),
     # old: the same, and the run trained to the end, exit 0
-    (("cutlab.run.experiment", "_prepare"), "SIGTERM", TINY_RUN, 75, "cutlab: stopped by SIGTERM outside the "
-     "training loop (set-up or evaluation; its last checkpoint stands); run the same command again to resume"),
+    (("cutlab.run.experiment", "_prepare"), "SIGTERM", TINY_RUN, 75, SET_UP_STOP),
     # old: between the set-up's and the training's handlers, SIGTERM's default action killed the run (-15) as its
     # W&B run started, and a signal re-posted from a weakref callback that landed there was dropped (the run ran on)
-    (("cutlab.run.experiment", "_train_and_record"), "SIGTERM", TINY_RUN, 75, "cutlab: stopped by SIGTERM outside "
-     "the training loop (set-up or evaluation; its last checkpoint stands); run the same command again to resume"),
+    (("cutlab.run.experiment", "_train_and_record"), "SIGTERM", TINY_RUN, 75, SET_UP_STOP),
 ], ids=["ctrl-c-as-a-sweep-is-planned", "sigterm-as-a-run-is-set-up", "sigterm-as-its-record-is-started"])
 def test_a_signal_landing_in_a_weakref_callback_is_not_lost(tmp_path, where, sent, args, status, last_line):
     """Python ignores what a weakref callback raises; garbage collection runs such callbacks at any moment
@@ -672,6 +671,40 @@ def test_a_signal_landing_in_a_weakref_callback_is_not_lost(tmp_path, where, sen
     ended = signal_in_a_weakref_callback(where, sent, "cutlab", args, cwd=tmp_path, env=cutlab_env(tmp_path / "runs"))
     assert (ended.returncode, ended.stderr.strip().splitlines()[-1]) == (status, last_line), ended.stderr[-3000:]
     assert "Exception ignored" not in ended.stderr
+
+
+@pytest.mark.parametrize("when", ["its-folder-is-made", "its-set-up"])
+def test_sigterm_before_a_runs_first_checkpoint_says_so_and_the_same_command_starts_it(tmp_path, when):
+    """A real process stopped as SLURM or a user stops it. Before: just after Hydra made the run's folder (torch still
+    importing) SIGTERM's default action killed it without a word (exit -15), its folder left empty; in its set-up the
+    last line said "its last checkpoint stands; run the same command again to resume" with no checkpoint there."""
+    import signal
+    import sys
+
+    from conftest import ROOT
+    from helpers.contract import cutlab_env
+    from helpers.search import wait_for
+
+    runs = tmp_path / "runs"
+    args = [*TINY_RUN, "wandb.mode=disabled", "progress=false", "threads=1"]
+    process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs),
+                               stderr=subprocess.PIPE, text=True)
+    if when == "its-folder-is-made":
+        wait_for(lambda: runs.is_dir() and any(runs.iterdir()), 120, "the run's folder", poll=0.005)
+    else:
+        for line in process.stderr:
+            if "run starting; record in" in line:
+                break
+    process.send_signal(signal.SIGTERM)
+    stderr = process.communicate(timeout=120)[1]
+    last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+    assert process.returncode == 75 and last.endswith("run the same command again to start it"), (process.returncode,
+                                                                                                   stderr[-3000:])
+    assert "checkpoint stands" not in stderr and "from its last checkpoint" not in stderr, stderr[-3000:]
+    again = cutlab(args, runs)
+    assert "run complete" in again.stderr, again.stderr[-3000:]
+    (run_dir,) = [path for path in runs.iterdir() if path.is_dir()]  # the same folder, not a second one
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "complete"
 
 
 def test_sigterm_as_a_sweeps_run_starts_its_record_stops_that_run_not_after_its_training(tmp_path):

@@ -227,3 +227,22 @@ def test_the_upload_command_names_this_runs_w_and_b_sessions_alone(tmp_path):
     (run_dir / "wandb" / "offline-run-20261206_110000-abc123").mkdir()  # resumed: a second session of the same run
     assert next_commands(run_dir, "offline", wandb_id="abc123")[-1] == \
         f"upload W&B:  wandb sync {run_dir}/wandb/offline-run-*-abc123"
+
+
+def test_a_run_interrupted_before_its_first_checkpoint_is_not_said_to_resume_from_one(tmp_path, capsys):
+    """A run stopped after its record was begun and before its first checkpoint (a second Ctrl-C inside its first
+    step, a stop between its set-up and its training loop). Before: "(the same command resumes it from its last
+    checkpoint)", of a checkpoint that did not exist."""
+    from cutlab.run.progress import ProgressReporter
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    reporter = ProgressReporter(enabled=False, total_steps=4, epochs=1)
+    reporter.stopped(run_dir, "interrupted")
+    (run_dir / "checkpoint.pt").write_bytes(b"")
+    reporter.stopped(run_dir, "interrupted")
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.startswith("[cutlab] run interrupted before its first checkpoint; record in ")
+    assert first.endswith("(the same command starts it again)")
+    assert second.startswith("[cutlab] run interrupted; record in ")
+    assert second.endswith("(the same command resumes it from its last checkpoint)")

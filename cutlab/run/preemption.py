@@ -71,8 +71,9 @@ def stop_on_signals() -> Iterator[StopFlag]:
 def stop_now_on_signals() -> Iterator[None]:
     """Within the block, SIGTERM/SIGUSR2 raise :class:`Preempted` at once (main thread only): for a run's set-up and
     evaluation, which have no step to finish and nothing new to checkpoint; the same command resumes from the last
-    checkpoint. Without it the run died silently, its summary left ``running``. ``stop_on_signals`` within the block
-    takes over for the training loop."""
+    checkpoint (or starts the run, before its first). Without it the run died silently, its summary left
+    ``running``. A stop that ``stops_held_between_runs`` held as the run began is raised on entry. ``stop_on_signals``
+    within the block takes over for the training loop."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -80,17 +81,25 @@ def stop_now_on_signals() -> Iterator[None]:
     def handler(signum, frame) -> None:
         if repeated_hang_up(signum):
             return
-        stop = Preempted(f"stopped by {signal.Signals(signum).name} outside the training loop (set-up or evaluation; "
-                         "its last checkpoint stands)")
-        stop.signum = signum  # sent again if it lands where Python ignores it (cutlab.interrupted)
-        raise stop
+        raise _stopped_outside_the_loop(signal.Signals(signum))
 
     previous = {sig: signal.signal(sig, handler) for sig in stop_signals(*STOP_SIGNALS)}
     try:
+        if _HELD and _HELD[-1].requested:  # it came as the run began, before this block: held till now
+            raise _stopped_outside_the_loop(signal.Signals[_HELD[-1].signal_name])
         yield
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _stopped_outside_the_loop(sent: signal.Signals) -> Preempted:
+    stop = Preempted(f"stopped by {sent.name} outside the training loop (set-up or evaluation)")
+    stop.signum = int(sent)  # sent again if it lands where Python ignores it (cutlab.interrupted)
+    return stop
+
+
+_HELD: list[StopFlag] = []  # the stops_held_between_runs blocks now active, the innermost last
 
 
 @contextmanager
@@ -99,7 +108,9 @@ def stops_held_between_runs() -> Iterator[StopFlag]:
     whose process Hydra keeps between its runs (it composes the next one there). There, with no run's handler
     installed, the signal's default action ended the sweep before it wrote its record, though its runs had
     checkpointed. Each run installs its own handlers within the block and restores these after it; the caller stops
-    the sweep before its next run (or after its last) when a signal was noted."""
+    the sweep before its next run (or after its last) when a signal was noted. A single run is held so too, from
+    Hydra's composition (which makes its folder) to its set-up's ``stop_now_on_signals``: there SIGTERM's default
+    action killed it silently, leaving its new folder empty or holding only its lock."""
     held = StopFlag()
     if threading.current_thread() is not threading.main_thread():
         yield held
@@ -111,8 +122,10 @@ def stops_held_between_runs() -> Iterator[StopFlag]:
         held.signal_name = held.signal_name or signal.Signals(signum).name
 
     previous = {sig: signal.signal(sig, hold) for sig in stop_signals(*STOP_SIGNALS)}
+    _HELD.append(held)
     try:
         yield held
     finally:
+        _HELD.remove(held)
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -12,6 +12,7 @@ from pathlib import Path
 from cutlab.core.primal_dual import StepResult
 from cutlab.core.progress import PREFIX, Meter
 from cutlab.core.training import Progress
+from cutlab.run.records import CHECKPOINT
 
 
 def shown_path(path: Path) -> str:
@@ -103,8 +104,13 @@ class ProgressReporter:
 
     def stopped(self, run_dir: Path, status: str) -> None:
         self.close()
-        again = " (the same command resumes it from its last checkpoint)" if status == "interrupted" else ""
-        print_line(f"run {status}; record in {shown_path(run_dir)}{os.sep}{again}")
+        how, again = status, ""
+        if status == "interrupted":  # stopped before its first checkpoint (as W&B started, say): nothing to resume
+            resumes = (run_dir / CHECKPOINT).exists()
+            how += "" if resumes else " before its first checkpoint"
+            again = " (the same command resumes it from its last checkpoint)" if resumes else \
+                " (the same command starts it again)"
+        print_line(f"run {how}; record in {shown_path(run_dir)}{os.sep}{again}")
 
     def done(self, run_dir: Path, summary: dict, wandb_url: str | None = None) -> None:
         """The record's folder and the next commands, then the verdict: the run's last line."""
