@@ -442,6 +442,24 @@ def test_a_missing_data_root_is_refused_before_any_run_record_is_announced(tmp_p
     assert not runs.exists(), "nothing left behind, not even the runs folder Hydra made for the run"
 
 
+@pytest.mark.parametrize("args, line", [
+    (["model.atoms=0"], "model=dust cannot be built: a DCT dictionary needs at least 256 atoms for 16x16 patches, got "
+     "0; fix that model.* key"),
+    (["model=ut", "gamma=0", "train.constraint_form=ratio"], "train.epsilon=auto is l_0 of the untrained model, 0: "
+     "Phi_0 already equals the target (no noise, gamma=0, and model=ut, whose untrained Phi_0 is its input), so "
+     "nothing can descend from it and train.constraint_form=ratio would divide by it; use gamma > 0, the paper's "
+     "difference form (train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon"),
+], ids=["dct-atoms", "ut-at-gamma-0-in-a-ratio-form"])
+def test_a_models_refusal_comes_before_any_run_record_is_announced(tmp_path, args, line):
+    # found as the model was built (or measured), after "run starting; record in runs/<run>/" and the data's
+    # generation, which read as a run that had started and left a record
+    runs = tmp_path / "runs"
+    result = cutlab([*args, "L=2", "wandb.mode=disabled"], runs, check=False)
+    assert result.returncode == 2
+    assert (result.stdout + result.stderr).strip().splitlines() == [f"cutlab: error: {line}"]
+    assert not runs.exists(), "nothing left behind, not even the runs folder Hydra made for the run"
+
+
 @pytest.fixture
 def unwritable_folder(tmp_path):
     """A folder that cannot be written: 0o555 for a user, a read-only mount for root (whom permissions do not stop)."""

@@ -20,6 +20,7 @@ from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, SampleSource, Trainer
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
+from cutlab.tasks.models import check_model_settings
 
 # An initial l_0 below this fraction of the largest initial layer loss is float round-off of an identity Phi_0
 NUMERICAL_ZERO = 1e-6
@@ -139,12 +140,25 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
             with (contextlib.nullcontext() if ratio_form else buffers_kept(task.model)):
                 largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
     if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
-        raise CutlabError(
-            f"train.epsilon=auto is l_0 of the untrained model, {epsilon:.3g}: Phi_0 already equals the target (no "
-            f"noise, gamma={cfg.gamma}, and a model whose Phi_0 is its input), so nothing can descend from it and "
-            f"train.constraint_form={cfg.train.constraint_form} would divide by it; use gamma > 0, the paper's "
-            "difference form (train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon")
+        raise CutlabError(_at_target(cfg, f"{epsilon:.3g}", "a model whose Phi_0 is its input"))
     return epsilon, bool(cfg.train.constrained and epsilon <= NUMERICAL_ZERO * largest)
+
+
+def check_before_building(cfg: DictConfig) -> None:
+    """What refuses a run from its config and its model's class alone, before its folder is announced; found as the
+    task was built, it came after the data were prepared (reference_of measures the rest)."""
+    build = check_model_settings(cfg.model, cfg.L)
+    ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
+    no_noise = float(cfg.gamma) == 0 and float(cfg.noise_mean) == 0  # perturb returns the clean input itself
+    if ratio_form and cfg.train.epsilon == "auto" and no_noise and getattr(build, "phi_0_is_input", False):
+        raise CutlabError(_at_target(cfg, "0", f"model={cfg.model.name}, whose untrained Phi_0 is its input"))
+
+
+def _at_target(cfg: DictConfig, epsilon: str, model: str) -> str:
+    return (f"train.epsilon=auto is l_0 of the untrained model, {epsilon}: Phi_0 already equals the target (no noise, "
+            f"gamma={cfg.gamma}, and {model}), so nothing can descend from it and train.constraint_form="
+            f"{cfg.train.constraint_form} would divide by it; use gamma > 0, the paper's difference form "
+            "(train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon")
 
 
 def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> None:

@@ -24,9 +24,9 @@ from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupt_behind
-from cutlab.run.build import (Evaluator, build_trainer, check_model_supports_training, constraints_of, perturbation_of,
-                              make_reproducible, pick_device, precision_of, recorded_reference,
-                              reference_of)
+from cutlab.run.build import (Evaluator, build_trainer, check_before_building, check_model_supports_training,
+                              constraints_of, perturbation_of, make_reproducible, pick_device, precision_of,
+                              recorded_reference, reference_of)
 from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
 from cutlab.run.identity import check_same_data, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
@@ -71,6 +71,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | 
 
 def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook | None) -> dict:
     check_config(cfg)
+    check_before_building(cfg)  # a model's own refusals, before the run is announced (not after its data are made)
     # an unknown or absent device, or a precision the device cannot run, stops here, before anything is written
     check_precision(precision_of(cfg), pick_device(cfg.device))
     check_run_folder_name(run_dir, cfg)

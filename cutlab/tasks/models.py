@@ -78,6 +78,30 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     return model
 
 
+def check_model_settings(model_cfg: DictConfig, depth: int):
+    """The model's refusals that need no weights, before a run is announced: its values' types and its class's
+    ``check_settings`` (DUST's and UT's). Found as the model was built, they came after the data were prepared,
+    below the line that named the run's folder. Returns what builds the model (None where model._target_ is unset:
+    instantiate_model says so)."""
+    target = model_cfg.get("_target_")
+    build = locate_target(str(target)) if target else None
+    if not callable(build):
+        return build
+    values = OmegaConf.to_container(model_cfg, resolve=True)
+    signature = inspect.signature(build)
+    given = {key: value for key, value in values.items() if key in signature.parameters and key != "_target_"}
+    _check_annotated_types(model_cfg.get("name"), build, given)
+    check = getattr(build, "check_settings", None)
+    if callable(check):
+        settings = signature.bind_partial(**given, **({"depth": depth} if "depth" in signature.parameters else {}))
+        settings.apply_defaults()
+        try:
+            check(**settings.arguments)
+        except ValueError as error:
+            raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
+    return build
+
+
 # what a parameter annotated with one of these takes from a yaml value, as said in the one line that refuses another
 # (str is left out: a yaml 2 for a text parameter, a revision say, is the model's to read)
 _PLAIN_TYPES = {int: ("a whole number", int), float: ("a number", (int, float)), bool: ("true or false", bool)}

@@ -15,6 +15,9 @@ class LayerwiseModel(nn.Module):
     """
 
     depth: int
+    # whether the untrained model's Phi_0 is its input exactly: at gamma 0 it is then already the target, and a ratio
+    # constraint form would divide by its l_0 of 0 (refused from the config: cutlab.run.build.check_reference)
+    phi_0_is_input: bool = False
 
     def perturbable(self, inputs):
         """The tensor the perturbation x~ = x + xi acts on (paper Sec. 2, eq. (3)): the input itself for video models.

@@ -23,11 +23,7 @@ def dct_2d_dictionary(patch: int, atoms: int) -> torch.Tensor:
     atoms made it singular); it need not be a square (d = 2n = 512 for n = 256 is not): the 2-D frame takes
     k = ceil(sqrt(atoms)) per axis and keeps the ``atoms`` lowest-frequency products.
     """
-    if patch < 2:  # dct_1d's non-constant atoms are zero-mean: over one pixel, all 0, and their unit norm NaN
-        raise ValueError(f"a DCT dictionary needs patches of at least 2x2 pixels, got {patch}x{patch}; "
-                         "set data.patch=2 or more")
-    if atoms < patch * patch:  # ceil(sqrt(atoms)) >= patch let 226 to 255 atoms through for 16x16 patches
-        raise ValueError(f"a DCT dictionary needs at least {patch * patch} atoms for {patch}x{patch} patches, got {atoms}")
+    check_dct_size(patch, atoms)
     per_axis = math.ceil(math.sqrt(atoms))
     one_d = dct_1d(patch, per_axis)
     full = torch.kron(one_d, one_d)  # [patch*patch, per_axis**2], column (i, j) = outer product of atoms i, j
@@ -35,3 +31,13 @@ def dct_2d_dictionary(patch: int, atoms: int) -> torch.Tensor:
     order = torch.argsort((i + j).flatten() * per_axis * per_axis + (i * per_axis + j).flatten())
     chosen = full[:, order[:atoms]]
     return (chosen / chosen.norm(dim=0, keepdim=True)).to(torch.float32)
+
+
+def check_dct_size(patch: int, atoms: int) -> None:
+    """ValueError unless ``dct_2d_dictionary(patch, atoms)`` can be made (checked from a config before a run starts)."""
+    if patch < 2:  # dct_1d's non-constant atoms are zero-mean: over one pixel, all 0, and their unit norm NaN
+        raise ValueError(f"a DCT dictionary needs patches of at least 2x2 pixels, got {patch}x{patch}; "
+                         "set data.patch=2 or more")
+    if atoms < patch * patch:  # ceil(sqrt(atoms)) >= patch let 226 to 255 atoms through for 16x16 patches
+        raise ValueError(f"a DCT dictionary needs at least {patch * patch} atoms for {patch}x{patch} patches, "
+                         f"got {atoms}")

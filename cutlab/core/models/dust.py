@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from cutlab.core.models.base import LayerwiseModel, from_sequences, symmetric_attention, to_sequences
-from cutlab.core.models.dct import dct_2d_dictionary
+from cutlab.core.models.dct import check_dct_size, dct_2d_dictionary
 
 
 #: how training computes c: power iteration (a few warm-started matrix-vector products a step; a lower bound that
@@ -71,19 +71,8 @@ class DUST(LayerwiseModel):
         lipschitz_estimate: str = "power_iteration",
     ) -> None:
         super().__init__()
-        if depth < 1:
-            raise ValueError(f"DUST needs depth L >= 1, got {depth}")
-        if not threshold >= 0 or not attention_step >= 0:
-            raise ValueError(f"threshold (theta) and attention_step (beta) must be >= 0, got {threshold} and "
-                             f"{attention_step}")
-        if lipschitz_margin < 1.0:
-            raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
-        if lipschitz_estimate == "power_iteration" and not power_iterations >= 1:  # 0 left c where it started
-            raise ValueError(f"power_iterations must be >= 1 (the step size c tracks ||D||_2^2 as D trains), got "
-                             f"{power_iterations}")
-        if lipschitz_estimate not in LIPSCHITZ_ESTIMATES:
-            raise ValueError(f"lipschitz_estimate must be one of {', '.join(LIPSCHITZ_ESTIMATES)}, got "
-                             f"{lipschitz_estimate!r}")
+        self.check_settings(depth, patch, atoms, threshold, attention_step, lipschitz_margin, power_iterations,
+                            lipschitz_estimate)
         self.depth = depth
         self.threshold = threshold
         self.attention_step = attention_step
@@ -98,6 +87,26 @@ class DUST(LayerwiseModel):
         self.register_buffer("singular_vectors", torch.ones(count, atoms) / atoms**0.5)
         self._exact_norms: dict[int, tuple[tuple[int, int], torch.Tensor]] = {}  # eval mode's ||D||_2^2 (step_size)
         self.converge_step_sizes()
+
+    @staticmethod
+    def check_settings(depth: int, patch: int, atoms: int, threshold: float, attention_step: float,
+                       lipschitz_margin: float, power_iterations: int, lipschitz_estimate: str, **others) -> None:
+        """ValueError on a value ``__init__`` refuses; needs no weights, so a run is refused before it starts
+        (cutlab.tasks.models.check_model_settings)."""
+        if depth < 1:
+            raise ValueError(f"DUST needs depth L >= 1, got {depth}")
+        if not threshold >= 0 or not attention_step >= 0:
+            raise ValueError(f"threshold (theta) and attention_step (beta) must be >= 0, got {threshold} and "
+                             f"{attention_step}")
+        if lipschitz_margin < 1.0:
+            raise ValueError(f"lipschitz_margin must be >= 1 (c >= ||D||_2^2), got {lipschitz_margin}")
+        if lipschitz_estimate == "power_iteration" and not power_iterations >= 1:  # 0 left c where it started
+            raise ValueError(f"power_iterations must be >= 1 (the step size c tracks ||D||_2^2 as D trains), got "
+                             f"{power_iterations}")
+        if lipschitz_estimate not in LIPSCHITZ_ESTIMATES:
+            raise ValueError(f"lipschitz_estimate must be one of {', '.join(LIPSCHITZ_ESTIMATES)}, got "
+                             f"{lipschitz_estimate!r}")
+        check_dct_size(patch, atoms)
 
     def converge_step_sizes(self, iterations: int = 500) -> None:
         """Run power iteration to convergence, e.g. after dictionaries were replaced from outside training."""

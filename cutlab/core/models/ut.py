@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from cutlab.core.models.base import LayerwiseModel, from_sequences, symmetric_attention, to_sequences
-from cutlab.core.models.dct import dct_2d_dictionary
+from cutlab.core.models.dct import check_dct_size, dct_2d_dictionary
 
 
 class UT(LayerwiseModel):
@@ -24,6 +24,8 @@ class UT(LayerwiseModel):
     signed, and this form keeps an untrained layer near the identity (Phi_0 = x, and S near 0 changes little).
     """
 
+    phi_0_is_input = True  # untrained: E is D's right inverse (LayerwiseModel.phi_0_is_input)
+
     def __init__(
         self,
         depth: int,
@@ -34,11 +36,7 @@ class UT(LayerwiseModel):
         feedforward_init_std: float = 0.02,
     ) -> None:
         super().__init__()
-        if depth < 1:
-            raise ValueError(f"UT needs depth L >= 1, got {depth}")
-        if not attention_step >= 0 or not feedforward_init_std >= 0:
-            raise ValueError(f"attention_step (beta) and feedforward_init_std must be >= 0, got {attention_step} and "
-                             f"{feedforward_init_std}")
+        self.check_settings(depth, patch, atoms, attention_step, feedforward_init_std)
         self.depth = depth
         self.attention_step = attention_step
         self.attention_scale = attention_scale if attention_scale is not None else 1.0 / (patch * patch)
@@ -52,6 +50,18 @@ class UT(LayerwiseModel):
             [nn.Parameter(feedforward_init_std * torch.randn(atoms, atoms)) for _ in range(depth)]
         )
         self.biases = nn.ParameterList([nn.Parameter(torch.zeros(atoms)) for _ in range(depth)])
+
+    @staticmethod
+    def check_settings(depth: int, patch: int, atoms: int, attention_step: float, feedforward_init_std: float,
+                       **others) -> None:
+        """ValueError on a value ``__init__`` refuses; needs no weights, so a run is refused before it starts
+        (cutlab.tasks.models.check_model_settings)."""
+        if depth < 1:
+            raise ValueError(f"UT needs depth L >= 1, got {depth}")
+        if not attention_step >= 0 or not feedforward_init_std >= 0:
+            raise ValueError(f"attention_step (beta) and feedforward_init_std must be >= 0, got {attention_step} and "
+                             f"{feedforward_init_std}")
+        check_dct_size(patch, atoms)
 
     def block(self, codes: torch.Tensor, layer: int) -> torch.Tensor:
         """Block ``layer`` (0-based) on codes Z: tied symmetric attention, then the ReLU descent step."""
