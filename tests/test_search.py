@@ -341,6 +341,25 @@ def test_trials_that_fail_as_results_count_toward_the_total(tmp_path, monkeypatc
                for t in study.trials), study.trials[0].user_attrs["error"]
 
 
+def test_a_diverging_trial_is_a_result_and_the_search_goes_on(tmp_path, monkeypatch, capsys):
+    # a real run whose loss became NaN (NonFiniteLoss, a CutlabError): it was taken for a refusal in one line, the
+    # search stopped (exit 2) and the same command re-queued and re-ran the same parameters, forever
+    from cutlab.search.__main__ import main
+
+    preset = write_preset(tmp_path, {"train.lr": {"type": "log_float", "low": 1e25, "high": 1e30}}, pruner=None,
+                          overrides=["model=dust", "train=constrained"])
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    args = [f"search={preset}", *TINY]
+    for failed_lines in (2, 0):  # again: the total is taken, nothing runs again
+        assert main(args) == 1
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("cutlab-search: no trial completed in space (2 failed)"), err
+        assert sum("failed: NonFiniteLoss: the loss of layer 0 became nan" in line for line in err) == failed_lines
+    study = study_of(tmp_path, "space")
+    assert [t.state.name for t in study.trials] == ["FAIL"] * 2
+    assert all(t.user_attrs["error"].startswith("NonFiniteLoss: the loss of layer 0 became nan") for t in study.trials)
+
+
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,
                                                                                              capsys):
     stderr = search_in_process(["search=fair_comparison", "--n-trials", "2", *TINY], tmp_path, monkeypatch, capsys)

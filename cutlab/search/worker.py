@@ -30,6 +30,7 @@ from optuna.trial import TrialState
 from cutlab.config.groups import task_kind
 from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import duration, tally
+from cutlab.core.errors import NonFiniteLoss, OutOfMemory
 from cutlab.errors import CutlabError
 from cutlab.config.compose import compose_run_config
 from cutlab.search.folder import study_lock
@@ -42,6 +43,8 @@ from cutlab.tasks.models import raised_at
 # heartbeats are meant for study.optimize: this loop is study.optimize's own trial step (ask, heartbeat, tell)
 # with a budget shared by all workers
 warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used with Study.optimize")
+# a run that diverged or ran out of memory: a result of its parameters (the search goes on), not a refusal to fix
+RESULTS = (NonFiniteLoss, OutOfMemory)
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING)
 
 
@@ -245,6 +248,8 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             study.tell(trial, state=TrialState.PRUNED)
             say(f"{study.study_name} trial {trial.number} pruned: {stop}")
             return "pruned"
+        except RESULTS as error:  # CutlabErrors, but the parameters' doing: the same ones would fail again
+            return fail_as_result(study, trial, error)
         except CutlabError:  # the run refused in one line (a model module not on the path): the search stops, and
             requeue(plan.study_dir, study, trial)  # the same command, once fixed, runs these parameters first
             raise
@@ -252,11 +257,7 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             requeue(plan.study_dir, study, trial)
             raise
         except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
-            failure = f"{type(error).__name__}: {raised_at(error)}"  # with the file and line it was raised at
-            trial.set_user_attr(ERROR, failure)
-            study.tell(trial, state=TrialState.FAIL)
-            say(f"{study.study_name} trial {trial.number} failed: {failure}")
-            return "failed"
+            return fail_as_result(study, trial, error)
     mode = {"min": "minimize", "max": "maximize"}[summary["selection_mode"]]
     if mode != plan.direction:
         study.tell(trial, state=TrialState.FAIL)
@@ -280,6 +281,16 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     say(f"{study.study_name} trial {trial.number} complete: validation {summary['metric']} {value:.4g}, "
         f"verdict {summary.get('verdict')}")
     return "complete"
+
+
+def fail_as_result(study: optuna.Study, trial: optuna.Trial, error: Exception) -> str:
+    """The trial FAIL with its error (and the file and line it was raised at) as its ``error`` attribute: counted
+    toward the total, never asked again."""
+    failure = f"{type(error).__name__}: {raised_at(error)}"
+    trial.set_user_attr(ERROR, failure)
+    study.tell(trial, state=TrialState.FAIL)
+    say(f"{study.study_name} trial {trial.number} failed: {failure}")
+    return "failed"
 
 
 def run_when_free(cfg, run_dir: Path, on_epoch_end, name: str) -> dict:
