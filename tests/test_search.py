@@ -64,6 +64,29 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("spec, message", [
+    # each passed --dry-run; the run was a traceback from Optuna's suggest, its trial left RUNNING
+    ({"type": "log_float", "low": 1e-4, "high": 1e-2, "step": 1e-4}, "search.space.train.lr: a log_float range takes "
+     "no step"),
+    ({"type": "float", "low": 0.1, "high": 0.5, "step": -0.1}, "search.space.train.lr.step must be > 0, got -0.1"),
+    ({"type": "float", "low": 0.1, "high": 0.5, "step": "abc"}, "search.space.train.lr.step must be a number, got 'abc'"),
+    ({"type": "float", "low": 0.1, "high": 0.5, "step": 1.0}, "search.space.train.lr: step 1 is wider than the range"),
+    ({"type": "int", "low": 1, "high": 4, "step": 0.5}, "search.space.train.lr.step must be a whole number, got 0.5"),
+    ({"type": "categorical", "choices": [0.1, 0.2], "step": 1}, "search.space.train.lr: a categorical takes no step"),
+])
+def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_too(tmp_path, capsys, monkeypatch,
+                                                                                   spec, message):
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    preset = write_preset(tmp_path, {"train.lr": spec}, pruner=None)
+    for dry_run in (["--dry-run"], []):
+        assert main([f"search={preset}", *dry_run, *TINY]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert len(error) == 1 and error[0].startswith("cutlab-search: error: ") and message in error[0], error
+        assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("arguments, message", [
     # the preset's numbers: once a TypeError, or passed --dry-run and raised in the worker after the journal was made
     (["search.heartbeat.interval_s=abc"], "search.heartbeat.interval_s must be a whole number, got 'abc'"),

@@ -216,6 +216,8 @@ def _param(key: str, spec, where: str) -> Param:
         choices = spec.get("choices")
         if not isinstance(choices, (list, tuple)) or not choices:
             raise CutlabError(f"{name}.choices must be a non-empty list, e.g. choices: [slack, off]")
+        if spec.get("step") is not None:
+            raise CutlabError(f"{name}: a categorical takes no step (it draws one of its choices); drop step")
         return Param(key, kind, choices=tuple(choices))
     low, high, step = spec.get("low"), spec.get("high"), spec.get("step")
     for bound, value in (("low", low), ("high", high)):
@@ -228,7 +230,21 @@ def _param(key: str, spec, where: str) -> Param:
     if kind == "int" and not (float(low).is_integer() and float(high).is_integer()):
         raise CutlabError(f"{name}: an int range needs whole-number bounds, got {low!r}..{high!r}")
     return Param(key, kind, float(low) if kind != "int" else int(low), float(high) if kind != "int" else int(high),
-                 step=step)
+                 step=_step(name, kind, step, high - low))
+
+
+def _step(name: str, kind: str, step, width: float) -> float | int | None:
+    """The range's step as Optuna's suggest takes it; checked here, as a traceback in the first trial left it RUNNING."""
+    if step is None:
+        return None
+    if kind == "log_float":
+        raise CutlabError(f"{name}: a log_float range takes no step (Optuna draws it on a log scale); drop step, or "
+                          "use type: float with a step")
+    step = check_integer(f"{name}.step", step, "2", 1) if kind == "int" else \
+        check_number(f"{name}.step", step, "0.1", minimum=0.0, exclusive=True)
+    if step > width > 0:  # every trial would draw low
+        raise CutlabError(f"{name}: step {step:g} is wider than the range ({width:g}); give a smaller step")
+    return step
 
 
 def as_override(key: str, value: Any) -> str:
