@@ -732,6 +732,50 @@ def test_a_worker_stopped_while_it_holds_the_journal_lock_releases_only_its_own(
     assert stopped.acquire() and not stopped.release() and not os.path.lexists(journal + ".lock")  # usable again
 
 
+def worker_pids(parent: int) -> dict[int, int]:
+    """The local workers of the search process ``parent``, by worker index (read from /proc)."""
+    workers = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            argv = (stat.parent / "cmdline").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        if ppid == parent and b"--worker-index" in argv:
+            workers[int(argv[argv.index(b"--worker-index") + 1])] = int(stat.parent.name)
+    return workers
+
+
+@pytest.mark.parametrize("killed", [(1,), (0, 1)])
+def test_killed_local_workers_leave_the_report_of_the_trials_that_finished(tmp_path, killed):
+    """SIGKILL on one of two local workers: the other re-queued its trial and finished every trial, but the command
+    exited 2 ("worker exit codes [0, -9]") without writing search_report.json. Both killed: the report of what
+    finished, then the error."""
+    args = ["search=dust_video", "--n-trials", "3", "--workers", "2", "search.pruner=null", *FAST_HEARTBEAT, *TINY]
+    log = tmp_path / "search.log"
+    search = start_search(args, tmp_path, log)
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    try:
+        wait_for(lambda: all((study_dir / f"trial-000{n}").is_dir() for n in (0, 1)), 120, "both workers' trials")
+        workers = wait_for(lambda: len(pids := worker_pids(search.pid)) == 2 and pids, 10, "the workers' processes")
+        for index in killed:
+            os.kill(workers[index], signal.SIGKILL)
+        code = search.wait(timeout=300)
+    finally:
+        search.kill()
+    text = log.read_text()
+    report = json.loads((study_dir / "search_report.json").read_text())
+    if killed == (1,):
+        assert code == 0 and ("cutlab-search: worker 1 (exit code -9) ended early; its trial was re-queued and "
+                              "finished by another worker: every trial is done") in text, text[-4000:]
+        assert report["search"]["trials"]["complete"] == 3, report
+    else:
+        assert code == 2 and text.strip().splitlines()[-1] == (
+            "cutlab-search: error: worker 0 (exit code -9), worker 1 (exit code -9) ended early, and dust_video has "
+            "trials left: see the messages above; run the same command again to resume"), text[-4000:]
+        assert report["search"]["trials"].get("running"), report  # the killed workers' trials
+
+
 def test_ctrl_c_on_a_terminal_stops_each_local_worker_with_one_signal_and_every_trial_is_requeued(tmp_path):
     """A terminal's Ctrl-C goes to its whole process group. The workers got it too, then the command's SIGTERM on
     top: a worker still re-queueing its trial when the second signal came exited mid-way (measured with PostgreSQL:

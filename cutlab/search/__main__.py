@@ -244,8 +244,9 @@ def worker_command(args: argparse.Namespace, index: int) -> list[str]:
     return [sys.executable, "-m", "cutlab.search", *worker_argv(args, index), *threads]
 
 
-def run_workers(args: argparse.Namespace, plan) -> None:
-    """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later)."""
+def run_workers(args: argparse.Namespace, plan) -> list[int]:
+    """Start ``--workers`` processes on this machine and wait; Ctrl-C stops them (their trials resume later). Returns
+    their exit codes: one killed leaves its trial to the others (re-queued once its heartbeat is old)."""
     # one terminal for every worker: progress as lines, since their bars would overwrite each other
     env = {**os.environ, "OMP_NUM_THREADS": "1", MODE_ENV: "lines", **storage_env(plan)}
     # own sessions: a terminal's Ctrl-C reaches only this process, which stops each worker with one SIGTERM. A
@@ -258,8 +259,7 @@ def run_workers(args: argparse.Namespace, plan) -> None:
     except BaseException:  # Ctrl-C or SIGTERM: stop the workers too (each re-queues its trial)
         stop_workers(workers)
         raise
-    if any(codes):
-        raise CutlabError(f"worker exit codes {codes}: see the messages above; run the same command again to resume")
+    return codes
 
 
 def stop_on(*signals: signal.Signals) -> None:
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sys.argv = redact_argv(sys.argv)  # what provenance.json and W&B record of this command
     try:
-        from cutlab.search.report import exit_code, format_report, write_report
+        from cutlab.search.report import exit_code, format_report, lost_workers, write_report
         from cutlab.search.storage import counts_text, open_storage, trial_counts
         from cutlab.search.worker import open_study, say, work
 
@@ -357,17 +357,18 @@ def main(argv: list[str] | None = None) -> int:
         studies = {arm.name: open_study(plan, arm, storage) for arm in plan.preset.arms}
         for study in studies.values():
             say(f"{study.study_name}: trials so far {counts_text(trial_counts(study))}")
-        started = time.perf_counter()
+        started, codes = time.perf_counter(), []
         stop_on(*stop_signals(signal.SIGTERM))  # stopped like Ctrl-C: trials resume later
         if slurm:
             run_slurm_workers(args, plan, studies)
         elif args.workers == 1:
             work(plan, 0)
         else:
-            run_workers(args, plan)
-        report = write_report(studies, plan.study_dir)
+            codes = run_workers(args, plan)
+        report = write_report(studies, plan.study_dir)  # what completed, also when a worker was lost
         say(f"finished in {time.perf_counter() - started:.1f} s; {plan.study_dir / 'search_report.json'}:\n"
             + format_report(report))
+        lost_workers(codes, report)
         return exit_code(report)
     except CutlabError as error:
         print(f"cutlab-search: error: {redact(str(error))}", file=sys.stderr)

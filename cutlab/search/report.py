@@ -128,3 +128,20 @@ def exit_code(report: dict) -> int:
         print(f"cutlab-search: no trial completed in {', '.join(empty)}; each failed trial's error is above, with "
               "the file and line it was raised at", file=sys.stderr)
     return 1 if empty else 0
+
+
+def lost_workers(codes: list[int], report: dict) -> None:
+    """Local workers that ended early (killed, say): an error when a study still has trials to run, else one line,
+    since another worker finished their trials (a dead worker's trial is re-queued once its heartbeat is old)."""
+    lost = [f"worker {index} (exit code {code})" for index, code in enumerate(codes) if code]
+    if not lost:
+        return
+    theirs = "its trial was" if len(lost) == 1 else "their trials were"
+    lost = ", ".join(lost)
+    left = [entry["study"] for entry in report.values()
+            if sum(entry["trials"].get(state, 0) for state in ("complete", "pruned", "fail")) < entry["n_trials"]]
+    if left:
+        raise CutlabError(f"{lost} ended early, and {', '.join(left)} has trials left: see the messages above; run "
+                          "the same command again to resume")
+    print(f"cutlab-search: {lost} ended early; {theirs} re-queued and finished by another worker: every trial is "
+          "done", file=sys.stderr)
