@@ -17,15 +17,19 @@ from urllib.parse import quote, unquote
 HIDDEN = "***"
 # key=value pairs whose value is a credential, in a query string, a libpq DSN, an option (--db-password=...) or an
 # environment variable a setup line exports (PGPASSWORD=, WANDB_API_KEY=, HF_TOKEN=: a prefix of the key's own); the
-# value runs to '&' (a query's next pair), not to '#', which a password may hold
+# value runs to '&' (a query's next pair) or the word's end, not to '#', ',', ';' or a quote, which a password may hold
 _SECRET_PAIR = re.compile(
-    r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))=[^&\s'\",;]+"
+    r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))=([^&\s]+)"
 )
+# user:password@ whose password holds whitespace, which splits it over words: up to the last '@' before the host, on
+# one line and short of a '/' (the host's path, another address)
+_SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)([^/\n]*\s[^/\n]*)@")
 
 
 def redact(text: str) -> str:
     """``text`` with every credential replaced by ***; whitespace-separated words are redacted one by one."""
-    return re.sub(r"\S+", lambda word: _redact_word(word.group(0)), str(text))
+    text = _SPACED_USERINFO.sub(lambda url: f"{url.group(1)}{HIDDEN}@", str(text))
+    return re.sub(r"\S+", lambda word: _redact_word(word.group(0)), text)
 
 
 def _password_span(word: str) -> tuple[int, int] | None:
@@ -36,8 +40,15 @@ def _password_span(word: str) -> tuple[int, int] | None:
     return (colon + 1, at) if colon >= 0 else None  # user@host keeps its user: it is not a secret
 
 
+def _hidden_pair(pair: re.Match) -> str:
+    """``key=***``; in a quoted address ('...?password=x', ...) the quote that closes it, and what follows, stay."""
+    value, opened = pair.group(2), pair.string[:pair.start()]
+    quotes = [value.rindex(quote) for quote in "'\"" if quote in opened and quote in value]
+    return f"{pair.group(1)}={HIDDEN}{value[max(quotes):] if quotes else ''}"
+
+
 def _redact_word(word: str) -> str:
-    word = _SECRET_PAIR.sub(lambda pair: f"{pair.group(1)}={HIDDEN}", word)
+    word = _SECRET_PAIR.sub(_hidden_pair, word)
     span = _password_span(word)
     return word if span is None else f"{word[:span[0]]}{HIDDEN}{word[span[1]:]}"
 

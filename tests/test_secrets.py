@@ -42,6 +42,29 @@ def test_every_url_form_is_redacted(text, secret):
         assert redact(plain) == plain
 
 
+@pytest.mark.parametrize("text, shown", [
+    # the query value stopped at ',' ';' or a quote: '?password=***,SESAME42'
+    ("postgresql://lab@127.0.0.1:55431/labdb?password=open,SESAME42", "postgresql://lab@127.0.0.1:55431/labdb?password=***"),
+    ("postgresql://lab@h/db?password=a;b'c&sslmode=require", "postgresql://lab@h/db?password=***&sslmode=require"),
+    ("db=postgresql://lab@h/db?password=a,b", "db=postgresql://lab@h/db?password=***"),
+    # a quoted address keeps its closing quote and what follows
+    ("storage 'postgresql://lab@h/db?password=a,b' is unreachable", "storage 'postgresql://lab@h/db?password=***' is "
+     "unreachable"),
+    ("['postgresql://lab@h/db?password=x,y', 'L=2']", "['postgresql://lab@h/db?password=***', 'L=2']"),
+    # a raw space in user:password@: each word was redacted alone, and neither held both ':' and '@'
+    ("postgresql://lab:open SESAME42@127.0.0.1:55431/labdb", "postgresql://lab:***@127.0.0.1:55431/labdb"),
+    ("cannot reach postgresql://lab:p@ss w rd@db.example.org/optuna: timeout",
+     "cannot reach postgresql://lab:***@db.example.org/optuna: timeout"),
+    # no password: a host's port, then an address of another kind
+    ("postgresql://127.0.0.1:5432/db is down; mail admin@example.org", "postgresql://127.0.0.1:5432/db is down; mail "
+     "admin@example.org"),
+])
+def test_a_password_is_hidden_whole_whatever_it_holds(text, shown):
+    from cutlab.redaction import redact
+
+    assert redact(text) == shown
+
+
 def test_an_unknown_storage_scheme_does_not_print_the_address():
     """Before: ``unknown search storage 'foo://me:topsecret@host'`` printed the raw URL."""
     from cutlab.errors import CutlabError
