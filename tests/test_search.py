@@ -186,6 +186,26 @@ def test_dry_run_prints_the_plan_and_touches_nothing(tmp_path, monkeypatch, caps
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("preset, change, shown", [
+    # a space key is a dotted cutlab key: OmegaConf read search.space.train.lr.low as space: {train: {lr: {low}}}, and
+    # the preset check said "search.space.train: unknown fields ['lr']"
+    ("dust_video", "search.space.train.lr.low=1e-3", "train.lr log_float [0.001, 0.01]"),
+    ("dust_video", "search.space.train.grad_clip={type: float, low: 0.5, high: 2}", "train.grad_clip float [0.5, 2]"),
+    ("fair_comparison", "search.arms.constrained.space.train.alpha.high=0.4", "train.alpha float [0.05, 0.4]"),
+    ("dust_video", "search.space[train.lr].low=1e-3", "train.lr log_float [0.001, 0.01]"),  # OmegaConf's own form
+])
+def test_a_space_keys_field_is_changed_with_search_key_value(tmp_path, monkeypatch, capsys, preset, change, shown):
+    stderr = search_in_process([f"search={preset}", change, "--dry-run", *TINY], tmp_path, monkeypatch, capsys)
+    assert shown in stderr, stderr
+
+
+def test_a_mistyped_field_of_a_space_key_is_named_with_its_key(tmp_path, monkeypatch, capsys):
+    from cutlab.search.__main__ import main
+
+    assert main(["search=dust_video", "search.space.train.lr.lowe=1e-3", "--dry-run", *TINY]) == 2
+    assert "search.space.train.lr: unknown fields ['lowe']" in capsys.readouterr().err
+
+
 def test_dry_run_shows_an_arms_key_the_command_sets_with_the_commands_value(tmp_path, monkeypatch, capsys):
     """The command's overrides come after an arm's: model=ut runs, yet the plan showed the preset's model=dust."""
     stderr = search_in_process(["search=dust_video", "--dry-run", "model=ut", *TINY], tmp_path, monkeypatch, capsys)

@@ -8,11 +8,12 @@ trials each; the paper's protocol, Sec. 4 and App. B.1). Every message names the
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.checks import check_flag, check_integer, check_number
 from cutlab.config.naming import check_folder_name
@@ -27,6 +28,7 @@ PRESET_KEYS = {"study", "n_trials", "direction", "storage", "sampler", "pruner",
 ARM_KEYS = {"overrides", "space", "seeds"}
 SPEC_KEYS = {"type", "low", "high", "step", "choices"}
 EXAMPLE = "train.lr: {type: log_float, low: 1.0e-4, high: 1.0e-2}"
+_SPACE_ITEM = re.compile(r"((?:arms\.[^.=\[]+\.)?space)\.([^=\[]+)=(.*)", re.DOTALL)  # search.space.KEY.FIELD=V
 # the options of optuna.samplers.TPESampler, optuna.pruners.MedianPruner and the heartbeat (cutlab.search.storage) a
 # preset may set, each with (its kind, the least value, an example): a wrong one stops here, with --dry-run too, not
 # in the first worker after the study's journal is made. Seeds stay below 2**31: each worker adds its index and 1000
@@ -108,7 +110,7 @@ def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
         with ctrl_c_held():  # else a Ctrl-C landing inside OmegaConf is reported as an unreadable preset
             raw = OmegaConf.load(path)
             if dotlist:
-                raw = OmegaConf.merge(raw, OmegaConf.from_dotlist(list(dotlist)))
+                raw = OmegaConf.merge(raw, OmegaConf.from_dotlist([_space_item(raw, item) for item in dotlist]))
             data = OmegaConf.to_container(raw, resolve=True)
     except CutlabError:
         raise
@@ -117,6 +119,23 @@ def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
     if not isinstance(data, dict):
         raise CutlabError(f"search preset {path} must be a mapping with n_trials and space (e.g. {EXAMPLE})")
     return parse_preset(data, path.stem)
+
+
+def _space_item(raw, item: str) -> str:
+    """``space.train.lr.low=V`` as ``space[train.lr].low=V`` (an arm's space too): a space key is a dotted cutlab key,
+    which OmegaConf would read as nested mappings. The key is the longest the preset's space has, else the path
+    before a field name (``type``, ``low``...), else the whole path (a new key given as a mapping)."""
+    match = _SPACE_ITEM.fullmatch(item)
+    if not match:
+        return item
+    where, path, value = match.groups()
+    space = OmegaConf.select(raw, where, default=None) if isinstance(raw, DictConfig) else None
+    known = [str(key) for key in space] if isinstance(space, DictConfig) else []
+    key = max((k for k in known if path == k or path.startswith(f"{k}.")), key=len, default=None)
+    if key is None:
+        head, _, last = path.rpartition(".")
+        key = head if head and last in SPEC_KEYS else path
+    return f"{where}[{key}]{path[len(key):]}={value}"
 
 
 def parse_preset(data: dict, name: str) -> Preset:
