@@ -69,7 +69,8 @@ def test_malformed_space_is_refused_before_anything_runs(tmp_path, capsys, monke
     ({"type": "log_float", "low": 1e-4, "high": 1e-2, "step": 1e-4}, "search.space.train.lr: a log_float range takes "
      "no step"),
     ({"type": "float", "low": 0.1, "high": 0.5, "step": -0.1}, "search.space.train.lr.step must be > 0, got -0.1"),
-    ({"type": "float", "low": 0.1, "high": 0.5, "step": "abc"}, "search.space.train.lr.step must be a number, got 'abc'"),
+    ({"type": "float", "low": 0.1, "high": 0.5, "step": "abc"},
+     "search.space.train.lr.step must be a number, got 'abc'"),
     ({"type": "float", "low": 0.1, "high": 0.5, "step": 1.0}, "search.space.train.lr: step 1 is wider than the range"),
     ({"type": "int", "low": 1, "high": 4, "step": 0.5}, "search.space.train.lr.step must be a whole number, got 0.5"),
     ({"type": "categorical", "choices": [0.1, 0.2], "step": 1}, "search.space.train.lr: a categorical takes no step"),
@@ -114,6 +115,10 @@ def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_to
     (["+search.study=x"], "+search.study is not a key of cutlab's config; did you mean search.study=x?"),
     # Hydra's deletion of a preset's key: "Could not delete from config. 'search.n_trials' does not exist"
     (["~search.n_trials"], "~search.n_trials is not a key of cutlab's config; did you mean search.n_trials=VALUE?"),
+    # a value YAML cannot read: PyYAML's lines with carets, blamed on the preset file
+    (["search.n_trials=[1"], "search.n_trials=[1: the value is not valid YAML (while parsing a flow sequence begun at "
+     "column 1: expected ',' or ']', but got '<stream end>'); write it whole"),
+    (["search.n_trials=${oops}"], "Interpolation key 'oops' not found"),
 ])
 def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(tmp_path, capsys, monkeypatch,
                                                                                arguments, message):
@@ -125,6 +130,18 @@ def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(t
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and error[0].startswith("cutlab-search: error: ") and message in error[0], error
         assert not (tmp_path / "runs").exists()
+
+
+def test_a_preset_file_that_is_not_yaml_is_named_in_one_line_with_its_line_and_column(tmp_path, capsys):
+    from cutlab.search.__main__ import main
+
+    preset = tmp_path / "space.yaml"
+    preset.write_text("n_trials: [1\nspace: {}\n")
+    assert main([f"search={preset}", "--dry-run"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == [f"cutlab-search: error: {preset} is not valid YAML at line 2, column 6 (while parsing a flow "
+                     "sequence begun at line 1, column 11: expected ',' or ']', but got ':'); fix the file "
+                     "there"], error
 
 
 def test_unknown_preset_and_missing_preset_name_list_the_presets(capsys):

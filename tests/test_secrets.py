@@ -44,7 +44,8 @@ def test_every_url_form_is_redacted(text, secret):
 
 @pytest.mark.parametrize("text, shown", [
     # the query value stopped at ',' ';' or a quote: '?password=***,SESAME42'
-    ("postgresql://lab@127.0.0.1:55431/labdb?password=open,SESAME42", "postgresql://lab@127.0.0.1:55431/labdb?password=***"),
+    ("postgresql://lab@127.0.0.1:55431/labdb?password=open,SESAME42",
+     "postgresql://lab@127.0.0.1:55431/labdb?password=***"),
     ("postgresql://lab@h/db?password=a;b'c&sslmode=require", "postgresql://lab@h/db?password=***&sslmode=require"),
     ("db=postgresql://lab@h/db?password=a,b", "db=postgresql://lab@h/db?password=***"),
     # a quoted address keeps its closing quote and what follows

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.checks import check_flag, check_integer, check_number
+from cutlab.config.compose import yaml_message
 from cutlab.config.naming import check_folder_name
 from cutlab.config.paths import SEARCH_DIR
 from cutlab.errors import CutlabError
@@ -109,16 +111,30 @@ def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
     try:
         with ctrl_c_held():  # else a Ctrl-C landing inside OmegaConf is reported as an unreadable preset
             raw = OmegaConf.load(path)
-            if dotlist:
-                raw = OmegaConf.merge(raw, OmegaConf.from_dotlist([_space_item(raw, item) for item in dotlist]))
+            for item in dotlist:  # one by one: a value that is not YAML is named
+                raw = OmegaConf.merge(raw, _dotlist_item(raw, item))
             data = OmegaConf.to_container(raw, resolve=True)
     except CutlabError:
         raise
-    except Exception as error:  # YAML syntax, bad override syntax
-        raise CutlabError(f"search preset {path} cannot be read: {error}") from None
+    except yaml.YAMLError as error:  # the file's: PyYAML's message spans lines, with carets
+        raise CutlabError(yaml_message(error)) from None
+    except Exception as error:  # bad override syntax, an unknown interpolation (OmegaConf adds lines of its own)
+        raise CutlabError(f"search preset {path} cannot be read: {str(error).strip().splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise CutlabError(f"search preset {path} must be a mapping with n_trials and space (e.g. {EXAMPLE})")
     return parse_preset(data, path.stem)
+
+
+def _dotlist_item(raw, item: str) -> DictConfig:
+    """``search.KEY=VALUE`` (here without ``search.``) as a config to merge; a value YAML cannot read, in one line."""
+    try:
+        return OmegaConf.from_dotlist([_space_item(raw, item)])
+    except yaml.YAMLError as error:
+        problem, context = getattr(error, "problem", None) or "unreadable", getattr(error, "context_mark", None)
+        if context is not None and getattr(error, "context", None):
+            problem = f"{error.context} begun at column {context.column + 1}: {problem}"
+        raise CutlabError(f"search.{item}: the value is not valid YAML ({problem}); write it whole, or quote it "
+                          f"('search.{item}')") from None
 
 
 def _space_item(raw, item: str) -> str:
@@ -253,7 +269,8 @@ def _param(key: str, spec, where: str) -> Param:
 
 
 def _step(name: str, kind: str, step, width: float) -> float | int | None:
-    """The range's step as Optuna's suggest takes it; checked here, as a traceback in the first trial left it RUNNING."""
+    """The range's step as Optuna's suggest takes it; checked here: Optuna's refusal in the first trial left it
+    RUNNING."""
     if step is None:
         return None
     if kind == "log_float":
