@@ -709,6 +709,21 @@ def test_a_worker_waiting_on_a_dead_workers_trial_says_so_then_resumes_it(tmp_pa
     assert_run_complete(folder, steps=24)
 
 
+def test_the_waiting_line_names_the_running_trials_and_is_not_said_once_none_runs(tmp_path):
+    # the trial next_trial saw running could finish before the line was made: "waiting while trial  runs"
+    import optuna
+
+    from cutlab.search.preset import load_preset
+    from cutlab.search.worker import Plan, waiting_line
+
+    plan = Plan(load_preset("dust_video"), (), tmp_path, "", "minimize", 0)
+    study = optuna.create_study(study_name="dust_video")
+    running = study.ask()
+    assert "waiting while trial 0 runs in another worker" in waiting_line(plan, study)
+    study.tell(running, 1.0)
+    assert waiting_line(plan, study) is None
+
+
 def test_a_worker_paused_past_the_heartbeat_grace_hands_its_trial_over_and_no_trial_is_lost(tmp_path):
     """A worker stopped (SIGSTOP: Ctrl-Z, SLURM's suspend) for longer than the heartbeat grace looks dead: another
     worker re-queues its trial, asks it, and finds the trial's folder still held by the paused process. It waits for

@@ -325,8 +325,12 @@ def requeue(study_dir: Path, study: optuna.Study, trial: optuna.Trial) -> None:
         RetryCallback(max_retry=None)(study, study._storage.get_trial(trial._trial_id))
 
 
-def waiting_line(plan: Plan, study: optuna.Study) -> str:
+def waiting_line(plan: Plan, study: optuna.Study) -> str | None:
+    """What a worker waits on, or None once no trial runs (the one next_trial saw finished since: the next ask tells
+    whether the total is done or one was re-queued)."""
     running = [str(t.number) for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    if not running:
+        return None
     grace = plan.preset.heartbeat.get("grace_s", 60)
     which = f"trials {', '.join(running)} run" if len(running) > 1 else f"trial {''.join(running)} runs"
     return (f"{study.study_name}: the total is taken; waiting while {which} in another worker (one whose worker died "
@@ -352,9 +356,10 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
             if trial == "done":
                 break
             if trial == "wait":  # the budget is taken, but a running trial may still die and be re-queued
-                if not waiting:  # said once: a dead worker's trial holds this one for up to the grace, in silence
-                    say(waiting_line(plan, study))
-                waiting = True
+                # said once: a dead worker's trial holds this one for up to the grace, in silence
+                if not waiting and (line := waiting_line(plan, study)):
+                    say(line)
+                    waiting = True
                 time.sleep(1.0)
                 continue
             waiting = False
