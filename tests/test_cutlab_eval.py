@@ -137,6 +137,30 @@ def test_another_evaluation_batch_size_is_another_evaluation_not_a_skip(trained,
     assert records[0]["at_gamma_train"]["test_layer_loss"] != records[1]["at_gamma_train"]["test_layer_loss"]
 
 
+def test_a_gammas_numbers_and_the_verdict_do_not_depend_on_the_rest_of_the_grid(trained, tmp_path):
+    """Each gamma drew the noise stream of its place in the request: [0, 1] and [1, 0] gave two RMSEs at gamma 1, and
+    the verdict's losses at gamma_train changed with the grid. A gamma of the run's own grid now gets the run's noise
+    (its eval.csv numbers), one it never evaluated the same noise in every grid."""
+    run = tmp_path / "runs" / trained[0].name
+    shutil.copytree(trained[0], run)
+    shutil.rmtree(run / "evaluations", ignore_errors=True)
+    records = []
+    for grid in ("[0.2,1]", "[1,0.2,0]"):
+        result = run_command("cutlab.transfer.cli", [str(run), "data=synthetic", f"eval.gamma_test={grid}"], run.parent)
+        assert result.returncode == 0, result.stderr[-2000:]
+        (folder,) = [p for p in (run / "evaluations").iterdir() if json.loads(
+            (p / "evaluation.json").read_text())["request"]["gamma_test"] == json.loads(grid)]
+        records.append(json.loads((folder / "evaluation.json").read_text()))
+    first, second = (record["metric_by_gamma"] for record in records)
+    assert first["1.0"] == second["1.0"] and first["0.2"] == second["0.2"]
+    own = pd.read_csv(run / "eval.csv")
+    own = own[(own["split"] == "test") & (own["gamma_test"] == 0.2) & (own["metric"] == records[0]["metric"])]
+    assert first["0.2"] == own[own["layer"] == own["layer"].max()]["value"].item()
+    summary = json.loads((run / "summary.json").read_text())
+    for record in records:
+        assert record["at_gamma_train"]["test_layer_loss"] == summary["in_distribution"]["test_layer_loss"]
+
+
 def test_a_run_on_its_own_data_and_grid_reproduces_its_own_test_numbers(evaluated):
     run, _, before, _ = evaluated
     result = run_command("cutlab.transfer.cli", [str(run)], run.parent)

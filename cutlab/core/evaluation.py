@@ -20,6 +20,8 @@ from cutlab.core.constraints import Constraints
 from cutlab.core.precision import DEFAULT_PRECISION, as_float32, forward_precision
 from cutlab.core.training import SampleSource, collate, to_device
 
+STREAMS_PER_BATCH = 1_000  # a batch's noise streams: batch * 1000 + 0..999, one per gamma (at most 998 + gamma_train)
+
 
 class EvaluatedObjective(Protocol):
     metric_name: str
@@ -115,7 +117,7 @@ def evaluate(
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
             stream = streams[g] if streams is not None else g
-            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * 1_000 + stream, device)
+            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * STREAMS_PER_BATCH + stream, device)
             with forward_precision(precision, device):
                 per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
             per_gamma = as_float32(per_gamma)

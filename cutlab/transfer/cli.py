@@ -131,7 +131,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
         return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
     try:
         with _locked(folder, run_dir):
-            numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name)
+            numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name, run_cfg)
             record = {"request": request, "label": label, "run": run_dir.name,
                       "trained_on": run_cfg.data.name, "model": run_cfg.model.name, "L": run_cfg.L,
                       "constrained": bool(run_cfg.train.constrained), "command": command, "data_files": files,

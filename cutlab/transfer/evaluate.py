@@ -17,13 +17,13 @@ from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import ConcatDataset
 
 from cutlab.core.data.groups import joined_groups
-from cutlab.core.evaluation import Evaluation, evaluate, feasibility_verdict
+from cutlab.core.evaluation import STREAMS_PER_BATCH, Evaluation, evaluate, feasibility_verdict
 from cutlab.errors import CutlabError
 from cutlab.core.perturbation import Perturbation
 from cutlab.run.build import build_primal_dual, constraints_of, pick_device, recorded_reference
 from cutlab.run.checkpoints import mismatch_reason
 from cutlab.run.progress import ProgressReporter
-from cutlab.run.results import descent_in_distribution
+from cutlab.run.results import descent_in_distribution, validation_grid
 from cutlab.tasks import Task, build_task
 
 SPLITS = ("test", "val", "train", "all")
@@ -98,9 +98,20 @@ def sigma_of_run(summary: dict) -> float:
     return float(value)
 
 
+def noise_streams(gammas: list[float], run_cfg: DictConfig) -> list[int]:
+    """Each gamma's noise stream (cutlab.core.evaluation.evaluate): its place in the run's own final grid, so that a
+    gamma draws the run's own noise whatever else the request lists (by place in the request, [0, 1] and [1, 0]
+    gave two sets of numbers, and the verdict's losses changed with the grid); a gamma the run never evaluated, a
+    stream fixed by its value, past the run's."""
+    own = validation_grid(run_cfg)
+    free = STREAMS_PER_BATCH - len(own)
+    return [own.index(g) if g in own else len(own) + round(g * 10_000) % free for g in gammas]
+
+
 def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Request,
-                 run_name: str) -> tuple[dict, Evaluation]:
-    """The evaluation record's numbers and the Evaluation over the request's grid."""
+                 run_name: str, run_cfg: DictConfig) -> tuple[dict, Evaluation]:
+    """The evaluation record's numbers and the Evaluation over the request's grid (``run_cfg``: the run's own
+    config, whose grid fixes each gamma's noise)."""
     started = time.perf_counter()
     run_sigma = sigma_of_run(summary) if request.sigma == "run" else None  # checked before anything is loaded
     device = pick_device(cfg.device)
@@ -117,8 +128,8 @@ def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Requ
     reporter = ProgressReporter(enabled=bool(cfg.progress), total_steps=0, epochs=0)
     noise = Perturbation(gamma=gamma_train, sigma=sigma, mean=float(cfg.noise_mean), seed=int(cfg.seed))
     evaluation = evaluate(task.model, task.objective, split_of(task, request.split), task.prepare, full, noise,
-                          cfg.eval.batch_size, device,
-                          progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"))
+                          cfg.eval.batch_size, device, progress=reporter.evaluating(f"{run_name} on {cfg.data.name}"),
+                          streams=noise_streams(full, run_cfg))
     constraints = constraints_of(cfg, *recorded_reference(checkpoint))
     index = full.index(gamma_train)
     verdict = feasibility_verdict(evaluation.mean_loss[index], constraints, slacks,
