@@ -30,7 +30,12 @@ def _command(name: str, module: str) -> None:
             with ctrl_c_held():
                 import torch  # noqa: F401
 
-        status = importlib.import_module(module).main()
+        try:
+            status = importlib.import_module(module).main()
+        finally:
+            sys.stdout.flush()  # a reader gone (`| head`) shows here, not as Python's "Exception ignored" at exit
+    except BrokenPipeError:
+        status = _reader_gone()
     except OSError as error:  # a full disk where no record's own writer names it (a sweep's record, a report table)
         from cutlab.atomic import NO_SPACE
 
@@ -47,6 +52,17 @@ def _command(name: str, module: str) -> None:
         print(f"{name}: interrupted (Ctrl-C); run the same command again to go on", file=sys.stderr, flush=True)
         status = interrupted_exit()
     sys.exit(status)
+
+
+def _reader_gone() -> int:
+    """The reader of the command's output went away (``| head``, a pager quit): stop quietly, as a program killed by
+    SIGPIPE does (Python ignores that signal, so each later write would raise again and the exit end in a
+    traceback). Output to a file or a terminal never comes here."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # what is still buffered goes nowhere at exit, not into an error
+    return 128 + signal.SIGPIPE
 
 
 def cutlab() -> None:

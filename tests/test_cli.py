@@ -609,6 +609,27 @@ def test_ctrl_c_before_a_command_has_begun_its_work_is_one_line_and_130(tmp_path
                                                          "to go on\n", "")
 
 
+@pytest.mark.parametrize("command", [
+    ["cutlab", "--help"],  # Hydra's help, printed as the command exits
+    ["cutlab", "--plan", "-m", "--config-name", "table3"],
+    ["cutlab-reproduce", "--scale", "paper", "--plan", "--out", "{out}"],
+])
+def test_output_piped_into_a_reader_that_went_away_ends_quietly(tmp_path, command):
+    """``cutlab-reproduce --scale paper --plan | head -1`` ended in a 20-line BrokenPipeError traceback and exit 1:
+    the reader here is gone before the command writes, as head is after its line."""
+    import signal
+    import sys
+
+    name, *args = command
+    env = {**os.environ, "CUTLAB_RUNS_DIR": str(tmp_path / "runs"), "CUTLAB_CACHE_DIR": str(tmp_path / "cache")}
+    process = subprocess.Popen([str(Path(sys.executable).parent / name), *(a.format(out=tmp_path / "out")
+                                                                          for a in args)],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process.stdout.close()
+    stderr = process.stderr.read()
+    assert (process.wait(timeout=120), stderr) == (128 + signal.SIGPIPE, "")
+
+
 # the child's Ctrl-C lands exactly as numpy's type aliases import: torch imports numpy from C and, when that import
 # fails, goes on without it; a command that let torch import numpy first ran on and ended with 0 (in CI, the test
 # above once stopped `cutlab --plan` there; stopped at fixed delays, 7 of 70 stops between 0.35 and 0.41 s)
