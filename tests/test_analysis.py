@@ -540,9 +540,9 @@ def test_fig12_says_where_its_gamma_test_is_not_gamma_train_and_gives_the_in_dis
     assert not_in_distribution(pd.Series({"gamma_train": 0.09}), 0.0)[1] == ""  # a record without the share
 
 
-def test_no_two_panel_titles_of_fig12_overlap(tmp_path, monkeypatch):
-    """On the committed cpu-scale runs (gamma_train 0.09, off the gamma_test grid), each panel's "not in
-    distribution" note ran its title into the next panel's."""
+def test_no_two_panel_titles_of_fig12_overlap(golden_runs, tmp_path, monkeypatch):
+    """At a gamma_train off the gamma_test grid (0.09 against 0, 0.5, 1, as the cpu-scale runs), each panel's "not
+    in distribution" note ran its title into the next panel's."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     import analysis.figure_kit as figure_kit
@@ -551,11 +551,10 @@ def test_no_two_panel_titles_of_fig12_overlap(tmp_path, monkeypatch):
 
     drawn, save = [], figure_kit._save
     monkeypatch.setattr(figure_kit, "_save", lambda figure, *rest: drawn.append(figure) or save(figure, *rest))
-    runs = collect_runs(ROOT / "benchmarks/feasibility_study/reproduce_cpu/rerun_intel/runs")
-    assert descent_ratios(runs, tmp_path).paths
+    assert descent_ratios(collect_runs(golden_runs), tmp_path).paths
     renderer = FigureCanvasAgg(drawn[0]).get_renderer()
     titles = [ax.title.get_window_extent(renderer) for ax in drawn[0].axes if ax.get_visible()]
-    assert len(titles) == 9 and "not in distribution" in drawn[0].axes[0].get_title()
+    assert len(titles) > 1 and "not in distribution" in drawn[0].axes[0].get_title()
     assert not [(i, j) for i, a in enumerate(titles) for j, b in enumerate(titles) if i < j and a.overlaps(b)]
 
 
