@@ -114,15 +114,12 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
                         continue
                     values = [runs.curve(r).mean() if gamma_test is None else _at(runs.curve(r), gamma_test)
                               for r in arm_runs["run"]]
-                    ax.plot(arm_runs["L"].astype(int), values, **ARM_STYLE[arm])
+                    _depth_line(ax, arm, list(arm_runs["L"].astype(int)), values, arm_runs)
                     for depth, value, (_, run) in zip(arm_runs["L"], values, arm_runs.iterrows()):
                         if _mark(run):
                             # one row per arm, in the arm's colour: arms that end close no longer overprint
                             ax.annotate(_mark(run).strip(), (depth, value), textcoords="offset points",
                                         xytext=(5, 6 - 11 * k), color=ARM_STYLE[arm]["color"], va="center")
-                        if figure_marks.not_feasible(run):  # a hollow marker over the arm's: not feasible
-                            ax.plot([int(depth)], [value], linestyle="none", marker=ARM_STYLE[arm]["marker"],
-                                    color=ARM_STYLE[arm]["color"], markerfacecolor="white", zorder=3)
                 ax.set_xticks(sorted(chosen["L"].astype(int).unique()))
                 _title(ax, f"{model} · {dataset}\n{heading}")
                 ax.set_xlabel("depth L (number of blocks)")
@@ -132,6 +129,25 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
         return figure
 
     return _render(draw, out_dir, result)
+
+
+def _depth_line(ax, arm: str, depths: list[int], values: list[float], arm_runs: pd.DataFrame) -> None:
+    """One arm's line against depth by Fig 2's rule (analysis.figure_marks): a segment with a run that is not strictly
+    feasible at either end dotted, that run's marker hollow; in the legend the arm, and its dotted line with the marks
+    (the runs of one line differ in verdict, so the line's style changes along it)."""
+    style = {key: value for key, value in ARM_STYLE[arm].items() if key != "label"}
+    rows = [run for _, run in arm_runs.iterrows()]
+    for a in range(len(rows) - 1):
+        ax.plot(depths[a:a + 2], values[a:a + 2],
+                **{**style, **(line_style(rows[a]) or line_style(rows[a + 1])), "marker": "none"})
+    for depth, value, run in zip(depths, values, rows):
+        ax.plot([depth], [value], **{**style, **line_style(run), "linestyle": "none"})
+    label = ARM_STYLE[arm]["label"]
+    if not all(figure_marks.not_feasible(run) for run in rows):  # legend entries only: no data
+        ax.plot([], [], **style, label=label)
+    failed = [run for run in rows if figure_marks.not_feasible(run)]
+    if failed:
+        ax.plot([], [], **{**style, **line_style(failed[0])}, label=label + "".join(dict.fromkeys(map(_mark, failed))))
 
 
 # ----------------------------------------------------------------------------------------------- Figs 5, 14, 15

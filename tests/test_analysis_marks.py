@@ -1,0 +1,75 @@
+"""What the figures and tables say of themselves: Fig 3's marks of runs that are not strictly feasible (as Fig 2's),
+the γ_train a figure skipped at, and the command named at the head of each LaTeX table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from matplotlib.lines import Line2D
+
+from helpers.analysis import write_run
+
+CONSTRAINED = "#0072B2"  # analysis.figure_kit.ARM_STYLE["constrained"]
+
+
+@pytest.fixture
+def drawn(monkeypatch) -> list:
+    """The figures drawn, as they were saved."""
+    import analysis.figure_kit as figure_kit
+
+    figures, save = [], figure_kit._save
+    monkeypatch.setattr(figure_kit, "_save", lambda figure, *rest: figures.append(figure) or save(figure, *rest))
+    return figures
+
+
+def depth_runs(root: Path) -> Path:
+    """Constrained and ERM at L = 2, 3, 4 of one cell; the constrained run at L = 4 infeasible."""
+    cell = dict(model="dust", dataset="synthetic", gamma=0.09)
+    for depth in (2, 3, 4):
+        write_run(root, f"con_L{depth}", **cell, L=depth, constrained=True, test=14.0 - depth, selection=14.0,
+                  verdict="infeasible" if depth == 4 else None, violated=(2,) if depth == 4 else ())
+        write_run(root, f"erm_L{depth}", **cell, L=depth, constrained=False, test=15.0 - depth, selection=15.0)
+    write_run(root, "text_erm", model="ut_text", dataset="imdb", L=2, gamma=0.4, constrained=False,
+              test=[0.8, 0.7, 0.6, 0.5], selection=0.7)  # the only run at γ_train 0.4
+    return root
+
+
+def segments(ax, colour: str) -> dict[tuple[float, float], list[Line2D]]:
+    """Each pair of neighbouring depths the lines of ``colour`` join, with the lines joining them."""
+    joined: dict[tuple[float, float], list[Line2D]] = {}
+    for line in ax.lines:
+        if line.get_color() == colour and line.get_linestyle() != "None":
+            x = [float(v) for v in line.get_xdata()]
+            for pair in zip(x, x[1:]):
+                joined.setdefault(pair, []).append(line)
+    return joined
+
+
+def test_fig3_draws_a_segment_through_a_not_feasible_run_dotted_hollow_and_marked_in_the_legend(tmp_path, drawn):
+    """Fig 3 drew the constrained line through an infeasible (†) run solid, its legend without the mark, while its
+    caption says such runs are drawn dotted with hollow markers (as Fig 2 does)."""
+    from analysis.collect import collect_runs
+    from analysis.figure_marks import NOT_FEASIBLE_LINE
+    from analysis.figures import rmse_vs_depth
+
+    dotted = Line2D([], [], **NOT_FEASIBLE_LINE)._unscaled_dash_pattern  # Fig 2's not-feasible line
+    result = rmse_vs_depth(collect_runs(depth_runs(tmp_path / "runs")), tmp_path / "fig")
+    assert result.written, result.skipped
+    axes = [ax for ax in drawn[0].axes if ax.get_visible()]
+    assert len(axes) == 3  # lowest γ_test, mean over the grid, highest
+    for ax in axes:
+        joined = segments(ax, CONSTRAINED)
+        assert {line.get_linestyle() for line in joined[(2.0, 3.0)]} == {"-"}  # feasible at both ends: solid
+        assert joined[(3.0, 4.0)] and all(line._unscaled_dash_pattern == dotted for line in joined[(3.0, 4.0)])
+        faces = {}  # the face seen at each depth: the last marker drawn there
+        for line in ax.lines:
+            if line.get_color() == CONSTRAINED and line.get_marker() not in (None, "None", ""):
+                faces.update({float(x): line.get_markerfacecolor() for x in line.get_xdata()})
+        assert faces[4.0] == "white" and faces[2.0] != "white" and faces[3.0] != "white"
+        legend = {text.get_text(): handle for text, handle in
+                  zip(ax.get_legend().get_texts(), ax.get_legend().legend_handles)}
+        assert legend["constrained"].get_linestyle() == "-"
+        assert legend["constrained †"]._unscaled_dash_pattern == dotted
+        assert legend["constrained †"].get_markerfacecolor() == "white"
+        assert {line.get_linestyle() for lines in segments(ax, "#D55E00").values() for line in lines} == {"--"}
