@@ -162,6 +162,11 @@ def _at_reference(runs: RunTable, task: str, gamma_train: float | None) -> tuple
     return results[np.isclose(results["gamma_train"].astype(float), gamma)], gamma
 
 
+def _at_level(gamma_train: float | None) -> str:
+    """A skip reason's `` at γ_train = 0.4`` where --gamma-train chose the level: runs at other levels may exist."""
+    return f" at γ_train = {gamma_train:g}" if gamma_train is not None else ""
+
+
 def _best_per(results: pd.DataFrame, keys: list[str], rule: str) -> pd.DataFrame:
     """Best run by ``rule`` (analysis.selection) per ``keys`` (+ arm), every arm of one ``keys`` group in one setting
     (precision, steps, gamma_test grid), so that no figure sets a 400-step arm beside a 60-step one: fp32 where a

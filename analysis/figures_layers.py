@@ -17,8 +17,9 @@ from . import figure_marks
 from .figure_marks import integer_ticks, line_style
 from .selection import ARM_LABELS, ARMS, CHOSEN_BY, cell_label
 from .figure_kit import (
-    ARM_STYLE, FigureResult, GAMMA_TEST, LOSS_LABEL, MARKS_CAPTION, MAX_PANELS, MAX_ROWS, TITLES, _at_reference,
-    _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel, settings_left_out,
+    ARM_STYLE, FigureResult, GAMMA_TEST, LOSS_LABEL, MARKS_CAPTION, MAX_PANELS, MAX_ROWS, TITLES, _at_level,
+    _at_reference, _best_per, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
+    settings_left_out,
 )
 
 
@@ -41,7 +42,7 @@ def layerwise_loss(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             cells.append(_best_per(results, ["task", "model", "dataset", "L"], runs.selection))
     best = pd.concat(cells) if cells else pd.DataFrame()
     if best.empty:
-        result.skipped = "no complete runs" + (f" at γ_train = {gamma_train:g}" if gamma_train is not None else "")
+        result.skipped = "no complete runs" + _at_level(gamma_train)
         return result
     keys = list(dict.fromkeys(zip(best["task"], best["model"], best["dataset"], best["L"], best["gamma_train"])))
     hidden = len(keys) - MAX_PANELS
@@ -169,7 +170,7 @@ def descent_ratios(runs: RunTable, out_dir: Path, gamma_train: float | None = No
             theirs = sample_ratios(runs, erm.iloc[0], mine[1]) if len(erm) else None
             panels.append((run, mine[0], mine[1], theirs[0] if theirs else None))
     if not panels:
-        result.skipped = "no complete constrained run with a readable sample_losses.csv"
+        result.skipped = f"no complete constrained run{_at_level(gamma_train)} with a readable sample_losses.csv"
         return result
     result.caption = ("Per-sample ratios ℓ_l / ℓ_{l−1} over every test sample and layer l = 1…L, at the "
                       "γ_test nearest γ_train (sample_losses.csv holds the test grid; a panel whose γ_test is not "

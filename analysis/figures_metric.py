@@ -15,7 +15,7 @@ from . import figure_marks
 from .figure_marks import line_style
 from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, three_gammas, with_settings
 from .figure_kit import (
-    ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_reference,
+    ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_level, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
     settings_left_out,
     distinguishing,
@@ -37,8 +37,7 @@ def _metric_vs_gamma(runs: RunTable, out_dir: Path, task: str, stem: str, gamma_
     title = result.title
     results, gamma = _at_reference(runs, task, gamma_train)
     if results.empty:
-        at = f" at γ_train = {gamma_train:g}" if gamma_train is not None else ""
-        result.skipped = (f"no complete {task} runs{at}"
+        result.skipped = (f"no complete {task} runs{_at_level(gamma_train)}"
                           + (" (text classification runs, metric accuracy)" if task == "text" else ""))
         return result
     best = _best_per(results, ["task", "model", "dataset"], runs.selection)
@@ -81,7 +80,7 @@ def rmse_vs_depth(runs: RunTable, out_dir: Path, gamma_train: float | None = Non
     result = FigureResult("fig03_rmse_vs_depth", TITLES["fig03_rmse_vs_depth"])
     results, gamma = _at_reference(runs, "video", gamma_train)
     if results.empty:
-        result.skipped = "no complete video runs"
+        result.skipped = "no complete video runs" + _at_level(gamma_train)
         return result
     best = _best_per(results, ["task", "model", "dataset", "L"], runs.selection)
     depths = best.groupby(["model", "dataset"], sort=False)["L"].nunique()

@@ -73,3 +73,17 @@ def test_fig3_draws_a_segment_through_a_not_feasible_run_dotted_hollow_and_marke
         assert legend["constrained †"]._unscaled_dash_pattern == dotted
         assert legend["constrained †"].get_markerfacecolor() == "white"
         assert {line.get_linestyle() for lines in segments(ax, "#D55E00").values() for line in lines} == {"--"}
+
+
+def test_a_figure_skipped_at_a_gamma_train_says_the_level(tmp_path):
+    """At --gamma-train 0.4, where only a text run was trained, Fig 3 said "no complete video runs" (and Fig 12 "no
+    complete constrained run ...") though video runs exist at another level; Fig 2 says the level."""
+    from analysis import figures
+    from analysis.collect import collect_runs
+
+    runs, out = collect_runs(depth_runs(tmp_path / "runs")), tmp_path / "fig"
+    assert figures.rmse_vs_gamma(runs, out, gamma_train=0.4).skipped == "no complete video runs at γ_train = 0.4"
+    assert figures.rmse_vs_depth(runs, out, gamma_train=0.4).skipped == "no complete video runs at γ_train = 0.4"
+    assert figures.descent_ratios(runs, out, gamma_train=0.4).skipped == (
+        "no complete constrained run at γ_train = 0.4 with a readable sample_losses.csv")
+    assert not out.exists()
