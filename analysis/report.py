@@ -65,7 +65,7 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     out_dir = Path(out_dir)
     _remove_stale(out_dir)
     tables = build_tables(runs)
-    table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR)]
+    table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR, command)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
     report = Report(out_dir / REPORT, tables, table_files, figures)
     from .transfer import STEM, transfer_sections  # cutlab-eval's records of these runs, when there are any
