@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from cutlab.atomic import write_atomic
+from cutlab.atomic import unwritable, write_atomic
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import rate_text, tally
 from cutlab.errors import CutlabError, refuse_blank
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         refuse_blank("--out", args.out, f"pass a folder, or leave --out out for reproduce-{args.scale}")
         out = Path(args.out or f"reproduce-{args.scale}").resolve()
-        check_out_folder(out)
+        check_out_folder(out, writes=not args.plan)
         inputs = Inputs(parse_pairs(args.data, "--data", dataset_names()),
                         parse_pairs(args.weights, "--weights", list(WEIGHTS)), data_dir())
         planned = resolve(args.scale, inputs, out / "runs", args.overrides)
@@ -94,10 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     return run(args.scale, planned, out)
 
 
-def check_out_folder(out: Path) -> None:
+def check_out_folder(out: Path, writes: bool = True) -> None:
     """Before any grid runs: the files the reproduction writes in ``out`` are neither a link's target (a planted
-    ``skipped.md -> ~/notes.md`` was overwritten, ``report -> elsewhere`` got the report) nor a skipped.md of one's
-    own. ``--out`` itself, and its runs/, may be links: the user typed the one and may keep runs on another disk."""
+    ``skipped.md -> ~/notes.md`` was overwritten, ``report -> elsewhere`` got the report) nor a skipped.md or a
+    report.md of one's own. ``--out`` itself, and its runs/, may be links: the user typed the one and may keep runs on
+    another disk. With ``writes`` (not for a plan), ``out``, its runs/ and report/ can be written: found only at the
+    end, every grid had run first (hours at the cpu scale)."""
+    from cutlab_analysis.out_folder import not_ours
+
     for name in (SKIPPED, "report"):
         problem = linked(out / name)
         if problem:
@@ -108,6 +112,16 @@ def check_out_folder(out: Path) -> None:
     if problem or (skipped.is_file() and not skipped.read_bytes().startswith(SKIPPED_HEAD.encode())):
         raise CutlabError(f"{problem or f'{skipped} is not the list of cells an earlier reproduction wrote'}; "
                           "cutlab-reproduce writes its own there: move it aside, or pass another --out")
+    foreign = not_ours(out / "report")  # cutlab-analysis would refuse it once every grid had run
+    if foreign:
+        raise CutlabError(f"{foreign[0]} was not written by cutlab-analysis, and the report would replace it; "
+                          "cutlab-reproduce writes its report in --out's report/: move that file, or pass another "
+                          "--out")
+    for folder in (out, out / "runs", out / "report") if writes else ():
+        problem = unwritable(folder)
+        if problem:
+            raise CutlabError(f"cannot write to {folder} ({problem}); cutlab-reproduce writes its runs, skipped.md and "
+                              "report there: pass a writable --out")
 
 
 def run(scale: str, planned, out: Path) -> int:
