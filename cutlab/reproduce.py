@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from cutlab.atomic import unwritable, write_atomic
+from cutlab.atomic import os_reason, unwritable, write_atomic
 from cutlab.config.paths import data_dir
 from cutlab.core.progress import rate_text, tally
 from cutlab.errors import CutlabError, refuse_blank
@@ -162,25 +162,26 @@ def run(scale: str, planned, out: Path) -> int:
                     left=clock.left())
     skipped.update(notes(scale))
     otherwise = dict([UT_AT_ZERO])  # run, with another setting than the rest of its grid
-    out.mkdir(parents=True, exist_ok=True)
-    sections = [f"{SKIPPED_HEAD}{title}\n\n" + "".join(f"- {cell}: {why}\n" for cell, why in cells.items())
-                for title, cells in (("not run", skipped), ("run otherwise", otherwise))]
-    write_atomic(out / SKIPPED, "\n".join(sections))
+    report = out / "report" / "report.md"
+    try:
+        kept = write_skipped_and_clear_report(out, skipped, otherwise, report)
+    except OSError as error:  # --out made read-only while the grids ran (check_out_folder saw it writable)
+        where = Path(error.filename).parent if error.filename else out
+        print(f"cutlab-reproduce: error: cannot write in {where} ({os_reason(error)}); make --out writable and run "
+              "the same command again: finished runs are kept and skipped", file=sys.stderr)
+        return 2
+    except CutlabError as error:  # a full disk
+        print(f"cutlab-reproduce: error: {error}", file=sys.stderr)
+        return 2
     for cell, reason in skipped.items():
         print(f"cutlab-reproduce: not run: {cell}: {reason}", file=sys.stderr)
     for cell, reason in otherwise.items():
         print(f"cutlab-reproduce: run otherwise: {cell}: {reason}", file=sys.stderr)
     from cutlab_analysis.__main__ import main as analysis_main
-    from cutlab_analysis.out_folder import not_ours
 
-    report = out / "report" / "report.md"
-    kept = not_ours(report.parent)  # one's own report.md there: the analysis refuses it in one line, and it stays
-    for earlier in (report, report.with_suffix(".html")):  # an earlier reproduction's must not pass for this one's
-        if earlier not in kept:
-            earlier.unlink(missing_ok=True)
     status = analysis_main([str(out / "runs"), "--out", str(out / "report")])
     ended = f"cutlab-reproduce: {scale} scale finished in {time.perf_counter() - started:.0f} s; "
-    if report.is_file():
+    if status == 0 and report.is_file():  # written now: not a report of one's own the analysis refused
         print(ended + f"report at {report}", file=sys.stderr)
     else:  # analysis said why (no run records, ...) on the line above
         print(ended + "no report was written", file=sys.stderr)
@@ -189,6 +190,22 @@ def run(scale: str, planned, out: Path) -> int:
         print(f"cutlab-reproduce: error: {line}; the report is partial. Fix the messages above and run the same "
               "command again: finished runs are kept and skipped", file=sys.stderr)
     return 1 if stopped else status
+
+
+def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, report: Path) -> list[Path]:
+    """Write skipped.md and remove an earlier reproduction's report, which must not pass for this one's; returns the
+    report files of one's own there (the analysis refuses them in one line, and they stay)."""
+    from cutlab_analysis.out_folder import not_ours
+
+    out.mkdir(parents=True, exist_ok=True)
+    sections = [f"{SKIPPED_HEAD}{title}\n\n" + "".join(f"- {cell}: {why}\n" for cell, why in cells.items())
+                for title, cells in (("not run", skipped), ("run otherwise", otherwise))]
+    write_atomic(out / SKIPPED, "\n".join(sections))
+    kept = not_ours(report.parent)
+    for earlier in (report, report.with_suffix(".html")):
+        if earlier not in kept:
+            earlier.unlink(missing_ok=True)
+    return kept
 
 
 def run_grid(argv: list[str]) -> tuple[int, bool]:

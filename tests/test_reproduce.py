@@ -380,6 +380,9 @@ def test_a_report_md_of_ones_own_in_the_report_folder_is_kept(tmp_path, capsys):
     (out / "report" / "report.md").write_text("# My own notes\n\ndo not lose\n")
     assert run("smoke", [], out) != 0
     assert (out / "report" / "report.md").read_text() == "# My own notes\n\ndo not lose\n"
+    # the analysis refused it, and the last line said "report at OUT/report/report.md": one's own file
+    err = capsys.readouterr().err
+    assert "report at" not in err and "no report was written" in err, err
 
 
 def test_each_grid_is_named_by_its_arm_where_one_cell_is_split_in_three(tmp_path, capsys):

@@ -61,3 +61,17 @@ def test_a_report_md_of_ones_own_is_refused_before_any_grid_runs(tmp_path, capsy
                      "that file, or pass another --out\n")
     assert (out / "report" / "report.md").read_text() == "# My own notes\n" and not (out / "runs").exists()
 
+
+def test_an_out_made_read_only_while_the_grids_ran_ends_in_one_line(tmp_path, capsys):
+    # skipped.md, and the earlier report's removal, failed in a PermissionError (OSError) traceback
+    from cutlab.reproduce import run
+
+    out = tmp_path / "out"
+    (out / "report").mkdir(parents=True)
+    with read_only(out):
+        status = run("smoke", [], out)
+    error = capsys.readouterr().err.splitlines()
+    assert status == 2 and error[-1] == (f"cutlab-reproduce: error: cannot write in {out} (read-only file system); "
+                                         "make --out writable and run the same command again: finished runs are "
+                                         "kept and skipped"), error
+    assert not (out / "skipped.md").exists()
