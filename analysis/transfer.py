@@ -5,7 +5,7 @@ other data or on another gamma_test grid. This module reads them for the runs of
 
 - a train-data x test-data table: per run, its mean last-layer metric over each evaluation's grid (and over its own
   test split's grid), with the verdict on that data marked as in the paper's tables;
-- per evaluation dataset, a figure of the last layer's metric against gamma_test, one line per run.
+- per evaluation dataset, a figure of the last layer's metric against gamma_test, one line per run and grid.
 
 Nothing is written when no run has an evaluation record, so reports of plain runs are unchanged.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -33,6 +34,9 @@ from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD, data_label
 
 STEM = "transfer"  # tables/transfer.{md,csv}, figures/transfer_<data>.{png,pdf}
 OWN = "own test split"
+LEGEND_WIDTH = 90  # characters a legend row holds across the figure's 5.5 inches
+LEGEND_LINE = 0.16  # inches of figure height a legend row takes
+MORE_MARKERS = ("D", "v", "P", "X", "*", "h", "<", ">")  # none an arm's (o, ^, s): a second line is no other arm
 
 
 def read_evaluations(runs: RunTable) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -110,8 +114,12 @@ def columns_apart(labels: list[str], grids: list[tuple], requests: list[dict]) -
     return columns
 
 
+def _grid(grid: tuple[float, ...]) -> str:
+    return f"γ_test {grid[0]:g}…{grid[-1]:g} ({len(grid)})"
+
+
 def _column(label: str, grid: tuple[float, ...]) -> str:
-    return f"{label} γ_test {grid[0]:g}…{grid[-1]:g} ({len(grid)})"
+    return f"{label} {_grid(grid)}"
 
 
 def transfer_table(runs: RunTable, evaluations: pd.DataFrame) -> pd.DataFrame:
@@ -139,37 +147,74 @@ def _cell(value: float, verdict) -> str:
 
 def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataFrame, label: str, out_dir: Path,
                     stem: str) -> list[Path]:
-    """The last layer's metric against γ_test on one evaluation dataset, one line per run (arm styles of Fig 2; a
-    constrained run not strictly feasible on that data dotted, with hollow markers, as in Fig 2)."""
+    """The last layer's metric against γ_test on one evaluation dataset, one line per run and grid (arm styles of
+    Fig 2, each further line of an arm its own marker; a constrained run not strictly feasible on that data dotted,
+    with hollow markers, as in Fig 2)."""
     chosen = evaluations[evaluations["label"] == label]
-    legends = _legends([runs.run(name) for name in chosen["run"]], list(chosen["verdict"]))
+    evaluated = [runs.run(name) for name in chosen["run"]]
+    legends = [_wrapped(legend) for legend in _legends(evaluated, list(chosen["grid"]), list(chosen["verdict"]))]
+    entry_lines = sum(legend.count("\n") + 1 for legend in legends)
     with matplotlib.rc_context(RC):
-        figure = Figure(figsize=(5.5, 3.6), layout="constrained")
+        figure = Figure(figsize=(5.5, 3.4 + LEGEND_LINE * entry_lines), layout="constrained")
         ax = figure.subplots()
-        for (_, evaluation), legend in zip(chosen.iterrows(), legends):
-            run = runs.run(evaluation["run"])
+        for (_, evaluation), run, legend, marker in zip(chosen.iterrows(), evaluated, legends,
+                                                        _markers([run["arm"] for run in evaluated])):
             rows = metrics[(metrics["run"] == evaluation["run"]) & (metrics["label"] == label)
                            & (metrics["grid"] == evaluation["grid"]) & (metrics["metric"] == evaluation["metric"])]
             rows = rows[rows["layer"] == rows["layer"].max()].sort_values("gamma_test")
-            style = {**ARM_STYLE.get(run["arm"], {}), **line_style({"verdict": evaluation["verdict"]})}
+            style = {**ARM_STYLE.get(run["arm"], {}), "marker": marker,
+                     **line_style({"verdict": evaluation["verdict"]})}
             ax.plot(rows["gamma_test"], rows["value"], **{**style, "label": _math(legend)})
             ax.axvline(run["gamma_train"], color=style.get("color", "grey"), linewidth=0.6, alpha=0.4)
         ax.set_xlabel(GAMMA_TEST)
         ax.set_ylabel(_metric_label(chosen["metric"].iloc[0]))
         ax.set_title(f"evaluated on {label}")
-        ax.legend()
+        # below the plot, one entry a row: beside or inside it, entries this long squeezed the plot to nothing
+        figure.legend(loc="outside lower center", ncol=1)
         return _save(figure, out_dir, stem)
 
 
-def _legends(runs: list[pd.Series], verdicts: list) -> list[str]:
-    """One legend entry per run: arm, model, L, γ_train, training data and the verdict's mark; the seed, then the
-    run's folder, where that leaves two entries alike (several seeds of one cell)."""
+def _legends(runs: list[pd.Series], grids: list[tuple], verdicts: list) -> list[str]:
+    """One legend entry per line: arm, model, L, γ_train, training data and the verdict's mark; where that leaves
+    entries alike, what differs among them: the γ_test grid as the table's columns name it (one run evaluated twice),
+    then the seed (several seeds of one cell), then the run's folder."""
     legends = [f"{ARM_STYLE.get(run['arm'], {}).get('label', run['arm'])} · {run['model']} L={int(run['L'])} "
                f"γ_train={run['gamma_train']:g} · trained on {run['dataset']}" for run in runs]
-    for extra in (lambda run: f"seed {run.get('seed')}", lambda run: str(run["run"])):
-        alike = {legend for legend in legends if legends.count(legend) > 1}
-        legends = [legend + f" · {extra(run)}" if legend in alike else legend for legend, run in zip(legends, runs)]
+    for extra in (lambda i: _grid(grids[i]), lambda i: f"seed {runs[i].get('seed')}", lambda i: str(runs[i]["run"])):
+        alike: dict[str, list[int]] = {}
+        for i, legend in enumerate(legends):
+            alike.setdefault(legend, []).append(i)
+        for members in alike.values():
+            if len({extra(i) for i in members}) > 1:
+                for i in members:
+                    legends[i] += f" · {extra(i)}"
     return [legend + (f" {mark(verdict)}" if mark(verdict) else "") for legend, verdict in zip(legends, verdicts)]
+
+
+def _wrapped(legend: str) -> str:
+    """A legend entry in rows of at most LEGEND_WIDTH characters, broken after a ``·`` where it can be: in one row,
+    a long run folder's name ran past the figure's edges."""
+    rows = [""]
+    for part in legend.split(" · "):
+        joined = f"{rows[-1]} · {part}" if rows[-1] else part
+        if len(joined) <= LEGEND_WIDTH or not rows[-1]:
+            rows[-1] = joined
+        else:
+            rows[-1] += " ·"
+            rows.append(part)
+    return "\n".join(line for row in rows for line in textwrap.wrap(row, LEGEND_WIDTH, break_on_hyphens=False))
+
+
+def _markers(arms: list[str]) -> list[str]:
+    """Each line's marker: its arm's for the arm's first line, then others in turn, so no two lines look alike (one
+    run on two grids, several seeds)."""
+    seen: dict[str, int] = {}
+    markers = []
+    for arm in arms:
+        n = seen[arm] = seen.get(arm, -1) + 1
+        own = ARM_STYLE.get(arm, {}).get("marker", "o")
+        markers.append(own if n == 0 else MORE_MARKERS[(n - 1) % len(MORE_MARKERS)])
+    return markers
 
 
 def figure_stems(labels: list[str]) -> dict[str, str]:

@@ -567,3 +567,48 @@ def test_old_and_new_records_of_one_relative_root_are_one_data_cell():
         == [[], []]
     assert settings_apart([{"name": "x", "root": "tiny.npz"}, {"name": "x", "root": "/d/a/other.npz"}]) == [
         ["root=tiny.npz"], ["root=other.npz"]]
+
+
+def test_one_run_on_two_grids_of_one_data_draws_lines_told_apart_and_a_legend_that_fits(tmp_path, monkeypatch):
+    """One run evaluated on one data with two γ_test grids drew both lines alike under two identical legend entries
+    (the run's folder), the legend running off the figure and the layout collapsing; each entry now names its grid as
+    the table's column does, the lines differ, and the legend fits, a run folder's long name included."""
+    import warnings
+
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from analysis.collect import collect_runs
+    from analysis.transfer import transfer_sections
+    from helpers.analysis import write_run
+
+    drawn, saved = [], []
+    plot, savefig = Axes.plot, Figure.savefig
+    monkeypatch.setattr(Axes, "plot", lambda ax, *a, **k: drawn.append(k) or plot(ax, *a, **k))
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: saved.append(figure) or savefig(figure, *a, **k))
+    cell = dict(model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True, test=20.0, selection=20.0,
+                data={k: v for k, v in PED2.items() if k != "name"})
+    twice = write_run(tmp_path / "runs", "train.epochs=1,train.max_steps_per_epoch=3", **cell)
+    once = write_run(tmp_path / "runs", "train.epochs=1,train.max_steps_per_epoch=4", **cell)  # same cell and seed
+    wider = {**ped2_request(), "gamma_test": [0.0, 0.5, 1.5]}
+    for run, request in ((twice, ped2_request()), (twice, wider), (once, ped2_request())):
+        write_evaluation(run, request, "ucsd_ped2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "constrained_layout not applied because axes sizes collapsed to zero"
+        lines = transfer_sections(collect_runs(tmp_path / "runs"), tmp_path / "out")
+    assert len([line for line in lines if line.startswith("![")]) == 1
+    legends = {k["label"].replace("\n", " ") for k in drawn if "label" in k}
+    grid = r"$\gamma_\mathrm{test}$ 0…"
+    assert legends == {
+        f"constrained · dust L=2 $\\gamma_\\mathrm{{train}}$=0.09 · trained on ucsd_ped2 · {grid}{end}"
+        for end in ("1.5 (3)", "1 (3) · train.epochs=1,train.max_steps_per_epoch=3",
+                    "1 (3) · train.epochs=1,train.max_steps_per_epoch=4")}, legends
+    styles = [tuple(k.get(key) for key in ("color", "linestyle", "marker", "markerfacecolor")) for k in drawn]
+    assert len(set(styles)) == 3, styles
+    figure = saved[0]
+    figure.draw_without_rendering()  # the layout the PNG was saved with (kept: the layout engine is off by then)
+    (legend,) = figure.legends or [ax.get_legend() for ax in figure.axes]
+    box, page = legend.get_window_extent(), figure.bbox
+    assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+    assert figure.axes[0].get_position().width > 0.6  # the plot keeps most of the width, not squeezed by the legend
+    assert box.y1 < figure.axes[0].get_window_extent().y0  # below the plot, not over its lines
