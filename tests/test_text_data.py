@@ -168,6 +168,22 @@ def test_mnli_glue_tsv_and_multinli_jsonl(tmp_path):
     assert read_mnli(str(tmp_path), "test", "multinli_1.0_dev_matched.jsonl") == [("p", "h", 2)]
 
 
+def test_mnli_tsv_labels_written_as_glue_indices_read_as_glue_names_them(tmp_path):
+    """A TSV exported from GLUE or Hugging Face holds 0/1/2 in its label column, read as text: "0" was refused with
+    a message that said 0, 1, 2 are accepted. They now read as GLUE's (and hf:glue/mnli's) 0 entailment, 1 neutral,
+    2 contradiction; an unlabelled test row's "-1" is skipped, as the number -1 is."""
+    rows = [("p0", "h0", "0"), ("p1", "h1", " 1"), ("p2", "h2", "2"), ("p3", "h3", "-1")]
+    (tmp_path / "train.tsv").write_text("sentence1\tsentence2\tlabel\n" + "".join("\t".join(r) + "\n" for r in rows))
+    assert read_mnli(str(tmp_path), "train", "train.tsv") == [("p0", "h0", 0), ("p1", "h1", 1), ("p2", "h2", 2)]
+    by_name = [{"premise": "p", "hypothesis": "h", "label": name} for name in ("entailment", "neutral", "contradiction")]
+    (tmp_path / "names.jsonl").write_text("".join(json.dumps(row) + "\n" for row in by_name))
+    assert [label for _, _, label in read_mnli(str(tmp_path), "train", "names.jsonl")] == [0, 1, 2]
+    (tmp_path / "dev_matched.tsv").write_text("sentence1\tsentence2\tlabel\np\th\t3\n")
+    with pytest.raises(CutlabError, match=r"dev_matched.tsv:2: MNLI label must be one of entailment, neutral, "
+                                          r"contradiction \(or 0, 1, 2\), got '3'$"):
+        read_mnli(str(tmp_path), "test", "dev_matched.tsv")
+
+
 def test_mnli_label_outside_three_classes_names_the_row(tmp_path):
     (tmp_path / "train.tsv").write_text("\t".join(GLUE_HEADER[:10] + ["gold_label"]) + "\n"
                                         + "\t".join(["0"] * 8 + ["a", "b", "maybe"]) + "\n")

@@ -150,7 +150,10 @@ def read_imdb(root: str, split: str, file: str, num_labels: int = 2) -> list[Exa
 # ----------------------------------------------------------------------------------------------------- MNLI
 
 def mnli_label(value, where: str) -> int | None:
-    """0/1/2 for a gold label (name or GLUE index), None for an unlabelled row; anything else is an error."""
+    """0/1/2 for a gold label (name or GLUE index, as a number or as a TSV's text), None for an unlabelled row;
+    anything else is an error."""
+    if isinstance(value, str) and value.strip() in ("-1", "0", "1", "2"):  # a TSV's cells are text: GLUE's indices
+        value = int(value)
     if value in MNLI_UNLABELLED:
         return None
     if isinstance(value, str) and value.strip().lower() in MNLI_LABELS:
