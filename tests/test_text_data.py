@@ -184,6 +184,20 @@ def test_mnli_tsv_labels_written_as_glue_indices_read_as_glue_names_them(tmp_pat
         read_mnli(str(tmp_path), "test", "dev_matched.tsv")
 
 
+def test_an_imdb_label_written_as_a_string_is_refused_for_its_type_naming_the_fix(tmp_path):
+    """A label "1" was refused as out of range ("must be 0 .. 2, got '1'") and sent its user to data.num_labels,
+    which cannot help: its type is what is wrong."""
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"text": "review", "label": "1"}) + "\n")
+    for num_labels in (2, 3):
+        with pytest.raises(CutlabError, match=r"rows.jsonl:1: label must be a number, got the string '1'; write it "
+                                              r"as a number \(\"label\": 1\)$"):
+            read_imdb(str(tmp_path), "train", "rows.jsonl", num_labels=num_labels)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"text": "review", "label": "positive"}) + "\n")
+    with pytest.raises(CutlabError, match=r"rows.jsonl:1: label must be a number, got the string 'positive'; write "
+                                          r"it as a number, 0 .. 1 \(\"label\": 0\)$"):
+        read_imdb(str(tmp_path), "train", "rows.jsonl")
+
+
 def test_mnli_label_outside_three_classes_names_the_row(tmp_path):
     (tmp_path / "train.tsv").write_text("\t".join(GLUE_HEADER[:10] + ["gold_label"]) + "\n"
                                         + "\t".join(["0"] * 8 + ["a", "b", "maybe"]) + "\n")

@@ -93,6 +93,10 @@ def _imdb_label(value, where: str, num_labels: int) -> int:
     """0 .. num_labels - 1: IMDb's sentiment, or the classes of other text a run declares with data.num_labels."""
     if value in range(num_labels) and not isinstance(value, bool):
         return int(value)
+    if isinstance(value, str):  # "1": its type is what is wrong, and data.num_labels cannot help
+        example = value.strip() if value.strip() in map(str, range(num_labels)) else None
+        raise CutlabError(f"{where}: label must be a number, got the string {value!r}; write it as a number"
+                          + (f' ("label": {example})' if example else f', 0 .. {num_labels - 1} ("label": 0)'))
     # the refusal names the key that lets more classes in, to train on them: cutlab-eval's run was trained on
     # num_labels classes, and its readout cannot score more (the same words there sent its user to a refusal)
     if num_labels == 2:
