@@ -117,6 +117,27 @@ class PlainModule(nn.Module):
     def __init__(self, depth: int, step: float = 0.3) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.zeros(1))
+
+
+class NoGradForward(TemporalSmoother):
+    @torch.no_grad()
+    def forward(self, tokens):
+        return super().forward(tokens)
+
+
+class Detached(TemporalSmoother):
+    def forward(self, tokens):
+        return [out.detach() for out in super().forward(tokens)]
+
+
+class IgnoresParameters(TemporalSmoother):
+    def forward(self, tokens):
+        return [tokens] * (self.depth + 1)
+
+
+class NoneFirst(TemporalSmoother):
+    def forward(self, tokens):
+        return [None] + super().forward(tokens)[1:]
 '''
 
 
@@ -141,12 +162,31 @@ class PlainModule(nn.Module):
                                                   "constrained_paper|erm (the presets for video data), or add it to "
                                                   "the model's yaml"),
     ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
+    ("mistakes.NoneFirst", "", "NoneFirst returned a list holding a NoneType as Phi_0; a LayerwiseModel returns the "
+                               "list [Phi_0, ..., Phi_L] of tensors"),  # was AttributeError's traceback
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
         "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",
-        "no-paper", "no-task"])
+        "no-paper", "no-task", "none-in-list"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""
+    runs = _refused_in_one_line(tmp_path, target, extra, expected)
+    assert not [p for p in runs.glob("*") if not p.name.startswith("_")] if runs.exists() else True
+
+
+@pytest.mark.parametrize("name", ["NoGradForward", "Detached", "IgnoresParameters"])
+def test_a_model_whose_outputs_carry_no_gradient_is_refused_in_one_line_at_its_first_step(tmp_path, name):
+    """It ended in torch's "element 0 of tensors does not require grad" traceback at the backward pass. Found as the
+    first step checks its outputs (the set-up's passes run without gradients), the run's record says why it failed."""
+    expected = (f"{name}'s Phi_1 carries no gradient; Phi_1..Phi_L must depend on the model's parameters (no "
+                "torch.no_grad() or .detach() in its forward)")
+    runs = _refused_in_one_line(tmp_path, f"mistakes.{name}", "", expected)
+    (summary,) = [json.loads(p.read_text()) for p in runs.glob("*/summary.json")]
+    assert summary["status"] == "failed" and summary["error"] == f"CutlabError: {expected}"
+
+
+def _refused_in_one_line(tmp_path, target: str, extra: str, expected: str):
+    """Runs model=mine (``target`` with the yaml's ``extra``) and checks its one line; returns the runs folder."""
     outside = tmp_path / "my_project"
     (outside / "conf" / "model").mkdir(parents=True)
     (outside / "smoothing.py").write_text(MODULE)
@@ -172,7 +212,7 @@ def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_fo
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.strip().splitlines() if not line.startswith(("[cutlab]", "wandb:"))]
     assert len(lines) == 1 and lines[0].startswith("cutlab: error: ") and expected in lines[0], result.stderr[-2000:]
-    assert not [p for p in runs.glob("*") if not p.name.startswith("_")] if runs.exists() else True
+    return runs
 
 
 def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(tmp_path):

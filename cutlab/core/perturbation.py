@@ -86,4 +86,22 @@ def _all_layers(model, outputs) -> list:
         raise CutlabError(f"{type(model).__name__} returned {got}; a LayerwiseModel of depth L={depth} returns the list "
                           f"[Phi_0, ..., Phi_L] of L+1 = {depth + 1 if isinstance(depth, int) else 'L+1'} (Phi_0: before "
                           "the first block)")
+    for layer, out in enumerate(outputs):
+        if not isinstance(out, torch.Tensor):
+            raise CutlabError(f"{type(model).__name__} returned a {type(outputs).__name__} holding a "
+                              f"{type(out).__name__} as Phi_{layer}; a LayerwiseModel returns the list "
+                              "[Phi_0, ..., Phi_L] of tensors")
+    _check_gradient(model, outputs)
     return list(outputs)
+
+
+def _check_gradient(model, outputs) -> None:
+    """In training (grad enabled), each Phi_l past Phi_0 must carry a gradient to the model's parameters: one that
+    does not (a forward under torch.no_grad(), a .detach(), outputs that skip the parameters) could not be trained,
+    and the backward pass fails in torch's own words. A flag per layer: no work more."""
+    if not torch.is_grad_enabled():
+        return
+    for layer, out in enumerate(outputs[1:], start=1):
+        if not out.requires_grad:
+            raise CutlabError(f"{type(model).__name__}'s Phi_{layer} carries no gradient; Phi_1..Phi_L must depend "
+                              "on the model's parameters (no torch.no_grad() or .detach() in its forward)")
