@@ -138,6 +138,11 @@ class IgnoresParameters(TemporalSmoother):
 class NoneFirst(TemporalSmoother):
     def forward(self, tokens):
         return [None] + super().forward(tokens)[1:]
+
+
+class LayersNotDepth(TemporalSmoother):  # its own name for the depth
+    def __init__(self, step: float = 0.3, layers: int = 3) -> None:
+        super().__init__(layers, step)
 '''
 
 
@@ -164,9 +169,12 @@ class NoneFirst(TemporalSmoother):
     ("smoothing.TemporalSmoother", "DROP task", "model.task must be one of video, text, instruction, got None"),
     ("mistakes.NoneFirst", "", "NoneFirst returned a list holding a NoneType as Phi_0; a LayerwiseModel returns the "
                                "list [Phi_0, ..., Phi_L] of tensors"),  # was AttributeError's traceback
+    ("mistakes.LayersNotDepth", "", "mistakes.LayersNotDepth takes no depth argument (its parameters: step, layers), "
+                                    "so it cannot build the L=2 blocks asked for; add a parameter depth to its "
+                                    "__init__"),  # was "built model.depth=3; build the depth it is given"
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
         "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",
-        "no-paper", "no-task", "none-in-list"])
+        "no-paper", "no-task", "none-in-list", "no-depth-parameter"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""

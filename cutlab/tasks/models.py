@@ -67,6 +67,11 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if not isinstance(model, LayerwiseModel):
         raise CutlabError(f"model._target_={target} built a {type(model).__name__}, not a LayerwiseModel; subclass "
                           "cutlab.core.models.LayerwiseModel (its forward returns the L+1 representations Phi_0..Phi_L)")
+    if depth is not None and getattr(model, "depth", depth) != depth and "depth" not in given:
+        where = "its __init__" if inspect.isclass(build) else "it"
+        raise CutlabError(f"model._target_={target} takes no depth argument (its parameters: "
+                          f"{', '.join(parameters) or 'none'}), so it cannot build the L={depth} blocks asked for; add "
+                          f"a parameter depth to {where} and build that many blocks")
     if depth is not None and getattr(model, "depth", depth) != depth:
         raise CutlabError(f"model={model_cfg.get('name')} was asked for L={depth} blocks and built model.depth="
                           f"{model.depth}; build the depth it is given")
