@@ -172,9 +172,12 @@ class LayersNotDepth(TemporalSmoother):  # its own name for the depth
     ("mistakes.LayersNotDepth", "", "mistakes.LayersNotDepth takes no depth argument (its parameters: step, layers), "
                                     "so it cannot build the L=2 blocks asked for; add a parameter depth to its "
                                     "__init__"),  # was "built model.depth=3; build the depth it is given"
+    # not train.constraint_gradient=block, which the user never set
+    ("smoothing.TemporalSmoother", "deep_from_layers: 2\n", "model=smoother's yaml sets deep_from_layers: 2, so at "
+                                                             "L=2 each constraint trains its own block"),
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
         "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",
-        "no-paper", "no-task", "none-in-list", "no-depth-parameter"])
+        "no-paper", "no-task", "none-in-list", "no-depth-parameter", "deep-without-unroll-local"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""

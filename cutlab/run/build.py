@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.evaluation import Evaluation, buffers_kept, evaluate
 from cutlab.core.perturbation import Perturbation
@@ -168,6 +168,14 @@ def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> No
                           f"model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this model")
     gradient = cfg.train.get("constraint_gradient", "full")
     if cfg.train.constrained and gradient != "full" and not supports_local_prev(model):
+        deep_from = cfg.model.get("deep_from_layers")
+        if OmegaConf.is_interpolation(cfg.train, "constraint_gradient") and deep_from is not None:
+            # the deep preset chose it (cutlab_if_deep), not the user: name what they set
+            raise CutlabError(f"model={cfg.model.name}'s yaml sets deep_from_layers: {deep_from}, so at L={cfg.L} each "
+                              f"constraint trains its own block (train.constraint_gradient={gradient}), which re-runs "
+                              f"each block on its detached input, and model={cfg.model.name}'s class has no "
+                              "unroll_local to do it; add unroll_local to the class (LayerwiseModel.unroll_local) or "
+                              "remove deep_from_layers from the model's yaml")
         raise CutlabError(f"train.constraint_gradient={gradient} re-runs each block on its detached input, which DUST, UT "
                           f"and ViT can and model={cfg.model.name} cannot; use train.constraint_gradient=full with "
                           "this model")
