@@ -85,6 +85,7 @@ def app(cfg: DictConfig) -> float | None:
         _record_outcome(run_dir, "failed", str(error))
         return None
     except Exception as error:  # in a sweep, one run's failure is recorded and the others go on
+        _remove_if_empty(run_dir)  # failed in its set-up (the epsilon=auto pass): no empty folder --plan calls new
         if not in_sweep:
             raise
         logging.getLogger("cutlab").exception("run %s failed", run_dir.name)

@@ -253,6 +253,22 @@ def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(
     assert not (runs / "multirun.yaml").exists()
 
 
+def test_a_forward_that_raises_leaves_no_folder(tmp_path):
+    """A forward raising in the epsilon=auto reference pass left an empty run folder (which --plan listed as new)."""
+    outside = tmp_path / "my_project"
+    (outside / "conf" / "model").mkdir(parents=True)
+    (outside / "smoothing.py").write_text(MODULE + "\n\nclass Raises(TemporalSmoother):\n    def forward(self, x):\n"
+                                          "        raise RuntimeError('my bug in forward')\n")
+    (outside / "conf" / "model" / "raises.yaml").write_text(CONFIG.replace("TemporalSmoother", "Raises"))
+    runs = tmp_path / "runs"
+    env = {"PYTHONPATH": os.pathsep.join([str(outside), str(ROOT)])}
+    args = ["--config-dir", str(outside / "conf"), "model=raises", "L=2", "train.epochs=1",
+            "train.max_steps_per_epoch=2", "wandb.mode=disabled", "threads=1", "eval.gamma_test=[0.09]"]
+    single = cutlab(args, runs, env=env, check=False)
+    assert single.returncode == 1 and "RuntimeError: my bug in forward" in single.stderr, single.stderr[-2000:]
+    assert not runs.exists()  # nor the runs folder the run made
+
+
 def test_added_keys_that_cutlab_reads_and_a_group_of_ones_own_are_taken(tmp_path):
     """'+' is refused only for a key that nothing reads: train=erm lacks constraint_form (train=constrained has it),
     and +experiment=NAME adds a config group of the user's own (Hydra's pattern) from --config-dir."""
