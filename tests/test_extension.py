@@ -253,8 +253,9 @@ def test_a_sweep_of_ones_own_model_is_planned_launched_and_summarised_by_cutlab(
     assert not (runs / "multirun.yaml").exists()
 
 
-def test_a_forward_that_raises_leaves_no_folder(tmp_path):
-    """A forward raising in the epsilon=auto reference pass left an empty run folder (which --plan listed as new)."""
+def test_a_forward_that_raises_leaves_no_folder_and_a_local_sweep_records_its_exception(tmp_path):
+    """A forward raising in the epsilon=auto reference pass left an empty run folder (which --plan listed as new), and
+    launcher=local recorded Hydra's "Set the environment variable HYDRA_FULL_ERROR=1 ..." as the run's error."""
     outside = tmp_path / "my_project"
     (outside / "conf" / "model").mkdir(parents=True)
     (outside / "smoothing.py").write_text(MODULE + "\n\nclass Raises(TemporalSmoother):\n    def forward(self, x):\n"
@@ -267,6 +268,11 @@ def test_a_forward_that_raises_leaves_no_folder(tmp_path):
     single = cutlab(args, runs, env=env, check=False)
     assert single.returncode == 1 and "RuntimeError: my bug in forward" in single.stderr, single.stderr[-2000:]
     assert not runs.exists()  # nor the runs folder the run made
+    sweep = cutlab(["-m", *args, "launcher=local"], runs, env=env, check=False)
+    assert sweep.returncode == 1, sweep.stderr[-2000:]
+    (outcome,) = [json.loads(path.read_text()) for path in runs.glob("_sweeps/*/outcome.json")]
+    assert [run["error"] for run in outcome["runs"]] == ["exit 1: RuntimeError: my bug in forward"], outcome
+    assert not [p for p in runs.iterdir() if not p.name.startswith("_")]
 
 
 def test_added_keys_that_cutlab_reads_and_a_group_of_ones_own_are_taken(tmp_path):

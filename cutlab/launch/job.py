@@ -152,9 +152,13 @@ class EchoedOutput:
         self.closed.set()
 
 
+# what Hydra prints after a run's traceback: advice, not the error (the exception's line comes before it)
+HYDRA_HINT = "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace."
+
+
 def error_line(tail: deque) -> str:
     """The child's ``cutlab: error: ...`` line, else the last line of its traceback."""
-    lines = [line for line in tail if line.strip()]
+    lines = [line for line in tail if line.strip() and line.strip() != HYDRA_HINT]
     for line in reversed(lines):
         if line.startswith("cutlab: error:"):
             return line[len("cutlab: error:"):].strip()
