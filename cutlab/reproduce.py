@@ -164,7 +164,7 @@ def run(scale: str, planned, out: Path) -> int:
     otherwise = dict([UT_AT_ZERO])  # run, with another setting than the rest of its grid
     report = out / "report" / "report.md"
     try:
-        kept = write_skipped_and_clear_report(out, skipped, otherwise, report)
+        write_skipped_and_clear_report(out, skipped, otherwise, report)
     except OSError as error:  # --out made read-only while the grids ran (check_out_folder saw it writable)
         where = Path(error.filename).parent if error.filename else out
         print(f"cutlab-reproduce: error: cannot write in {where} ({os_reason(error)}); make --out writable and run "
@@ -192,9 +192,9 @@ def run(scale: str, planned, out: Path) -> int:
     return 1 if stopped else status
 
 
-def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, report: Path) -> list[Path]:
-    """Write skipped.md and remove an earlier reproduction's report, which must not pass for this one's; returns the
-    report files of one's own there (the analysis refuses them in one line, and they stay)."""
+def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, report: Path) -> None:
+    """Write skipped.md and remove an earlier reproduction's report, which must not pass for this one's (report files
+    of one's own stay: the analysis refuses them in one line)."""
     from cutlab_analysis.out_folder import not_ours
 
     out.mkdir(parents=True, exist_ok=True)
@@ -205,7 +205,6 @@ def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, re
     for earlier in (report, report.with_suffix(".html")):
         if earlier not in kept:
             earlier.unlink(missing_ok=True)
-    return kept
 
 
 def run_grid(argv: list[str]) -> tuple[int, bool]:

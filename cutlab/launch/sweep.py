@@ -77,10 +77,12 @@ def _profile(plan: Plan):
 def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     from cutlab.launch.job import RunCommand
     from cutlab.launch.outcome import DONE, skipped_total, summary_text
+    from cutlab.launch.slurm_profile import job_threads
 
     started = time.perf_counter()
+    threads = plan.launcher.get("threads")
     commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()),
-                           os.getcwd(), _threads(plan, run.overrides, profile)) for run in plan.to_run]
+                           os.getcwd(), job_threads(threads, run.overrides, profile)) for run in plan.to_run]
     if not commands:
         outcomes, stopped_by = [], None
     elif launcher == "local":
@@ -103,12 +105,6 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     if stopped_by is not None:  # as the in-process launcher ends on the same signal
         return stopped_exit(stopped_by)
     return 0 if all(o.status in DONE for o in outcomes) else 1
-
-
-def _threads(plan: Plan, overrides: list[str], profile) -> int | None:
-    from cutlab.launch.slurm_profile import job_threads
-
-    return job_threads(plan.launcher.get("threads"), overrides, profile)
 
 
 def stopped_exit(signal_name: str) -> int:
