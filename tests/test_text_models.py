@@ -206,3 +206,23 @@ def test_position_limit_is_the_longest_input_the_encoder_places(model_type, pad_
         else:
             with pytest.raises((IndexError, RuntimeError)):
                 model(inputs)
+
+
+def test_model_roberta_builds_the_config_json_of_its_source_not_roberta_base(tmp_path):
+    """roberta.yaml's roberta-base config, meant for a folder without config.json, was applied to every source: a
+    RoBERTa of another size (RoBERTa-large's 24 layers) was rebuilt as roberta-base, and refused as 12 layers."""
+    from transformers import RobertaConfig
+
+    from cutlab.config.compose import compose_run_config
+    from cutlab.tasks.models import instantiate_model
+
+    source = tmp_path / "roberta-small"
+    RobertaConfig(vocab_size=50265, hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=64,
+                  max_position_embeddings=514, pad_token_id=1).save_pretrained(source)
+    cfg = compose_run_config(["data=imdb", "model=roberta", f"model.source={source}", "model.pretrained=false", "L=3"])
+    model = instantiate_model(cfg.model, depth=3, num_labels=2)
+    assert (model.encoder.config.num_hidden_layers, model.encoder.config.hidden_size) == (3, 32)
+    # a folder without config.json (only the tokenizer, as ../shared has) still gets roberta-base's
+    cfg = compose_run_config(["data=imdb", "model=roberta", f"model.source={require_shared(ROBERTA_TOKENIZER)}",
+                              "model.pretrained=false", "L=12"])
+    assert instantiate_model(cfg.model, depth=12, num_labels=2).encoder.config.hidden_size == 768

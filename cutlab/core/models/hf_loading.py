@@ -54,18 +54,22 @@ def _unreachable(source: str, what: str, error: Exception) -> CutlabError:
     )
 
 
-def load_config(source: str, overrides: dict[str, Any] | None = None):
-    """The model config of ``source``; a folder without config.json needs ``overrides`` with ``model_type``."""
+def load_config(source: str, overrides: dict[str, Any] | None = None, config_if_missing: dict[str, Any] | None = None):
+    """The model config of ``source`` with ``overrides`` (model.architecture) applied; a folder without config.json
+    takes ``config_if_missing`` (model.config_if_missing, the whole config with ``model_type``) instead. Applied to a
+    folder with its own config.json, roberta.yaml's whole roberta-base config had rebuilt any RoBERTa (a 24-layer one
+    included) with roberta-base's shape."""
     AutoConfig = optional_import("transformers").AutoConfig
 
     overrides = dict(overrides or {})
     resolved = resolve_source(source)
     if Path(resolved).is_dir() and not has_config(resolved):
-        if "model_type" not in overrides:
-            raise CutlabError(f"{resolved} has no config.json; give the architecture in model.architecture "
+        whole = {**(config_if_missing or {}), **overrides}
+        if "model_type" not in whole:
+            raise CutlabError(f"{resolved} has no config.json; give the architecture in model.config_if_missing "
                               "(e.g. model_type: roberta, as conf/model/roberta.yaml does)")
-        model_type = overrides.pop("model_type")
-        return AutoConfig.for_model(model_type, **overrides)
+        model_type = whole.pop("model_type")
+        return AutoConfig.for_model(model_type, **whole)
     overrides.pop("model_type", None)
     try:
         return AutoConfig.from_pretrained(resolved, **overrides)
@@ -89,15 +93,17 @@ def load_tokenizer(source: str, key: str = "model.source"):
         raise _unreachable(source, "tokenizer", error) from error
 
 
-def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] | None = None, auto_class: str = "AutoModel"):
+def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] | None = None, auto_class: str = "AutoModel",
+               config_if_missing: dict[str, Any] | None = None):
     """A ``transformers`` model: pretrained weights from ``source``, or a random init of its config (``pretrained=False``).
 
-    ``auto_class`` names the ``transformers`` Auto class (AutoModel for encoders, AutoModelForCausalLM for LMs).
+    ``auto_class`` names the ``transformers`` Auto class (AutoModel for encoders, AutoModelForCausalLM for LMs);
+    ``config_overrides`` and ``config_if_missing`` are load_config's.
     """
     transformers = optional_import("transformers")
 
     factory = getattr(transformers, auto_class)
-    config = load_config(source, config_overrides)
+    config = load_config(source, config_overrides, config_if_missing)
     if not pretrained:
         return factory.from_config(config)
     resolved = resolve_source(source)

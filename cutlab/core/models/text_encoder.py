@@ -81,12 +81,13 @@ class EncoderClassifier(LayerwiseModel):
 
 def build_encoder_classifier(source: str, depth: int, num_labels: int, pretrained: bool = True,
                              architecture: dict | None = None, truncate: bool = False,
-                             name: str = "hf_encoder") -> EncoderClassifier:
+                             name: str = "hf_encoder", config_if_missing: dict | None = None) -> EncoderClassifier:
     """``model=hf_encoder|distilbert|roberta``: the encoder ``source`` (its first ``depth`` blocks when
     ``truncate``), every hidden state's first token through one shared readout."""
     from cutlab.core.models.hf_loading import load_model
 
-    encoder = load_model(source, bool(pretrained), dict(architecture or {}))
+    encoder = load_model(source, bool(pretrained), dict(architecture or {}),
+                         config_if_missing=dict(config_if_missing or {}))
     full = encoder_depth(encoder.config)
     if depth != full:
         if not (truncate and depth < full):
