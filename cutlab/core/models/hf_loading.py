@@ -93,8 +93,8 @@ def load_tokenizer(source: str, key: str = "model.source"):
         raise _unreachable(source, "tokenizer", error) from error
 
 
-def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] | None = None, auto_class: str = "AutoModel",
-               config_if_missing: dict[str, Any] | None = None):
+def load_model(source: str, pretrained: bool, config_overrides: dict[str, Any] | None = None,
+               auto_class: str = "AutoModel", config_if_missing: dict[str, Any] | None = None):
     """A ``transformers`` model: pretrained weights from ``source``, or a random init of its config (``pretrained=False``).
 
     ``auto_class`` names the ``transformers`` Auto class (AutoModel for encoders, AutoModelForCausalLM for LMs);
