@@ -21,9 +21,10 @@ HIDDEN = "***"
 _SECRET_PAIR = re.compile(
     r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))=([^&\s]+)"
 )
-# user:password@ whose password holds whitespace, which splits it over words: up to the last '@' before the host, on
-# one line and short of a '/' (the host's path, another address)
-_SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]*:)([^/\n]*\s[^/\n]*)@")
+# user:password@ whose password holds whitespace, which splits it over words: up to the last '@' on the line (a
+# password may hold '@' and '/'). Not where what follows 'host:' is a port (digits, then a space, '/' or the end) or a
+# space: 'http://localhost:8080 owner x@y' hid '8080 owner x'
+_SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]+:)(?!\s|\d+(?:[\s/]|$))([^\n]*\s[^\n]*)@")
 
 
 def redact(text: str) -> str:

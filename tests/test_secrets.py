@@ -59,6 +59,13 @@ def test_every_url_form_is_redacted(text, secret):
     # no password: a host's port, then an address of another kind
     ("postgresql://127.0.0.1:5432/db is down; mail admin@example.org", "postgresql://127.0.0.1:5432/db is down; mail "
      "admin@example.org"),
+    # a password holding a space and a '/', which the rule above stopped at
+    ("postgresql://lab:pa ss/word@db.host:5432/optuna", "postgresql://lab:***@db.host:5432/optuna"),
+    # a host's port or a space after 'host:', then an address later on the line: nothing hidden (it was up to the '@')
+    *[(line, line) for line in ("dashboard http://localhost:8080 owner x@y",
+                                "connect http://proxy.local:3128 failed; retry as alice@proxy.local",
+                                "Fetched https://hf.co: 200 OK; contact me: alice@uni.edu",
+                                "launcher: ssh://gw:22 then run as me@node01")],
 ])
 def test_a_password_is_hidden_whole_whatever_it_holds(text, shown):
     from cutlab.redaction import redact
