@@ -50,11 +50,7 @@ def app(cfg: DictConfig) -> float | None:
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     in_sweep = HydraConfig.get().mode == RunMode.MULTIRUN
     if HELD_STOP and HELD_STOP[0].requested:  # it came as Hydra composed this run: none of it ran
-        _remove_if_empty(run_dir)
-        readied = "the sweep readied its next run" if in_sweep else "the run was readied"
-        again = "resume it" if in_sweep else "start it"
-        print(f"cutlab: {HELD_STOP[0].signal_name} as {readied}: it stops before {run_dir.name}; "
-              f"run the same command again to {again}", file=sys.stderr)
+        print(readied_line(HELD_STOP[0].signal_name, run_dir, in_sweep), file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT)
     try:
         with ctrl_c_released():  # the run handles Ctrl-C itself; Hydra's composition, before and after, holds it
@@ -100,6 +96,16 @@ def app(cfg: DictConfig) -> float | None:
 
         say_if_skipped(summary)
     return summary.get("selection_metric") if summary else None
+
+
+def readied_line(signal_name: str, run_dir: Path, in_sweep: bool) -> str:
+    """The line of a stop that came as Hydra composed the run, before any of it ran (its empty folder removed): a
+    sweep resumes from that run, a single run resumes from its checkpoint where an earlier session left one."""
+    if in_sweep:
+        _remove_if_empty(run_dir)
+        return (f"cutlab: {signal_name} as the sweep readied its next run: it stops before {run_dir.name}; run the "
+                "same command again to resume it")
+    return f"cutlab: {signal_name} as the run was readied; {_again(run_dir)}"
 
 
 def _again(run_dir: Path) -> str:

@@ -908,3 +908,20 @@ def test_a_plan_of_a_read_only_runs_folder_lists_its_runs(earlier_run, tmp_path,
         result = cutlab(args, earlier_run, check=False)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "cannot hold run folders" not in result.stderr + result.stdout
+
+
+def test_a_stop_as_a_run_is_readied_names_its_checkpoint_where_an_earlier_session_left_one(tmp_path):
+    """A resumed run (checkpoint.pt from an earlier session) stopped as Hydra composed it was told "run the same
+    command again to start it", as if its progress were lost; the same command resumes it."""
+    from cutlab.cli import readied_line
+    from cutlab.run.records import CHECKPOINT
+
+    resumed, new = tmp_path / "resumed", tmp_path / "new"
+    resumed.mkdir()
+    (resumed / CHECKPOINT).write_bytes(b"")
+    new.mkdir()
+    assert readied_line("SIGTERM", resumed, in_sweep=False) == (
+        "cutlab: SIGTERM as the run was readied; run the same command again to resume resumed from its last checkpoint")
+    assert readied_line("SIGTERM", new, in_sweep=False).endswith(
+        "new was stopped before its first checkpoint: run the same command again to start it")
+    assert not new.exists()  # the empty folder Hydra made is removed
