@@ -612,3 +612,19 @@ def test_one_run_on_two_grids_of_one_data_draws_lines_told_apart_and_a_legend_th
     assert page.x0 <= box.x0 and box.x1 <= page.x1 and page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
     assert figure.axes[0].get_position().width > 0.6  # the plot keeps most of the width, not squeezed by the legend
     assert box.y1 < figure.axes[0].get_window_extent().y0  # below the plot, not over its lines
+
+
+def test_gammas_the_run_never_evaluated_draw_noise_of_their_own():
+    """A gamma off the run's grid drew stream len(grid) + round(1e4 * gamma) % 988: 0.05 and 0.1488 (and any two
+    within 5e-5) shared one draw."""
+    from omegaconf import OmegaConf
+
+    from cutlab.core.evaluation import noise_index
+    from cutlab.transfer.evaluate import noise_streams
+
+    run_cfg = OmegaConf.create({"gamma": 0.09, "eval": {"gamma_test": [0.0, 0.2]}})
+    gammas = [0.0, 0.2, 0.09, 0.05, 0.1488, 0.25, 0.3488, 1.238, 1e-05, 2e-05, 100.0]
+    streams = noise_streams(gammas, run_cfg)
+    assert streams[:3] == [0, 1, 2]  # the run's own places (gamma_train after its grid)
+    indices = [noise_index(batch, stream) for stream in streams for batch in range(50)]
+    assert len(set(indices)) == len(indices)

@@ -21,6 +21,16 @@ from cutlab.core.precision import DEFAULT_PRECISION, as_float32, forward_precisi
 from cutlab.core.training import SampleSource, collate, to_device
 
 STREAMS_PER_BATCH = 1_000  # a batch's noise streams: batch * 1000 + 0..999, one per gamma (at most 998 + gamma_train)
+BATCHES_PER_STREAM = 2**20  # a stream past those (a gamma named by its value): stream * 2**20 + batch
+
+
+def noise_index(batch_index: int, stream: int) -> int:
+    """The evaluation noise's index (cutlab.core.perturbation.noise_seed) of a batch and a gamma's stream: a grid's
+    place (< STREAMS_PER_BATCH) as every record drew it; a larger stream (cutlab.transfer.evaluate.noise_streams) an
+    index of its own per batch, past the linear range (hashed), so that no two such gammas share a draw."""
+    if stream < STREAMS_PER_BATCH:
+        return batch_index * STREAMS_PER_BATCH + stream
+    return stream * BATCHES_PER_STREAM + batch_index
 
 
 class EvaluatedObjective(Protocol):
@@ -117,7 +127,7 @@ def evaluate(
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):
             stream = streams[g] if streams is not None else g
-            generator = noise_generator(noise.seed, EVAL_STREAM, batch_index * STREAMS_PER_BATCH + stream, device)
+            generator = noise_generator(noise.seed, EVAL_STREAM, noise_index(batch_index, stream), device)
             with forward_precision(precision, device):
                 per_gamma = perturbed_forward(model, inputs, gamma, noise.sigma, noise.mean, generator)
             per_gamma = as_float32(per_gamma)

@@ -9,6 +9,7 @@ with the run's own epsilon and resilience slack.
 from __future__ import annotations
 
 import math
+import struct
 import time
 from dataclasses import dataclass
 
@@ -102,10 +103,10 @@ def noise_streams(gammas: list[float], run_cfg: DictConfig) -> list[int]:
     """Each gamma's noise stream (cutlab.core.evaluation.evaluate): its place in the run's own final grid, so that a
     gamma draws the run's own noise whatever else the request lists (by place in the request, [0, 1] and [1, 0]
     gave two sets of numbers, and the verdict's losses changed with the grid); a gamma the run never evaluated, a
-    stream fixed by its value, past the run's."""
+    stream of its own named by its value's bits (cutlab.core.evaluation.noise_index)."""
     own = validation_grid(run_cfg)
-    free = STREAMS_PER_BATCH - len(own)
-    return [own.index(g) if g in own else len(own) + round(g * 10_000) % free for g in gammas]
+    return [own.index(g) if g in own else STREAMS_PER_BATCH + int.from_bytes(struct.pack(">d", g), "big")
+            for g in gammas]
 
 
 def evaluate_run(cfg: DictConfig, checkpoint: dict, summary: dict, request: Request,
