@@ -23,9 +23,7 @@ def test_every_sweep_file_plans(name, tmp_path, monkeypatch):
     plan = expand(Command(overrides=[], config_name=name, multirun=True, plan=True))
     assert plan.name == name and plan.runs
     assert len({run.run_id for run in plan.runs}) == len(plan.runs)
-    # new, or refused only for data this machine lacks (fig6_llm's Alpaca: data.root unset until given)
-    assert all(run.status == "new" or "data.root is not set" in (run.problem or "") for run in plan.runs), \
-        [run.problem for run in plan.runs if run.status != "new"]
+    assert all(run.status == "new" for run in plan.runs)
     assert not (tmp_path / "runs").exists(), "a plan writes nothing"
 
 
