@@ -484,12 +484,3 @@ def test_the_plan_says_which_runs_will_stop_and_why(tmp_path):
     # the totals counted it to run
     assert "# 0 complete (skipped), 1 to run, 1 refused (each stops in one line: see above)" in lines, result.stdout
     assert not (tmp_path / "runs").exists()
-
-
-def test_the_plan_counts_apart_runs_of_data_whose_root_is_not_set(tmp_path):
-    """data=avenue (data.root: null until given) was planned 'new' and failed only as its task was built."""
-    result = cutlab(["--plan", "-m", "data=avenue,ucsd_ped2"], tmp_path / "runs")
-    lines = result.stdout.splitlines()
-    assert "0 refused     data=avenue (it will stop: data.root is not set but avenue needs its files; give " \
-           "data.root=PATH, where its data are on this machine)" in lines, result.stdout
-    assert "# 0 complete (skipped), 1 to run, 1 refused (each stops in one line: see above)" in lines, result.stdout

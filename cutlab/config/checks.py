@@ -225,19 +225,10 @@ def check_default_folders(cfg: DictConfig) -> None:
                           f"(or {setting}=DIR), or give {key}={alternative}")
 
 
-# the shipped data sets that read files (every one but synthetic, which generates its clips): with data.root unset,
-# their loaders refused only as the task was built, after `--plan` had counted the runs to run
-NEEDS_FILES = frozenset({"avenue", "shanghaitech", "ucsd_ped1", "ucsd_ped2", "video_folder", "imdb", "mnli", "alpaca"})
-
-
 def check_data_root(cfg: DictConfig) -> None:
-    """A data.root given as a local path that is not there, or unset where the data set reads files: refused with the
-    other values, before the run announces its record folder (its loader would find out only as the task is built, a
-    text run's model loaded first)."""
+    """A data.root given as a local path that is not there: refused with the other values, before the run announces
+    its record folder (its loader would find out only as the task is built, a text run's model loaded first)."""
     root, name = cfg.data.get("root"), cfg.data.get("name")
-    if (root is None or not str(root).strip()) and name in NEEDS_FILES:
-        raise CutlabError(f"data.root is not set but {name} needs its files; give data.root=PATH, where its data are "
-                          "on this machine")
     if root is None or str(root).startswith("hf:") or Path(str(root)).expanduser().exists():
         return
     folder = cfg.paths.get("data_dir")
