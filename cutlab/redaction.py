@@ -21,10 +21,13 @@ HIDDEN = "***"
 _SECRET_PAIR = re.compile(
     r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))=([^&\s]+)"
 )
-# user:password@ whose password holds whitespace, which splits it over words: up to the last '@' on the line (a
-# password may hold '@' and '/'). Not where what follows 'host:' is a port (digits, then a space, '/' or the end) or a
-# space: 'http://localhost:8080 owner x@y' hid '8080 owner x'
-_SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]+:)(?!\s|\d+(?:[\s/]|$))([^\n]*\s[^\n]*)@")
+# user:password@ whose password holds whitespace, which splits it over words: up to the last '@' on the line short of
+# another address's '://' (a password may hold '@' and '/'; an error's advice 'postgresql://USER:PASSWORD@HOST' hid
+# the address before it). Not where what follows 'host:' is a port (digits, then a space, '/' or the end) or a space:
+# 'http://localhost:8080 owner x@y' hid '8080 owner x'
+_NOT_ANOTHER_URL = r"(?:(?!://)[^\n])*"
+_SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]+:)(?!\s|\d+(?:[\s/]|$))"
+                              rf"({_NOT_ANOTHER_URL}\s{_NOT_ANOTHER_URL})@")
 
 
 def redact(text: str) -> str:

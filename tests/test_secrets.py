@@ -59,6 +59,9 @@ def test_every_url_form_is_redacted(text, secret):
     # no password: a host's port, then an address of another kind
     ("postgresql://127.0.0.1:5432/db is down; mail admin@example.org", "postgresql://127.0.0.1:5432/db is down; mail "
      "admin@example.org"),
+    # the advice after an address names another one: the first's password hidden alone, the advice kept
+    ("cannot open postgresql://cutlab:secret@127.0.0.1:5/optuna: refused; give postgresql://USER:PASSWORD@HOST:PORT/DB",
+     "cannot open postgresql://cutlab:***@127.0.0.1:5/optuna: refused; give postgresql://USER:***@HOST:PORT/DB"),
     # a password holding a space and a '/', which the rule above stopped at
     ("postgresql://lab:pa ss/word@db.host:5432/optuna", "postgresql://lab:***@db.host:5432/optuna"),
     # a host's port or a space after 'host:', then an address later on the line: nothing hidden (it was up to the '@')
