@@ -14,6 +14,7 @@ from omegaconf import DictConfig, ListConfig
 
 from cutlab.core.iterate_selection import ITERATES
 from cutlab.core.progress import MODE_ENV, MODES
+from cutlab.core.evaluation import STREAMS_PER_BATCH
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.core.training import MAX_SEED
@@ -143,8 +144,10 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
     if repeated:  # a repeated level would count twice in the mean over the grid (Table 3's number)
         raise CutlabError(f"eval.gamma_test lists {', '.join(f'{g:g}' for g in repeated)} more than once; give each "
                           "level once, e.g. 'eval.gamma_test=[0,0.1,0.2]'")
-    if len(gammas) > 998:  # with gamma_train added, each batch's noise index is batch * 1000 + the gamma's index
-        raise CutlabError(f"eval.gamma_test holds {len(gammas)} values; at most 998 are supported (e.g. a grid in steps of 0.01)")
+    most = STREAMS_PER_BATCH - 2  # with gamma_train added, each gamma draws a stream of a batch's own (evaluate)
+    if len(gammas) > most:
+        raise CutlabError(f"eval.gamma_test holds {len(gammas)} values; at most {most} are supported (e.g. a grid in "
+                          "steps of 0.01)")
     check_integer("eval.batch_size", cfg.eval.batch_size, "4", 1)
     check_number("eval.feasibility_tol", cfg.eval.feasibility_tol, "0.02", minimum=0.0)
     _choice("eval.iterate", cfg.eval.iterate, ITERATES)

@@ -44,8 +44,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has key(s) {', '.join(unread)} that {target} does not take "
                           f"(its parameters: {', '.join(parameters) or 'none'}); fix the spelling in the model's yaml "
                           "or remove them")
-    values = OmegaConf.to_container(model_cfg, resolve=True)
-    given = {key: value for key, value in values.items() if key in parameters and key != "_target_"}
+    values, given = _config_arguments(model_cfg, parameters)
     given.update({key: value for key, value in supplied.items() if key in parameters})
     if "model_cfg" in parameters:
         given["model_cfg"] = model_cfg
@@ -67,12 +66,12 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
     if not isinstance(model, LayerwiseModel):
         raise CutlabError(f"model._target_={target} built a {type(model).__name__}, not a LayerwiseModel; subclass "
                           "cutlab.core.models.LayerwiseModel (its forward returns the L+1 representations Phi_0..Phi_L)")
-    if depth is not None and getattr(model, "depth", depth) != depth and "depth" not in given:
-        where = "its __init__" if inspect.isclass(build) else "it"
-        raise CutlabError(f"model._target_={target} takes no depth argument (its parameters: "
-                          f"{', '.join(parameters) or 'none'}), so it cannot build the L={depth} blocks asked for; add "
-                          f"a parameter depth to {where} and build that many blocks")
     if depth is not None and getattr(model, "depth", depth) != depth:
+        if "depth" not in given:
+            where = "its __init__" if inspect.isclass(build) else "it"
+            raise CutlabError(f"model._target_={target} takes no depth argument (its parameters: "
+                              f"{', '.join(parameters) or 'none'}), so it cannot build the L={depth} blocks asked for; "
+                              f"add a parameter depth to {where} and build that many blocks")
         raise CutlabError(f"model={model_cfg.get('name')} was asked for L={depth} blocks and built model.depth="
                           f"{model.depth}; build the depth it is given")
     if depth is not None and not hasattr(model, "depth"):
@@ -81,6 +80,12 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has no trainable parameters; register them as "
                           "torch.nn.Parameter (or submodules) in its __init__")
     return model
+
+
+def _config_arguments(model_cfg: DictConfig, parameters) -> tuple[dict, dict]:
+    """(the model config's values, those of them the builder takes as arguments)."""
+    values = OmegaConf.to_container(model_cfg, resolve=True)
+    return values, {key: value for key, value in values.items() if key in parameters and key != "_target_"}
 
 
 def check_model_settings(model_cfg: DictConfig, depth: int):
@@ -92,9 +97,8 @@ def check_model_settings(model_cfg: DictConfig, depth: int):
     build = locate_target(str(target)) if target else None
     if not callable(build):
         return build
-    values = OmegaConf.to_container(model_cfg, resolve=True)
     signature = inspect.signature(build)
-    given = {key: value for key, value in values.items() if key in signature.parameters and key != "_target_"}
+    _, given = _config_arguments(model_cfg, signature.parameters)
     _check_annotated_types(model_cfg.get("name"), build, given)
     check = getattr(build, "check_settings", None)
     if callable(check):
