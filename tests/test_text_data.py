@@ -198,6 +198,18 @@ def test_an_imdb_label_written_as_a_string_is_refused_for_its_type_naming_the_fi
         read_imdb(str(tmp_path), "train", "rows.jsonl")
 
 
+def test_an_imdb_label_written_as_a_boolean_is_refused_for_its_type_naming_the_fix(tmp_path):
+    """A label true was refused as out of range ("must be 0 .. 2, got True") and sent its user to data.num_labels,
+    which cannot help: its type is what is wrong, as for a string."""
+    for written, number in (("true", 1), ("false", 0)):
+        (tmp_path / "rows.jsonl").write_text('{"text": "review", "label": %s}\n' % written)
+        for num_labels in (2, 3):
+            with pytest.raises(CutlabError, match=rf"rows.jsonl:1: label must be a number, got the boolean {written}; "
+                                                  rf"write it as a number, 0 .. {num_labels - 1} "
+                                                  rf"\(\"label\": {number}\)$"):
+                read_imdb(str(tmp_path), "train", "rows.jsonl", num_labels=num_labels)
+
+
 def test_mnli_label_outside_three_classes_names_the_row(tmp_path):
     (tmp_path / "train.tsv").write_text("\t".join(GLUE_HEADER[:10] + ["gold_label"]) + "\n"
                                         + "\t".join(["0"] * 8 + ["a", "b", "maybe"]) + "\n")

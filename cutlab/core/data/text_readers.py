@@ -93,6 +93,9 @@ def _imdb_label(value, where: str, num_labels: int) -> int:
     """0 .. num_labels - 1: IMDb's sentiment, or the classes of other text a run declares with data.num_labels."""
     if value in range(num_labels) and not isinstance(value, bool):
         return int(value)
+    if isinstance(value, bool):  # JSON's true/false: its type is what is wrong, as for a string
+        raise CutlabError(f"{where}: label must be a number, got the boolean {str(value).lower()}; write it as a "
+                          f'number, 0 .. {num_labels - 1} ("label": {int(value)})')
     if isinstance(value, str):  # "1": its type is what is wrong, and data.num_labels cannot help
         example = value.strip() if value.strip() in map(str, range(num_labels)) else None
         raise CutlabError(f"{where}: label must be a number, got the string {value!r}; write it as a number"
