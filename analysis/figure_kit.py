@@ -77,8 +77,10 @@ class FigureResult:
 # ----------------------------------------------------------------------------------------------- helpers
 
 def _math(text: str) -> str:
-    """Typeset the gamma names (γ_test, γ_train) as math in titles and legends."""
-    return text.replace("γ_test", r"$\gamma_\mathrm{test}$").replace("γ_train", r"$\gamma_\mathrm{train}$")
+    """Typeset the gamma names (γ_test, γ_train) as math in titles and legends; any other ``$`` (a run folder's or a
+    data root's name) is drawn as written, where matplotlib read it as math (garbled, or a parse error)."""
+    escaped = text.replace("$", r"\$")
+    return escaped.replace("γ_test", r"$\gamma_\mathrm{test}$").replace("γ_train", r"$\gamma_\mathrm{train}$")
 
 
 def _title(ax, text: str) -> None:

@@ -168,7 +168,7 @@ def transfer_figure(runs: RunTable, evaluations: pd.DataFrame, metrics: pd.DataF
             ax.axvline(run["gamma_train"], color=style.get("color", "grey"), linewidth=0.6, alpha=0.4)
         ax.set_xlabel(GAMMA_TEST)
         ax.set_ylabel(_metric_label(chosen["metric"].iloc[0]))
-        ax.set_title(f"evaluated on {label}")
+        ax.set_title(_math(f"evaluated on {label}"))
         # below the plot, one entry a row: beside or inside it, entries this long squeezed the plot to nothing
         figure.legend(loc="outside lower center", ncol=1)
         return _save(figure, out_dir, stem)

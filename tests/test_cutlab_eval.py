@@ -614,6 +614,35 @@ def test_one_run_on_two_grids_of_one_data_draws_lines_told_apart_and_a_legend_th
     assert box.y1 < figure.axes[0].get_window_extent().y0  # below the plot, not over its lines
 
 
+def test_a_dollar_in_a_run_folder_or_data_root_is_drawn_as_written(tmp_path, monkeypatch):
+    """A run folder ``price$1`` in the legend (or a data root ``ped2 $5-$9.npz`` in the title) was read by matplotlib
+    as mathtext: the legend showed its γ names as raw ``$\\gamma...$``, the title ``5-`` as math (or a parse error).
+    Each ``$`` of a name is now drawn as itself and the γ names are still typeset."""
+    from matplotlib.figure import Figure
+
+    from analysis.collect import collect_runs
+    from analysis.transfer import transfer_sections
+    from helpers.analysis import write_run
+
+    saved = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda figure, *a, **k: saved.append(figure) or savefig(figure, *a, **k))
+    cell = dict(model="dust", dataset="ucsd_ped2", L=2, gamma=0.09, constrained=True, test=20.0, selection=20.0,
+                data={k: v for k, v in PED2.items() if k != "name"})
+    for name in ("price$1", "price$2"):  # one cell and seed: the legend tells them apart by their folders
+        write_evaluation(write_run(tmp_path / "runs", name, **cell), ped2_request(root="/d/ped2 $5-$9.npz"), "x")
+    lines = transfer_sections(collect_runs(tmp_path / "runs"), tmp_path / "out")
+    assert len([line for line in lines if line.startswith("![")]) == 1
+    figure = saved[0]
+    figure.draw_without_rendering()
+    title = figure.axes[0].title
+    assert title._preprocess_math(title.get_text()) == ("evaluated on ucsd_ped2 (root=ped2 $5-$9.npz)", False)
+    for text, name in zip(figure.legends[0].get_texts(), ("price$1", "price$2")):
+        written = text.get_text()
+        assert text._preprocess_math(written)[1], written  # still math: the γ names typeset
+        assert written.replace("\\$", "$").endswith(f" · {name}") and "\\\\$" not in written, written
+
+
 def test_gammas_the_run_never_evaluated_draw_noise_of_their_own():
     """A gamma off the run's grid drew stream len(grid) + round(1e4 * gamma) % 988: 0.05 and 0.1488 (and any two
     within 5e-5) shared one draw."""
