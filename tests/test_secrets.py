@@ -76,6 +76,22 @@ def test_a_password_is_hidden_whole_whatever_it_holds(text, shown):
     assert redact(text) == shown
 
 
+@pytest.mark.parametrize("dsn", [
+    "host=db user=lab password='open SESAME' dbname=x",
+    r"host=db user=lab password='it\'s SESAME \\ too' dbname=x",  # libpq's escapes: \' and \\
+    "host=db user=lab password = 'open SESAME' dbname=x",  # libpq allows spaces around '='
+])
+def test_a_quoted_libpq_password_is_hidden_whole(dsn):
+    """A libpq keyword/value string's quoted password holding a space showed its second word: 'password=*** SESAME''."""
+    from cutlab.redaction import redact, redact_argv, redact_values
+
+    shown = "host=db user=lab password=*** dbname=x"
+    assert redact(f"cannot open {dsn}: refused") == f"cannot open {shown}: refused"
+    assert redact_argv(["-m", "cutlab.search", f"--storage={dsn}"])[2] == f"--storage={shown}"
+    assert redact_values({"storage": dsn}) == {"storage": shown}
+    assert "SESAME" not in redact("host=db password='open SESAME")  # unterminated: hidden to the line's end
+
+
 def test_an_unknown_storage_scheme_does_not_print_the_address():
     """Before: ``unknown search storage 'foo://me:topsecret@host'`` printed the raw URL."""
     from cutlab.errors import CutlabError
