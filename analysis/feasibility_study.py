@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from pathlib import Path
 
 import pandas as pd
 
+from cutlab.atomic import DiskFull, os_reason, unwritable, write_atomic
 from .collect import AnalysisError, collect_runs
 from .selection import DUAL_SETTING_KEYS as SETTING_KEYS
 from .verdicts import INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE
@@ -76,20 +78,47 @@ def markdown(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def table_file(out: str | None) -> Path | None:
+    """Where --out writes the table, checked before the runs are read: '' (an unset variable) wrote nothing, and a
+    folder or a path through a file ended in a traceback once the ranking was done."""
+    if out is None:
+        return None
+    if not out.strip():
+        raise AnalysisError("--out is empty; pass a file for the table, e.g. --out study.csv")
+    path = Path(out)
+    if path.is_dir():
+        raise AnalysisError(f"--out {path} is a folder; pass a file for the table, e.g. --out {path / 'study.csv'}")
+    problem = unwritable(path.parent)
+    if problem:
+        raise AnalysisError(f"cannot write the table to {path} ({problem}): pass a writable --out")
+    return path
+
+
+def write_table(table: pd.DataFrame, path: Path) -> None:
+    """The CSV through a temporary file and a rename: a link at ``path`` is replaced, its target never written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, table.to_csv(index=False))
+    except (OSError, DiskFull) as error:
+        reason = "no space left on the device" if isinstance(error, DiskFull) else os_reason(error)
+        raise AnalysisError(f"cannot write the table to {path} ({reason}): pass a writable --out") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     prog = f"{__package__}.feasibility_study"  # as typed: analysis.* in a checkout, cutlab_analysis.* installed
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="+", help="run folders (searched recursively)")
-    parser.add_argument("--out", help="also write the table as CSV here")
+    parser.add_argument("--out", help="also write the table as CSV to this file (its folder is made)")
     parser.add_argument("--top", type=int, default=20, help="rows printed (default 20)")
     args = parser.parse_args(argv)
     try:
+        out = table_file(args.out)
         table = rank_settings(collect_runs(*args.folders).runs)
+        if out is not None:
+            write_table(table, out)
     except AnalysisError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    if args.out:
-        table.to_csv(args.out, index=False)
     print(markdown(table.head(args.top)))
     return 0
 

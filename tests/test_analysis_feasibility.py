@@ -448,3 +448,29 @@ def test_the_ranking_names_itself_as_typed(tmp_path, package):
     result = subprocess.run([sys.executable, "-m", f"{package}.feasibility_study", str(tmp_path / "missing")],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith(f"{package}.feasibility_study: error: "), result.stderr
+
+
+def test_the_rankings_out_is_refused_in_one_line_where_it_cannot_take_the_table(tmp_path, capsys):
+    """--out '' (an unset variable) printed the table and wrote nothing, exit 0; a folder, or a file in a folder that
+    is not there, ended in a traceback (IsADirectoryError, OSError) and exit 1, after the runs were read. Each is one
+    line naming the fix and exit 2, as the command's other refusals; a link at --out is replaced, its target kept."""
+    from analysis.feasibility_study import main
+
+    runs = str(ROOT / "benchmarks" / "feasibility_study" / "block_nupi")
+    (tmp_path / "a file").write_text("kept")
+    through_a_file = tmp_path / "a file" / "t.csv"
+    for out, said in (("", "--out is empty; pass a file for the table, e.g. --out study.csv"),
+                      (" ", "--out is empty; pass a file for the table, e.g. --out study.csv"),
+                      (str(tmp_path), f"--out {tmp_path} is a folder; pass a file for the table, e.g. --out "
+                                      f"{tmp_path / 'study.csv'}"),
+                      (str(through_a_file), f"cannot write the table to {through_a_file} ({through_a_file.parent} "
+                                            "is a file): pass a writable --out")):
+        assert main([runs, "--out", out]) == 2, out
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"analysis.feasibility_study: error: {said}\n"), captured
+    assert (tmp_path / "a file").read_text() == "kept"
+    (tmp_path / "table.csv").symlink_to(tmp_path / "a file")
+    assert main([runs, "--out", str(tmp_path / "new" / "table.csv")]) == 0  # its folder is made
+    assert main([runs, "--out", str(tmp_path / "table.csv")]) == 0
+    assert (tmp_path / "a file").read_text() == "kept" and not (tmp_path / "table.csv").is_symlink()
+    assert pd.read_csv(tmp_path / "table.csv").equals(pd.read_csv(tmp_path / "new" / "table.csv"))
