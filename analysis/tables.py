@@ -301,7 +301,10 @@ def _slack_used(table: Table, runs: RunTable) -> str:
 _TEX = {DAGGER: r"$^\dagger$", DOUBLE_DAGGER: r"$^\ddagger$", SECTION: r"$^\S$",
         MARKS[SLACK_FEASIBLE]: r"$^\approx$", MARKS[DEGENERATE]: r"$^\emptyset$", "Φ_{l−1}": r"$\Phi_{l-1}$",
         "γ_train": r"$\gamma_\mathrm{train}$", "γ_test": r"$\gamma_\mathrm{test}$", "γ": r"$\gamma$",
-        "∈": r"$\in$", "Δ": r"$\Delta$", "_": r"\_", "—": "--", "–": "--", "−": "-", "%": r"\%", "&": r"\&"}
+        "∈": r"$\in$", "Δ": r"$\Delta$", "_": r"\_", "—": "--", "–": "--", "−": "-", "%": r"\%", "&": r"\&",
+        # what a user's folder or data root may hold (ped2 $5-#9.npz), else read as LaTeX and the table did not compile
+        "$": r"\$", "#": r"\#", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+        "\\": r"\textbackslash{}"}
 _TEX_TOKEN = re.compile("|".join(re.escape(token) for token in sorted(_TEX, key=len, reverse=True)))
 
 
