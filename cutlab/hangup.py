@@ -9,6 +9,7 @@ each process first points its streams that were the terminal at /dev/null; strea
 from __future__ import annotations
 
 import os
+import select
 import signal
 import stat
 import sys
@@ -33,6 +34,17 @@ def silence_terminal() -> None:
                 continue
     finally:
         os.close(devnull)
+
+
+def output_gone() -> bool:
+    """Whether this process's stderr is a pipe whose reader has gone (POLLERR): a SLURM job's process that relayed a
+    worker's lines was killed. Its next line fails with BrokenPipeError, which is then no error of the run's own."""
+    try:
+        poll = select.poll()
+        poll.register(sys.stderr.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poll.poll(0))
+    except (AttributeError, OSError, ValueError):  # no file behind the stream (a test's capture)
+        return False
 
 
 def terminal_closed() -> bool:

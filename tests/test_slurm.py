@@ -444,6 +444,39 @@ def test_a_search_worker_whose_job_slurm_suspends_hands_its_trial_over_and_no_tr
 
 
 @pytest.mark.slow
+def test_a_search_worker_whose_job_dies_leaves_the_report_and_names_the_lost_worker(cluster, tmp_path):
+    """SIGKILL to the job of the worker training a trial (a node lost, the OOM killer): the other worker re-queued
+    that trial and finished every trial, but the command raised "1 worker job(s) failed" without writing
+    search_report.json. Now, as with local workers: the report, then one line naming the lost worker."""
+    from helpers.search import FAST_HEARTBEAT, TINY, search_command, search_env, study_of, wait_for
+
+    args = ["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
+            f"launcher.profile={profile(tmp_path)}", "search.pruner=null", *FAST_HEARTBEAT,
+            *[o for o in TINY if not o.startswith("train.")], "train.epochs=12", "train.max_steps_per_epoch=4"]
+    search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    trial_dir = wait_for(lambda: [path.parent for path in study_dir.glob("trial-*/checkpoint.pt")
+                                  if (path.parent / ".lock").exists()] or search.poll() is not None, 300,
+                         "a trial's first checkpoint")
+    assert search.poll() is None, search.communicate()[1][-3000:]
+    worker = int((trial_dir[0] / ".lock").read_text().split()[1])  # "process PID on HOST"
+    task = array_task_of(worker)
+    job_process = int(_read(Path(f"/proc/{worker}/stat")).rsplit(b")", 1)[1].split()[1])  # its parent
+    assert _is_submitit_job(_read(Path(f"/proc/{job_process}/cmdline")).split(b"\0"))
+    os.kill(job_process, signal.SIGKILL)  # submitit's own process: nothing is left to write the result
+    _, stderr = search.communicate(timeout=600)
+    assert search.returncode == 0, stderr[-3000:]
+    report = json.loads((study_dir / "search_report.json").read_text())
+    assert report["search"]["trials"]["complete"] == 3, report
+    [line] = [line for line in stderr.splitlines() if "ended early" in line]
+    assert line.startswith(f"cutlab-search: worker {task.split('_')[1]} [job {task}] (the job ended without a "
+                           "result (SLURM state"), line
+    assert line.endswith("ended early; its trial was re-queued and finished by another worker: every trial is done")
+    assert sorted(t.state.name for t in study_of(tmp_path, "dust_video").trials) == ["COMPLETE"] * 3 + ["FAIL"]
+
+
+@pytest.mark.slow
 def test_a_task_killed_without_a_result_is_failed_with_slurms_state_and_the_others_go_on(cluster, tmp_path):
     """SIGKILL to a running task (the OOM killer, a node lost): no result file, so the sweep reports it failed with
     the state SLURM recorded, where it once said only "killed or lost"."""

@@ -301,10 +301,12 @@ def old_flags_message(args: argparse.Namespace) -> str | None:
             "(and any launcher.KEY=VALUE, e.g. launcher.partition=gpu)")
 
 
-def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
+def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> list[str]:
     """The ``--workers`` as one SLURM job array (cutlab/launch/slurm.py): each task is one worker of the study;
     a preempted task stops its trial (re-queued in the study) and is requeued itself, like a grid's run. While the
-    tasks run, each study's trials done and the time left are read from the storage, as local workers show them."""
+    tasks run, each study's trials done and the time left are read from the storage, as local workers show them.
+    Returns the workers whose jobs ended early (failed, cancelled), as ``lost_workers`` names them: the report of
+    what finished is written first, as for local workers."""
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
     from cutlab.launch.slurm_profile import check_cluster, slurm_settings
@@ -324,16 +326,15 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> None:
     if stopped_by is not None:
         raise StoppedWatching("cutlab-search: stopped watching the study; its workers go on on the cluster (above), "
                               "and the same command shows it again, and adds workers if it is not finished")
-    failed = [outcome.line() for outcome in outcomes if outcome.status == "failed"]
-    if failed:
-        raise CutlabError(f"{len(failed)} worker job(s) failed: {'; '.join(failed)}; run the same command again to resume")
+    return [f"worker {o.run_id.removeprefix('worker-')} [job {o.job_id}] ({o.error or o.status})"
+            for o in outcomes if o.status != "complete"]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     sys.argv = redact_argv(sys.argv)  # what provenance.json and W&B record of this command
     try:
-        from cutlab.search.report import exit_code, format_report, lost_workers, write_report
+        from cutlab.search.report import exit_code, exit_codes_lost, format_report, lost_workers, write_report
         from cutlab.search.storage import counts_text, open_storage, trial_counts
         from cutlab.search.worker import open_study, say, work
 
@@ -357,18 +358,18 @@ def main(argv: list[str] | None = None) -> int:
         studies = {arm.name: open_study(plan, arm, storage) for arm in plan.preset.arms}
         for study in studies.values():
             say(f"{study.study_name}: trials so far {counts_text(trial_counts(study))}")
-        started, codes = time.perf_counter(), []
+        started, lost = time.perf_counter(), []
         stop_on(*stop_signals(signal.SIGTERM))  # stopped like Ctrl-C: trials resume later
         if slurm:
-            run_slurm_workers(args, plan, studies)
+            lost = run_slurm_workers(args, plan, studies)
         elif args.workers == 1:
             work(plan, 0)
         else:
-            codes = run_workers(args, plan)
+            lost = exit_codes_lost(run_workers(args, plan))
         report = write_report(studies, plan.study_dir)  # what completed, also when a worker was lost
         say(f"finished in {time.perf_counter() - started:.1f} s; {plan.study_dir / 'search_report.json'}:\n"
             + format_report(report))
-        lost_workers(codes, report)
+        lost_workers(lost, report)
         return exit_code(report)
     except CutlabError as error:
         print(f"cutlab-search: error: {redact(str(error))}", file=sys.stderr)

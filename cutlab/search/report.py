@@ -130,10 +130,15 @@ def exit_code(report: dict) -> int:
     return 1 if empty else 0
 
 
-def lost_workers(codes: list[int], report: dict) -> None:
-    """Local workers that ended early (killed, say): an error when a study still has trials to run, else one line,
-    since another worker finished their trials (a dead worker's trial is re-queued once its heartbeat is old)."""
-    lost = [f"worker {index} (exit code {code})" for index, code in enumerate(codes) if code]
+def exit_codes_lost(codes: list[int]) -> list[str]:
+    """Local workers that ended early, by their exit codes, as ``lost_workers`` names them."""
+    return [f"worker {index} (exit code {code})" for index, code in enumerate(codes) if code]
+
+
+def lost_workers(lost: list[str], report: dict) -> None:
+    """Workers that ended early (killed, a SLURM job lost; ``lost`` names each): an error when a study still has
+    trials to run, else one line, since another worker finished their trials (a dead worker's trial is re-queued once
+    its heartbeat is old). Called after the report is written: what finished is kept either way."""
     if not lost:
         return
     theirs = "its trial was" if len(lost) == 1 else "their trials were"

@@ -32,6 +32,7 @@ from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import duration, tally
 from cutlab.core.errors import NonFiniteLoss, OutOfMemory
 from cutlab.errors import CutlabError
+from cutlab.hangup import output_gone
 from cutlab.config.compose import compose_run_config
 from cutlab.search.folder import study_lock
 from cutlab.search.preset import Arm, Param, Preset, as_override
@@ -254,6 +255,11 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
             requeue(plan.study_dir, study, trial)  # the same command, once fixed, runs these parameters first
             raise
         except (KeyboardInterrupt, SystemExit):  # stopped: re-queue its parameters now; it resumes its folder
+            requeue(plan.study_dir, study, trial)
+            raise
+        except BrokenPipeError as error:  # the process reading this worker's lines died (its SLURM job killed): the
+            if not output_gone():  # worker is lost, not the parameters; it was failed as a result, never run again
+                return fail_as_result(study, trial, error)
             requeue(plan.study_dir, study, trial)
             raise
         except Exception as error:  # a diverging configuration is a result of the search, not a reason to stop it
