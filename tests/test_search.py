@@ -420,6 +420,34 @@ def test_a_diverging_trial_is_a_result_and_the_search_goes_on(tmp_path, monkeypa
     assert all(t.user_attrs["error"].startswith("NonFiniteLoss: the loss of layer 0 became nan") for t in study.trials)
 
 
+def test_a_drawn_combination_the_config_checks_refuse_fails_its_trial_and_the_search_goes_on(tmp_path, monkeypatch,
+                                                                                              capsys):
+    # every end of the space is a valid run, but a trial drawing train.penalty > 0 with train.resilience=slack is not:
+    # its run refused it in one line, the trial was re-queued, and the same command asked it again and stopped, forever
+    from cutlab.search.__main__ import main
+
+    space = {"train.penalty": {"type": "float", "low": 0.0, "high": 10.0},
+             "train.resilience": {"type": "categorical", "choices": ["off", "slack"]}}
+    preset = write_preset(tmp_path, space, n_trials=3, pruner=None, overrides=["model=dust", "train=constrained"])
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    args = [f"search={preset}", *TINY]
+    assert main(args) == 0, capsys.readouterr().err[-3000:]
+    err = capsys.readouterr().err
+    refused = [line for line in err.splitlines() if " refused " in line]
+    assert refused and all("augments strict constraints, and train.resilience=slack relaxes them" in line
+                           for line in refused), err[-3000:]
+    assert "Traceback" not in err
+    study = study_of(tmp_path, "space")
+    states = sorted(t.state.name for t in study.trials)
+    assert states == ["COMPLETE"] * (3 - len(refused)) + ["FAIL"] * len(refused), states
+    for trial in study.trials:
+        if trial.state.name == "FAIL":
+            assert trial.params["train.resilience"] == "slack" and trial.params["train.penalty"] > 0
+            assert trial.user_attrs["error"].startswith("refused: train.penalty="), trial.user_attrs
+    assert main(args) == 0  # again: the total is taken, nothing is asked or run again
+    assert " refused " not in capsys.readouterr().err and len(study_of(tmp_path, "space").trials) == 3
+
+
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,
                                                                                              capsys):
     stderr = search_in_process(["search=fair_comparison", "--n-trials", "2", *TINY], tmp_path, monkeypatch, capsys)

@@ -310,7 +310,7 @@ def run_slurm_workers(args: argparse.Namespace, plan, studies: dict) -> list[str
     from cutlab.launch.job import RunCommand
     from cutlab.launch.slurm import submit, wait
     from cutlab.launch.slurm_profile import check_cluster, slurm_settings
-    from cutlab.search.worker import trial_progress
+    from cutlab.search.progress import trial_progress
 
     study_dir = plan.study_dir
     profile = slurm_settings(plan.launcher)

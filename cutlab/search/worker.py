@@ -27,6 +27,7 @@ from optuna.storages import fail_stale_trials
 from optuna.storages._heartbeat import get_heartbeat_thread
 from optuna.trial import TrialState
 
+from cutlab.config.checks import check_config
 from cutlab.config.groups import task_kind
 from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import duration, tally
@@ -236,6 +237,10 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     trial.set_user_attr("sampler_seed", study.sampler_seed)
     shown = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
     say(f"{study.study_name} trial {trial.number} (worker {worker_index}): {shown} -> {run_dir}")
+    try:  # every end of the space passed these checks (build_plan): a refusal is of this draw's combination
+        check_config(cfg, folders=False)
+    except CutlabError as error:
+        return refused_as_result(study, trial, error)
     metric = objective_of(task_kind(cfg)).metric_name
     with get_heartbeat_thread(trial._trial_id, study._storage):
         try:
@@ -297,6 +302,15 @@ def fail_as_result(study: optuna.Study, trial: optuna.Trial, error: Exception) -
     study.tell(trial, state=TrialState.FAIL)
     say(f"{study.study_name} trial {trial.number} failed: {failure}")
     return "failed"
+
+
+def refused_as_result(study: optuna.Study, trial: optuna.Trial, error: CutlabError) -> str:
+    """A drawn combination the config checks refuse: FAIL, counted toward the total, never asked again (re-queued
+    as a refused run is, every later command asked it first and stopped on it)."""
+    trial.set_user_attr(ERROR, f"refused: {error}")
+    study.tell(trial, state=TrialState.FAIL)
+    say(f"{study.study_name} trial {trial.number} refused (not run; counted): {error}")
+    return "refused"
 
 
 def run_when_free(cfg, run_dir: Path, on_epoch_end, name: str) -> dict:
@@ -373,23 +387,3 @@ def work(plan: Plan, worker_index: int = 0) -> dict[str, int]:
             outcomes[outcome] = outcomes.get(outcome, 0) + 1
             done.update(finished(study), f"trial {trial.number} {outcome}")
     return outcomes
-
-
-def trial_progress(plan, studies: dict):
-    """A callback that prints each study's trials done out of its total, with the time left, when the count moves
-    (read from the storage at most once a heartbeat interval, 10 s by default): the workers' own lines go to SLURM's
-    log files, not this terminal."""
-    meters = {name: tally(study.study_name, plan.preset.n_trials, "trial", finished(study), prefix="[cutlab-search] ")
-              for name, study in studies.items()}
-    last = [time.monotonic()]
-
-    def poll() -> None:
-        if time.monotonic() - last[0] < plan.preset.heartbeat["interval_s"]:
-            return
-        last[0] = time.monotonic()
-        for name, study in studies.items():
-            count = finished(study)
-            if count != meters[name].done:
-                meters[name].update(count, "from the study's storage")
-
-    return poll
