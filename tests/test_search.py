@@ -448,6 +448,17 @@ def test_a_drawn_combination_the_config_checks_refuse_fails_its_trial_and_the_se
     assert " refused " not in capsys.readouterr().err and len(study_of(tmp_path, "space").trials) == 3
 
 
+def test_a_study_name_hydra_would_split_names_its_trials_w_and_b_group_whole(tmp_path, monkeypatch, capsys):
+    # --study ped2,L5 (one folder name): each trial's wandb.group=ped2,L5 override did not compose, outside the run,
+    # so the trial stayed RUNNING and the same command asked another one and failed the same way, again and again
+    search_in_process(["search=dust_video", "--n-trials", "1", "--study", "ped2,L5", "search.pruner=null", *TINY],
+                      tmp_path, monkeypatch, capsys)
+    [trial] = study_of(tmp_path, "ped2,L5").trials
+    assert trial.state.name == "COMPLETE"
+    config = (Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text()
+    assert "group: ped2,L5" in config, config
+
+
 def test_fair_comparison_preset_gives_both_arms_the_same_trials_and_reports_the_best_of_each(tmp_path, monkeypatch,
                                                                                              capsys):
     stderr = search_in_process(["search=fair_comparison", "--n-trials", "2", *TINY], tmp_path, monkeypatch, capsys)

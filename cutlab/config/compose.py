@@ -108,6 +108,11 @@ def check_is_override(argument: str) -> None:
     raise CutlabError(f"{argument!r} is not a setting: settings are KEY=VALUE (e.g. model=ut L=5); {hint}")
 
 
+def hydra_quoted(text: str) -> str:
+    """``text`` as one quoted Hydra value: ',' '=' brackets or quotes in it stay part of it."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def compose_run_config(overrides: list[str], checked_by_caller: tuple[str, ...] = ()) -> DictConfig:
     """The resolved config ``python -m cutlab <overrides>`` would run (without the ``hydra`` node); keys added under
     the nodes ``checked_by_caller`` are left to the caller to check (check_overrides)."""

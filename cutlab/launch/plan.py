@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
-from cutlab.config.compose import JobComposer, check_is_override, composition_message, main_hydra
+from cutlab.config.compose import JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra
 from cutlab.config.launcher import is_launcher_override
 from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import counted
@@ -126,8 +126,7 @@ def config_dir_path(folder: str | None) -> str:
 def searchpath_override(config_dir: str | None) -> str:
     """``--config-dir DIR`` as the override a command composes with when it has no Hydra app of its own (cutlab-search,
     cutlab-eval): Hydra's search path, quoted so that a folder name with ',' '=' or brackets stays one path."""
-    quoted = config_dir_path(config_dir).replace("\\", "\\\\").replace("'", "\\'")
-    return f"hydra.searchpath=['file://{quoted}']"
+    return f"hydra.searchpath=[{hydra_quoted('file://' + config_dir_path(config_dir))}]"
 
 
 @dataclass

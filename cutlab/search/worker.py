@@ -34,7 +34,7 @@ from cutlab.core.progress import duration, tally
 from cutlab.core.errors import NonFiniteLoss, OutOfMemory
 from cutlab.errors import CutlabError
 from cutlab.hangup import output_gone
-from cutlab.config.compose import compose_run_config
+from cutlab.config.compose import compose_run_config, hydra_quoted
 from cutlab.search.folder import study_lock
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import ERROR, RetryCallback, open_storage
@@ -228,8 +228,10 @@ def run_trial(plan: Plan, arm: Arm, study: optuna.Study, trial: optuna.Trial, wo
     space = seed_space(plan) if arm.seeds else arm.space
     params = {param.key: param.suggest(trial) for param in space}
     run_dir = run_folder(plan, arm, trial)
-    overrides = [*arm.overrides, *plan.base_overrides, *(as_override(k, v) for k, v in params.items()),
-                 f"wandb.group={plan.preset.study_name(arm)}"]  # W&B groups a study's trials
+    # W&B groups a study's trials; quoted: a study named ped2,L5 (one folder name) was two values to Hydra, and its
+    # trials, which did not compose, stayed RUNNING
+    group = f"wandb.group={hydra_quoted(plan.preset.study_name(arm))}"
+    overrides = [*arm.overrides, *plan.base_overrides, *(as_override(k, v) for k, v in params.items()), group]
     cfg = compose_run_config(overrides)
     trial.set_user_attr("run_dir", str(run_dir))
     trial.set_user_attr("overrides", overrides)
