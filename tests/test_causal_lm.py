@@ -485,3 +485,19 @@ def test_a_folder_without_weights_is_named_as_such_not_sent_to_the_hub(alpaca_fi
                                           r"folder with config.json, weights and tokenizer files$") as error:
         build(cfg)
     assert "hf download" not in str(error.value)
+
+
+def test_the_config_checks_refuse_alpaca_without_a_file_in_the_loaders_words():
+    """data=alpaca (data.root: null until given) passed the config checks, so --plan counted the run to run, and met
+    load_examples' line only as its task was built: the checks now say the same. The text sets, whose root is the
+    default data folder's (imdb, mnli), pass as before."""
+    from cutlab.config.checks import check_config
+
+    with pytest.raises(CutlabError) as loader:
+        load_examples(None)
+    for folders in (True, False):  # a SLURM plan's too: the jobs may run where the data are, but none is named
+        with pytest.raises(CutlabError) as checks:
+            check_config(compose_run_config(["model=causal_lm", "data=alpaca"]), folders=folders)
+        assert str(checks.value) == str(loader.value)
+    for name in ("imdb", "mnli"):
+        check_config(compose_run_config(["model=ut_text", f"data={name}"]))

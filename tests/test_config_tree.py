@@ -23,7 +23,9 @@ def test_every_sweep_file_plans(name, tmp_path, monkeypatch):
     plan = expand(Command(overrides=[], config_name=name, multirun=True, plan=True))
     assert plan.name == name and plan.runs
     assert len({run.run_id for run in plan.runs}) == len(plan.runs)
-    assert all(run.status == "new" for run in plan.runs)
+    # new, or refused only for data not shipped here (Avenue, ShanghaiTech, Alpaca: data.root unset until given)
+    assert all(run.status == "new" or run.problem.startswith("data.root is not set") for run in plan.runs), \
+        [run.problem for run in plan.runs if run.status != "new"][:3]
     assert not (tmp_path / "runs").exists(), "a plan writes nothing"
 
 

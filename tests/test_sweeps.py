@@ -22,6 +22,8 @@ from helpers.cli import cutlab
 from helpers.contract import assert_same_records, cutlab_env
 from helpers.sweeps import plan_ids, result_config, sweep_outcome
 
+from cutlab.errors import CutlabError
+
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 
 
@@ -484,3 +486,46 @@ def test_the_plan_says_which_runs_will_stop_and_why(tmp_path):
     # the totals counted it to run
     assert "# 0 complete (skipped), 1 to run, 1 refused (each stops in one line: see above)" in lines, result.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def loaders_line(name: str) -> str:
+    """What data=name's loader says with data.root unset: the one line a run met as its task was built."""
+    from cutlab.core.data.alpaca import load_examples
+    from cutlab.core.data.video import load_video_clips
+
+    with pytest.raises(CutlabError) as error:
+        load_examples(None) if name == "alpaca" else load_video_clips(name, None, cache_dir=None, progress=False)
+    return str(error.value)
+
+
+UNSET_ROOTS = ("avenue", "shanghaitech", "ucsd_ped1", "video_folder")  # their yaml's data.root: null until given
+
+
+def test_the_plan_counts_apart_runs_of_data_whose_root_is_not_set(tmp_path):
+    """data=avenue (data.root: null until given) was planned 'new' and stopped only as its task was built; the plan
+    counts it refused, in its loader's words. A set with a root (ucsd_ped2, in CUTLAB_DATA_DIR) or with no files to
+    read (synthetic) plans as before; so does a SLURM plan's (whose data may be elsewhere, but are not named)."""
+    result = cutlab(["--plan", "-m", f"data={','.join(UNSET_ROOTS)},ucsd_ped2,synthetic"], tmp_path / "runs")
+    lines = result.stdout.splitlines()
+    for name in UNSET_ROOTS:
+        assert [line.split()[1] for line in lines if line.endswith(f" data={name} (it will stop: "
+                                                                  f"{loaders_line(name)})")] == ["refused"], name
+    for name in ("ucsd_ped2", "synthetic"):
+        assert any(line.split()[1:] == ["new", f"data={name}"] for line in lines if line[:1].isdigit()), result.stdout
+    assert "# 0 complete (skipped), 2 to run, 4 refused (each stops in one line: see above)" in lines, result.stdout
+    slurm = cutlab(["--plan", "-m", "--config-name", "fig6_llm", "launcher=slurm", "launcher.profile=gpu"],
+                   tmp_path / "runs")
+    refused = [line for line in slurm.stdout.splitlines() if line.endswith(f"(it will stop: {loaders_line('alpaca')})")]
+    assert len(refused) == 2 and "# 0 complete (skipped), 0 to run, 2 refused" in slurm.stdout, slurm.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_sweep_of_data_whose_root_is_not_set_is_refused_before_it_launches(tmp_path):
+    """Each run started, stopped in its loader's line as its task was built, and was recorded failed."""
+    runs = tmp_path / "runs"
+    result = cutlab(["-m", "data=avenue,shanghaitech"], runs, check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        "cutlab: error: every run the sweep would run is refused; the first, data=avenue: "
+        f"{loaders_line('avenue')} (and 1 more; --plan lists each)"], result.stderr[-2000:]
+    assert not runs.exists(), "nothing is written before the sweep is known to be valid"

@@ -267,3 +267,26 @@ def test_cli_trains_on_a_folder_of_your_own_videos(tmp_path):
         missing = cutlab([f"data={name}", "wandb.mode=disabled"], tmp_path / "runs", timeout=300, check=False)
         assert missing.returncode == 2, missing.stderr[-2000:]
         assert missing.stderr.strip().splitlines()[-1].startswith(f"cutlab: error: data.root is not set but {name}")
+
+
+def test_the_config_checks_refuse_an_unset_root_in_the_loaders_words(tmp_path):
+    """A set read from files with data.root unset (avenue, shanghaitech, ucsd_ped1, video_folder: null until given)
+    passed the config checks and met its loader's line only as the task was built, after the run had begun: the
+    checks now refuse it first, in the same words. A root of the default data folder (ucsd_ped2), or no file to read
+    (synthetic), passes as before."""
+    from cutlab.config.checks import check_config
+    from cutlab.config.compose import compose_run_config
+
+    for name in ("avenue", "shanghaitech", "ucsd_ped1", "video_folder", "ucsd_ped2"):
+        with pytest.raises(CutlabError) as loader:
+            load_video_clips(name, None, cache_dir=None, progress=False)
+        with pytest.raises(CutlabError) as checks:
+            check_config(compose_run_config([f"data={name}", "data.root=null"]), folders=False)
+        assert str(checks.value) == str(loader.value)
+    for name in ("ucsd_ped2", "synthetic"):
+        check_config(compose_run_config([f"data={name}"]))
+    run = cutlab(["data=avenue", "wandb.mode=disabled"], tmp_path / "runs", check=False)
+    with pytest.raises(CutlabError) as loader:
+        load_video_clips("avenue", None, cache_dir=None, progress=False)
+    # one line, before the run announced its record folder
+    assert run.returncode == 2 and run.stderr.splitlines() == [f"cutlab: error: {loader.value}"], run.stderr[-2000:]

@@ -47,10 +47,15 @@ def prompt_of(example: Example) -> str:
     return PROMPT_NO_INPUT.format(instruction=example.instruction)
 
 
+def root_not_set() -> CutlabError:
+    """load_examples' line for an unset data.root; the config checks refuse the run with it before it starts."""
+    return CutlabError(f"data.root is not set: {HOW_TO_GET}")
+
+
 def load_examples(root: str | None) -> list[Example]:
     """Rows of a JSON list (``alpaca_data.json``) or a JSON-lines file; every row is checked, errors name it."""
     if root is None:
-        raise CutlabError(f"data.root is not set: {HOW_TO_GET}")
+        raise root_not_set()
     path = Path(root).expanduser()  # as the other text readers: a ~ of the command line's quoting stays
     if not path.is_file():
         raise CutlabError(f"data.root={root} is not a file: {HOW_TO_GET}")

@@ -16,7 +16,7 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import VideoClips, grayscale_frame, natural_order
+from cutlab.core.data.video import VideoClips, grayscale_frame, natural_order, root_not_set
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 from cutlab.core.extras import optional_import
@@ -134,7 +134,7 @@ def describe(path: Path) -> str:
 def existing_folder(root, name: str, hint: str) -> Path:
     """data.root as an existing folder, or a CutlabError naming the key and the expected layout."""
     if root is None or not str(root).strip():
-        raise CutlabError(f"data.root is not set but {name} needs its files; {hint}")
+        raise root_not_set(name, hint)
     path = Path(str(root)).expanduser()
     if not path.is_dir():
         raise CutlabError(f"data.root={path} is not an existing folder; {hint}")

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from cutlab.core.data import cache
-from cutlab.core.data.video import VideoClips, grayscale_frame
+from cutlab.core.data.video import VideoClips, grayscale_frame, root_not_set
 from cutlab.core.progress import Meter
 from cutlab.core.errors import CutlabError
 
@@ -55,11 +55,14 @@ def _hint(variant: str) -> str:
     return f"point data.root at the folder that holds UCSD{variant}/ or at {variant}_gray160_uint8.npz"
 
 
+PED1_HINT, PED2_HINT = _hint("ped1"), _hint("ped2")  # each set's, for an unset root (video.py ROOT_HINTS)
+
+
 def _locate(variant: str, root: str | os.PathLike | None) -> tuple[str, Path]:
     """Resolve data.root to ('npz', file) or ('official', the UCSDpedN folder)."""
     hint = _hint(variant)
     if root is None or not str(root).strip():
-        raise CutlabError(f"data.root is not set but ucsd_{variant} needs its files; {hint}")
+        raise root_not_set(f"ucsd_{variant}", hint)
     path = Path(root).expanduser()
     if not path.exists():
         raise CutlabError(f"data.root={path} does not exist; {hint}")

@@ -30,6 +30,15 @@ LOADERS = {
     "video_folder": "cutlab.core.data.video_folder:load_video_folder",
 }
 DATASETS = tuple(LOADERS)
+# data.name -> "module:constant" of where data.root must point, as each refusal of that set's loader says it (synthetic
+# reads no file): an unset root is refused by the config checks in the loader's own words (check_root_given)
+ROOT_HINTS = {
+    "ucsd_ped2": "cutlab.core.data.ucsd:PED2_HINT",
+    "ucsd_ped1": "cutlab.core.data.ucsd:PED1_HINT",
+    "avenue": "cutlab.core.data.avenue:HINT",
+    "shanghaitech": "cutlab.core.data.shanghaitech:HINT",
+    "video_folder": "cutlab.core.data.video_folder:HINT",
+}
 
 
 @dataclass
@@ -62,6 +71,19 @@ def load_video_clips(
         raise CutlabError(f"data.{unknown[0]} is not a setting of data.name={name}; remove it (python -m cutlab "
                           f"data={name} --cfg job shows the set's keys)")
     return loader(root, cache_dir, image_size, progress, **options)
+
+
+def root_not_set(name: str, hint: str) -> CutlabError:
+    """The line of a set read from files whose data.root is unset; ``hint`` says where it should point."""
+    return CutlabError(f"data.root is not set but {name} needs its files; {hint}")
+
+
+def check_root_given(name: str, root) -> None:
+    """``root`` unset for a set read from files: the line its loader would stop on as the task is built, raised
+    before any file is read (cutlab/config/checks.py), so --plan counts the run refused and says why."""
+    if name in ROOT_HINTS and (root is None or not str(root).strip()):
+        module, constant = ROOT_HINTS[name].split(":")
+        raise root_not_set(name, getattr(importlib.import_module(module), constant))
 
 
 # PIL modes whose samples are not 8-bit: convert("L") clips them to 0 or 255, so 16-bit or float footage would be
