@@ -529,3 +529,12 @@ def test_a_sweep_of_data_whose_root_is_not_set_is_refused_before_it_launches(tmp
         "cutlab: error: every run the sweep would run is refused; the first, data=avenue: "
         f"{loaders_line('avenue')} (and 1 more; --plan lists each)"], result.stderr[-2000:]
     assert not runs.exists(), "nothing is written before the sweep is known to be valid"
+
+
+def test_a_text_run_with_its_root_cleared_is_refused_in_one_line(tmp_path):
+    """data.root=null over IMDb's default was planned 'new' and its run ended in the readers' TypeError traceback."""
+    result = cutlab(["data=imdb", "model=ut_text", "data.root=null"], tmp_path / "runs", check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == ["cutlab: error: data.root is not set but imdb needs its files; give "
+                                                  "data.root=PATH (or hf:ID), or leave it out for data=imdb's own"]
+    assert not (tmp_path / "runs").exists()

@@ -241,6 +241,10 @@ def check_root_given(cfg: DictConfig, kind: str) -> None:
         check_video_root(cfg.data.get("name"), None)
     elif kind == "instruction":  # every instruction set is read by load_examples (Alpaca's format)
         raise instruction_root_not_set()
+    elif kind == "text":  # data.root=null over a shipped default: the readers' traceback (a None path) before
+        name = cfg.data.get("name")
+        raise CutlabError(f"data.root is not set but {name} needs its files; give data.root=PATH (or hf:ID), or "
+                          f"leave it out for data={name}'s own")
 
 
 def check_data_root(cfg: DictConfig) -> None:
