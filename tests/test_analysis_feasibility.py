@@ -9,6 +9,7 @@ drift between the two fails here. ``UPDATE_GOLDEN=1`` rewrites tests/golden/tabl
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -474,3 +475,26 @@ def test_the_rankings_out_is_refused_in_one_line_where_it_cannot_take_the_table(
     assert main([runs, "--out", str(tmp_path / "table.csv")]) == 0
     assert (tmp_path / "a file").read_text() == "kept" and not (tmp_path / "table.csv").is_symlink()
     assert pd.read_csv(tmp_path / "table.csv").equals(pd.read_csv(tmp_path / "new" / "table.csv"))
+
+
+def test_a_constrained_run_is_ranked_against_its_cells_best_erm_run_in_its_own_setting(tmp_path):
+    """The ranking took the lowest ERM validation metric of a cell over every grid and budget: a text cell's worst
+    ERM seed (accuracy: higher is better), and a video cell's ERM run of another budget."""
+    from analysis.collect import collect_runs
+    from analysis.feasibility_study import rank_settings
+
+    text = dict(model="ut_text", dataset="imdb", L=2, gamma=0.4)
+    write_run(tmp_path / "text", "erm_s0", **text, constrained=False, test=0.6, selection=0.6)
+    write_run(tmp_path / "text", "erm_s1", **text, constrained=False, test=0.8, selection=0.8, seed=1)
+    write_run(tmp_path / "text", "con", **text, constrained=True, test=0.7, selection=0.7, verdict="feasible")
+    row = rank_settings(collect_runs(tmp_path / "text").runs).iloc[0]
+    assert row["val_vs_erm"] == pytest.approx(0.8 / 0.7) and row["better_than_erm"] == 0
+
+    video = dict(model="dust", dataset="ucsd_ped2", L=3, gamma=0.09)
+    long = write_run(tmp_path / "video", "erm_long", **video, constrained=False, test=8.0, selection=8.0)
+    summary = json.loads((long / "summary.json").read_text())
+    (long / "summary.json").write_text(json.dumps({**summary, "steps": 400}))  # another budget: another cell
+    write_run(tmp_path / "video", "erm", **video, constrained=False, test=12.0, selection=12.0)
+    write_run(tmp_path / "video", "con", **video, constrained=True, test=11.0, selection=11.0, verdict="feasible")
+    row = rank_settings(collect_runs(tmp_path / "video").runs).iloc[0]
+    assert row["val_vs_erm"] == pytest.approx(11.0 / 12.0) and row["better_than_erm"] == 1
