@@ -218,6 +218,35 @@ def test_a_killed_and_resumed_run(tmp_path):
         assert list(table.history["step"]) == [3, 4]
 
 
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory) -> Path:
+    """A run that checks its iterates (summary.json's ``iterate.checks``), then its summary.json deleted, which makes
+    the same command resume it: the second W&B session trains no step, it only evaluates."""
+    runs = tmp_path_factory.mktemp("resumed") / "runs"
+    args = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false",
+            "eval.iterate=best", "eval.check_every_steps=2", "run_name=resumed"]
+    cutlab(args, runs, timeout=300)
+    (runs / "resumed" / SUMMARY).unlink()
+    cutlab(args, runs, timeout=300)
+    assert len(list((runs / "resumed" / "wandb").glob("offline-run-*"))) == 2
+    return runs
+
+
+def test_a_session_that_only_evaluates_logs_after_the_training_steps(resumed, tmp_path):
+    """W&B's offline session starts again at step 0: its evaluation must still follow the first session's training
+    steps, not replace them when the sessions are merged (the run read back complete, with its whole history)."""
+    from analysis.wandb_source import collect_wandb, find_offline_runs, read_transaction_log, records_from_offline
+
+    first, second = find_offline_runs(resumed)[resumed / "resumed"]
+    steps = [[r["history"]["item"] for r in read_transaction_log(s) if r.get("type") == "history"]
+             for s in (first, second)]
+    trained = [int(step["_step"]) for step in steps[0] if "train/step" in step]
+    assert trained == [1, 2, 3, 4] and min(int(step["_step"]) for step in steps[1]) == 5
+    table, folder = collect_wandb(records_from_offline(resumed, tmp_path / "records")), collect_runs(resumed)
+    assert list(table.runs["state"]) == ["complete"], list(table.runs["problem"])
+    pd.testing.assert_frame_equal(table.history, folder.history)
+
+
 # --------------------------------------------------------------------------------------------- bad input
 
 def test_no_offline_runs_exit_2(runs, tmp_path, capsys):

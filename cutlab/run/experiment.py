@@ -186,6 +186,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
         tracker = Tracker(
             cfg.wandb.mode, run_dir, run_dir.name, resolved, cfg.wandb.project, cfg.wandb.entity, cfg.wandb.group,
             cfg.wandb.tags, run_id=checkpoint.get("wandb_id") if checkpoint else None, service=wandb_service,
+            start_step=trainer.progress.step if checkpoint else 0,
         )
     except BaseException:  # W&B refused the run (online without a key): nothing trained, the same command resumes
         history.close()

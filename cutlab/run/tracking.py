@@ -115,17 +115,19 @@ UNREACHABLE = ("dial tcp", "no such host", "connection refused", "network is unr
 class Tracker:
     """A W&B run in the run folder (``<run_dir>/wandb``), resumable by id; a no-op when disabled.
 
-    ``service``: a ``ServiceStart`` begun earlier for this run (else one is started here and waited for).
+    ``service``: a ``ServiceStart`` begun earlier for this run (else one is started here and waited for);
+    ``start_step``: the training step a resumed session starts from (its checkpoint's).
     """
 
     def __init__(self, mode: str, run_dir: Path, name: str, config: dict, project: str, entity: str | None,
-                 group: str | None, tags: list[str], run_id: str | None, service: ServiceStart | None = None) -> None:
+                 group: str | None, tags: list[str], run_id: str | None, service: ServiceStart | None = None,
+                 start_step: int = 0) -> None:
         _check_mode(mode)
         self.run = None
         self._run_id = run_id  # kept when W&B's service is gone: the resumed session continues this W&B run
         self.mode = mode
         self._run_dir = run_dir
-        self._last_step = 0
+        self._last_step = start_step  # W&B's offline session starts at step 0 again: the earlier sessions' steps
         self._service: ServiceStart | None = None
         if mode == "disabled":
             return
@@ -197,13 +199,14 @@ class Tracker:
                 self.run.log({STEP_KEY: step, **{wandb_key(k): v for k, v in metrics.items()}}, step=step)
             self._last_step = step
 
-    def log_table(self, key: str, rows: list[dict[str, Any]]) -> None:
+    def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
         if self.run and rows:
             import wandb
 
             columns = list(rows[0])
             with self._while_service_lives():
-                self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])})
+                self.run.log({key: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])},
+                             step=step)
 
     def log_evaluation(self, rows: list[dict[str, Any]]) -> None:
         """eval.csv's rows (cutlab.records.evaluation_rows) three ways: the table ``eval`` (analysis reads it back),
@@ -213,18 +216,20 @@ class Tracker:
             return
         import wandb
 
-        self.log_table(EVAL_TABLE, rows)
+        # after the last training step, of an earlier session too: a session that only evaluates (resumed after
+        # its training ended) must not log over training steps, which the sessions' merge would replace
+        step = max(self.run.step, self._last_step + 1)
+        self.log_table(EVAL_TABLE, rows, step)
         if self.run:
             with self._while_service_lives():
-                self._log_curves(wandb, rows)
+                self._log_curves(wandb, rows, step)
 
-    def _log_curves(self, wandb, rows: list[dict[str, Any]]) -> None:
+    def _log_curves(self, wandb, rows: list[dict[str, Any]], step: int) -> None:
         last = max(row["layer"] for row in rows)
         points: dict[float, dict[str, float]] = {}
         for row in rows:
             if row["layer"] == last:
                 points.setdefault(row["gamma_test"], {})[f"{EVAL_SECTION}/{row['split']}/{row['metric']}"] = row["value"]
-        step = max(self.run.step, self._last_step + 1)  # after the last training step: a W&B step only grows
         for gamma in sorted(points):
             self.run.log({GAMMA_KEY: gamma, **points[gamma]}, step=step)
             step += 1
