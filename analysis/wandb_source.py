@@ -110,9 +110,9 @@ def write_record(run: WandbRun, run_dir: Path, rebuilt: Rebuilt) -> None:
     elif summary["status"] == "complete" and evaluation is None:
         rebuilt.partial[key] = "; ".join(run.problems) or f"the W&B run has no '{EVAL_KEY}' table"
     elif summary["status"] == "complete" and (lost := lost_steps(history, summary.get("steps"))):
-        rebuilt.partial[key] = (f"W&B lacks training steps {lost} of {summary['steps']} (a session whose W&B "
-                                "service was killed before it wrote them: by SIGKILL, or by scancel, which signals "
-                                "the service too); "
+        rebuilt.partial[key] = (f"W&B lacks training steps {lost} of {summary['steps']} (a session did not log "
+                                "them: its W&B service was killed, by SIGKILL or by scancel, which signals the "
+                                "service too, or it ran with wandb.mode=disabled; W&B's files cannot tell which); "
                                 "the run folder's history.csv has them")
 
 

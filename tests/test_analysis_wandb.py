@@ -143,7 +143,8 @@ def test_a_run_without_cutlab_summary_is_partial(wandb_run, tmp_path):
 
 
 def test_steps_missing_from_wandb_make_the_run_partial(wandb_run, tmp_path):
-    """A W&B log that lost a step (its session killed before W&B wrote it): reported, the table unchanged."""
+    """A W&B log that lost a step (its session killed before W&B wrote it, or run with W&B disabled): reported,
+    with both causes (W&B's files cannot tell them apart), the table unchanged."""
     from analysis.wandb_source import Rebuilt, collect_wandb, write_record
 
     lossy = dataclasses.replace(wandb_run, history=wandb_run.history[1:])
@@ -151,6 +152,7 @@ def test_steps_missing_from_wandb_make_the_run_partial(wandb_run, tmp_path):
     write_record(lossy, rebuilt.folder / lossy.name, rebuilt)
     row = collect_wandb(rebuilt).runs.iloc[0]
     assert row["state"] == "partial" and "W&B lacks training steps 1 of 2" in row["problem"]
+    assert "killed" in row["problem"] and "wandb.mode=disabled" in row["problem"]
 
 
 def test_wandb_keys_are_in_sections_with_their_own_axes(runs):
