@@ -249,6 +249,16 @@ def test_a_session_that_only_evaluates_logs_after_the_training_steps(resumed, tm
     pd.testing.assert_frame_equal(table.history, folder.history)
 
 
+def test_the_wandb_summary_carries_the_iterate_checks(resumed, tmp_path):
+    """summary.json's ``iterate`` (its ``checks``, a list of dicts, too) comes back whole from W&B."""
+    from analysis.wandb_source import records_from_offline
+
+    records_from_offline(resumed, tmp_path / "records")
+    rebuilt = json.loads((tmp_path / "records" / "resumed" / SUMMARY).read_text())
+    summary = json.loads((resumed / "resumed" / SUMMARY).read_text())
+    assert summary["iterate"]["checks"] and rebuilt["iterate"] == summary["iterate"]
+
+
 # --------------------------------------------------------------------------------------------- bad input
 
 def test_no_offline_runs_exit_2(runs, tmp_path, capsys):

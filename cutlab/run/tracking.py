@@ -323,17 +323,25 @@ def display_name(folder: str, config: dict) -> str:
 
 def flat_summary(summary: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"feasibility": {"status": "feasible"}}`` -> ``{"feasibility/status": "feasible"}``; scalars, None and
-    lists of scalars kept, anything else (objects W&B cannot hold as a summary value) dropped."""
+    lists kept, a list of dicts (``iterate/checks``) too, as it is: W&B holds JSON values, and the summary must
+    mirror summary.json; anything else (objects W&B cannot hold as a summary value) dropped."""
     flat: dict[str, Any] = {}
     for key, value in summary.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
             flat.update(flat_summary(value, name + SUMMARY_SEPARATOR))
-        elif value is None or isinstance(value, (int, float, str, bool)):
-            flat[name] = value
-        elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float, str, bool)) for v in value):
-            flat[name] = list(value)
+        elif _is_json(value):
+            flat[name] = list(value) if isinstance(value, tuple) else value
     return flat
+
+
+def _is_json(value: Any) -> bool:
+    """A value JSON (so a W&B summary) holds: None, a scalar, or lists and string-keyed dicts of these."""
+    if value is None or isinstance(value, (int, float, str, bool)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    return isinstance(value, dict) and all(isinstance(k, str) and _is_json(v) for k, v in value.items())
 
 
 def _shown(config: dict, key: str) -> str:
