@@ -24,6 +24,7 @@ table becomes ``partial`` (eval.csv missing). W&B itself is needed only here, im
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -131,8 +132,23 @@ def summary_record(summary: dict[str, Any], history: set[str]) -> dict[str, Any]
         node = record
         for parent in parents:
             node = node.setdefault(parent, {})
-        node[leaf] = value
+        node[leaf] = _numbers_back(value)
     return record
+
+
+# W&B's summary hands Python JSON's non-finite numbers (a relative violation with no bound: Infinity) back as text
+_NON_FINITE = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}
+
+
+def _numbers_back(value: Any) -> Any:
+    """``value`` with W&B's 'Infinity', '-Infinity' and 'NaN' strings read as the numbers summary.json holds."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    if isinstance(value, list):
+        return [_numbers_back(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _numbers_back(item) for key, item in value.items()}
+    return value
 
 
 def history_keys(rows: Iterable[dict[str, Any]]) -> set[str]:
@@ -142,7 +158,7 @@ def history_keys(rows: Iterable[dict[str, Any]]) -> set[str]:
 def history_frame(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
     """history.csv from W&B steps: ``_step`` becomes ``step``; W&B's sections become history.csv's columns
     (``loss/l0`` -> ``loss_0``, ``train/lr`` -> ``lr``: cutlab.tracking.history_column; runs logged before the
-    sections have the columns' own names); W&B's ``_*`` keys, media (the eval table, logged at the last step)
+    sections have the columns' own names); W&B's ``_*`` keys, media (the eval table, logged with the first evaluation step)
     and the evaluation's steps (``eval/*``) are dropped; a step that holds nothing else is dropped too."""
     records = []
     for row in rows:

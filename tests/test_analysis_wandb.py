@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -307,3 +308,17 @@ def test_a_run_leaves_the_wandb_folder_variables_as_it_found_them(tmp_path, monk
     assert all(os.environ[variable].startswith(str(tmp_path)) for variable in RUN_WANDB_DIRS)
     service.abandon()
     assert not [variable for variable in RUN_WANDB_DIRS if variable in os.environ]
+
+
+def test_a_summarys_infinite_values_come_back_as_numbers(tmp_path):
+    """A relative violation with no bound to measure it by (slot 0 with train.epsilon=null) is Infinity in
+    summary.json; W&B hands it back as the string 'Infinity', which the rebuilt record kept as text."""
+    from analysis.wandb_source import records_from_offline
+
+    runs = tmp_path / "runs"
+    cutlab(["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false",
+            "train.epsilon=null", "run_name=open"], runs, timeout=300)
+    summary = json.loads((runs / "open" / SUMMARY).read_text())
+    assert math.inf in summary["feasibility"]["relative_violations"], summary["feasibility"]
+    records_from_offline(runs, tmp_path / "records")
+    assert json.loads((tmp_path / "records" / "open" / SUMMARY).read_text()) == summary
