@@ -211,12 +211,12 @@ def profile_phases(workdir: Path, env: dict) -> dict:
 
 def time_reference_epsilon(data: Data) -> dict:
     """epsilon=auto evaluates the untrained model on 8 training batches before the first step: its cost on Ped2."""
-    from omegaconf import OmegaConf
-
+    from cutlab.config.compose import compose_run_config
     from cutlab.run.build import reference_epsilon
 
-    cfg = OmegaConf.create({"train": {"epsilon": "auto", "batch_size": BATCH}, "gamma": GAMMA, "noise_mean": 0.0,
-                            "seed": 0})
+    # the run's own config, composed: one written here by hand lacked keys reference_epsilon came to read
+    cfg = compose_run_config(["train=constrained", "train.epsilon=auto", f"train.batch_size={BATCH}",
+                              f"gamma={GAMMA}", "seed=0"])
     task = SimpleNamespace(model=make_model("dust", per_layer=True), objective=DenoisingObjective(),
                            train_set=data.train, prepare=data.prepare, sigma=data.sigma)
     started = time.perf_counter()
