@@ -21,8 +21,12 @@ HIDDEN = "***"
 _SECRET_KEY = r"(?i)(?<![A-Za-z0-9_.])([A-Za-z0-9_]*?(?:password|passwd|pwd|secret|token|api[_-]?key))"
 _SECRET_PAIR = re.compile(rf"{_SECRET_KEY}=([^&\s]+)")
 # libpq's keyword/value form (host=db password='open SESAME'): a quoted value holds spaces and the escapes \' and \\,
-# and '=' may have spaces around it, so the pair spans words; an unclosed quote is hidden to the line's end
-_LIBPQ_PAIR = re.compile(rf"{_SECRET_KEY}(\s*=\s*)('(?:[^'\\\n]|\\.)*(?:'|(?=\n)|$)|[^\s']\S*)")
+# so the pair spans words; an unclosed quote is hidden to the line's end, never past it
+_QUOTED = r"'(?:[^'\\\n]|\\.)*(?:'|(?=\n)|$)"
+_QUOTED_PAIR = re.compile(rf"{_SECRET_KEY}={_QUOTED}")
+# libpq also allows spaces around '=' (password = x): its own key only, on one line (a spaced '=' after any *token
+# key hid prose: "the pad_token = eos_token" lost its next word, "api_key = " the next line's)
+_SPACED_PASSWORD = re.compile(rf"(?i)(?<![A-Za-z0-9_.])(password)(?:[ \t]+=[ \t]*|=[ \t]+)({_QUOTED}|[^\s']\S*)")
 # user:password@ whose password holds whitespace, which splits it over words: up to the last '@' on the line short of
 # another address's '://' (a password may hold '@' and '/'; an error's advice 'postgresql://USER:PASSWORD@HOST' hid
 # the address before it). Not where what follows 'host:' is a port (digits, then a space, '/' or the end) or a space:
@@ -34,7 +38,7 @@ _SPACED_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s/@:]+:)(?!\s|\d+(
 
 def redact(text: str) -> str:
     """``text`` with every credential replaced by ***; whitespace-separated words are redacted one by one."""
-    text = _LIBPQ_PAIR.sub(_hidden_libpq_pair, _SPACED_USERINFO.sub(lambda url: f"{url.group(1)}{HIDDEN}@", str(text)))
+    text = _libpq_hidden(_SPACED_USERINFO.sub(lambda url: f"{url.group(1)}{HIDDEN}@", str(text)))
     return re.sub(r"\S+", lambda word: _redact_word(word.group(0)), text)
 
 
@@ -53,16 +57,15 @@ def _hidden_pair(pair: re.Match) -> str:
     return f"{pair.group(1)}={HIDDEN}{value[max(quotes):] if quotes else ''}"
 
 
-def _hidden_libpq_pair(pair: re.Match) -> str:
-    """``key=***`` for a quoted value or one after a spaced '='; a plain ``key=value`` is the word rule's (it keeps
-    a quoted address's closing quote)."""
-    if pair.group(2) == "=" and not pair.group(3).startswith("'"):
-        return pair.group(0)
-    return f"{pair.group(1)}={HIDDEN}"
+def _libpq_hidden(text: str) -> str:
+    """libpq's pairs that span words hidden as ``key=***``: a quoted value, or a password after a spaced '=' (a
+    plain ``key=value`` is the word rule's, which keeps a quoted address's closing quote)."""
+    hidden = lambda pair: f"{pair.group(1)}={HIDDEN}"  # noqa: E731
+    return _SPACED_PASSWORD.sub(hidden, _QUOTED_PAIR.sub(hidden, text))
 
 
 def _redact_word(word: str) -> str:
-    word = _SECRET_PAIR.sub(_hidden_pair, _LIBPQ_PAIR.sub(_hidden_libpq_pair, word))  # an argument may hold spaces
+    word = _SECRET_PAIR.sub(_hidden_pair, _libpq_hidden(word))  # an argument may hold spaces
     span = _password_span(word)
     return word if span is None else f"{word[:span[0]]}{HIDDEN}{word[span[1]:]}"
 

@@ -183,3 +183,16 @@ def test_workers_given_search_storage_use_that_storage(tmp_path):
     for trial in trials:
         assert not any("search.storage" in part for part in json.loads((trial / "provenance.json").read_text())[
             "command"])
+
+
+def test_libpqs_spaced_form_hides_a_password_only_and_never_past_its_line():
+    """The spaced '=' rule took any *token/*key key and crossed line ends: prose lost words, the next line its first."""
+    from cutlab.redaction import redact
+
+    for prose in ("the model's pad_token = eos_token when none is set", "max_tokens = 5", "api_key =",
+                  "Error: token = none given"):
+        assert redact(prose) == prose
+    assert redact("api_key = \nnext line text") == "api_key = \nnext line text"
+    assert redact("password = \nnext line") == "password = \nnext line"
+    assert redact("host=db password = hunter2 dbname=x") == "host=db password=*** dbname=x"
+    assert redact("token='a b' x") == "token=*** x"
