@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not args.out.strip():  # Path('') is the current folder: an unset variable would put the report there
             raise AnalysisError("--out is empty; pass a folder for the report, e.g. --out report")
-        out = Path(args.out)
+        out = Path(args.out).expanduser()  # --out=~/report reaches us unexpanded: it made a folder named ~ here
         if out.exists() and not out.is_dir():
             raise AnalysisError(f"--out {out} is a file; pass a folder for the report (it is created if missing)")
         links = symbolic_links(out)

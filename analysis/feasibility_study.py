@@ -97,7 +97,7 @@ def table_file(out: str | None) -> Path | None:
         return None
     if not out.strip():
         raise AnalysisError("--out is empty; pass a file for the table, e.g. --out study.csv")
-    path = Path(out)
+    path = Path(out).expanduser()  # --out=~/study.csv reaches us unexpanded (bash expands ~ only at a word's start)
     if path.is_dir():
         raise AnalysisError(f"--out {path} is a folder; pass a file for the table, e.g. --out {path / 'study.csv'}")
     problem = unwritable(path.parent)

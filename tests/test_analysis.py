@@ -319,6 +319,18 @@ def test_an_empty_out_is_one_line_not_the_current_folder(golden_runs, tmp_path, 
     assert not any(tmp_path.iterdir())
 
 
+def test_an_out_under_a_tilde_is_in_the_home_folder(golden_runs, tmp_path, capsys, monkeypatch):
+    """--out=~/report (bash leaves that ~ as typed) made a folder named ~ in the current folder: it is the home's."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "a_file").write_text("kept")
+    monkeypatch.chdir(tmp_path)
+    code, err = run_main(str(golden_runs), "--out=~/a_file", capsys=capsys)
+    assert code == 2 and err == (f"cutlab-analysis: error: --out {tmp_path / 'home' / 'a_file'} is a file; pass a "
+                                 "folder for the report (it is created if missing)\n"), err
+    assert not (tmp_path / "~").exists()
+
+
 @pytest.mark.parametrize("out", ["read_only_mount", "/proc/zz", "/sys/kernel/zz", "under_a_file", "read_only_tables"])
 def test_a_report_folder_that_cannot_be_written_is_one_line_before_the_runs_are_read(golden_runs, tmp_path, capsys,
                                                                                        out):

@@ -498,3 +498,14 @@ def test_a_constrained_run_is_ranked_against_its_cells_best_erm_run_in_its_own_s
     write_run(tmp_path / "video", "con", **video, constrained=True, test=11.0, selection=11.0, verdict="feasible")
     row = rank_settings(collect_runs(tmp_path / "video").runs).iloc[0]
     assert row["val_vs_erm"] == pytest.approx(11.0 / 12.0) and row["better_than_erm"] == 1
+
+
+def test_the_rankings_out_under_a_tilde_is_written_in_the_home_folder(tmp_path, monkeypatch, capsys):
+    """--out=~/study.csv (bash leaves that ~ as typed) made a folder named ~ in the current folder and wrote there."""
+    from analysis.feasibility_study import main
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main([str(ROOT / "benchmarks" / "feasibility_study" / "block_nupi"), "--out=~/study.csv"]) == 0
+    assert (tmp_path / "home" / "study.csv").is_file() and not (tmp_path / "~").exists()
