@@ -301,6 +301,8 @@ def offline_run(run_dir: Path, sessions: list[Path]) -> WandbRun:
                 config.update(record["config"].get("update", {}))
             elif kind == "summary":
                 summary.update(nest_media(record["summary"].get("update", {})))
+                for item in record["summary"].get("remove", []):  # removed by cutlab's mirror (a resumed run's error)
+                    summary.pop(item.get("key"), None)
             elif kind == "history":
                 item = nest_media(record["history"]["item"])
                 steps[int(item["_step"])] = item

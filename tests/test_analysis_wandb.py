@@ -221,6 +221,25 @@ def test_a_killed_and_resumed_run(tmp_path):
         assert list(table.history["step"]) == [3, 4]
 
 
+def test_a_preempted_and_resumed_runs_summary_loses_the_preemption(tmp_path):
+    """SIGTERM mid-training writes an ``error`` into summary.json and the W&B summary; the same command then ends
+    the run complete, without it. W&B's summary lost it too: a resumed offline session does not see the earlier
+    session's keys, so the mirror removes those of the summary.json it replaces (W&B keeps a removal in its log)."""
+    from analysis.wandb_source import records_from_offline
+    from helpers.contract import start_and_kill
+
+    runs = tmp_path / "runs"
+    args = ["L=2", "train.epochs=3", "train.max_steps_per_epoch=20", "train.batch_size=8", "eval.gamma_test=[0,0.5]",
+            "progress=false", "run_name=stopped"]
+    start_and_kill(args, runs / "stopped", rows=2, stop="SIGTERM")
+    assert json.loads((runs / "stopped" / SUMMARY).read_text())["error"].startswith("Preempted: ")
+    cutlab(args, runs, timeout=300)
+    summary = json.loads((runs / "stopped" / SUMMARY).read_text())
+    assert summary["status"] == "complete" and "error" not in summary
+    records_from_offline(runs, tmp_path / "records")
+    assert json.loads((tmp_path / "records" / "stopped" / SUMMARY).read_text()) == summary
+
+
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory) -> Path:
     """A run that checks its iterates (summary.json's ``iterate.checks``), then its summary.json deleted, which makes

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 from cutlab.config.checks import WANDB_MODES as MODES
 from cutlab.errors import CutlabError
 from cutlab.redaction import redact_values, redacted_argv
+from cutlab.run.records import read_summary
 
 # W&B's folders outside wandb.init's dir: its service logs (cache), the data folder where it stages each logged
 # table as an artifact file (left there offline, for `wandb sync`) and where artifacts download. By default they
@@ -157,6 +158,9 @@ class Tracker:
                               f"command again, or log offline (wandb.mode=offline, the default; upload later with "
                               f"wandb sync) or not at all (wandb.mode=disabled)") from None
         self._run_id = self.run.id
+        # the keys the earlier session mirrored, those of the summary.json this session replaces: a resumed
+        # offline run's W&B summary starts empty, yet W&B merges the sessions' summaries
+        self._mirrored = set(flat_summary(read_summary(run_dir) or {})) if run_id else set()
         # each section plotted against its own axis in W&B's UI: training curves against the step, the
         # evaluation against gamma_test (the noise level of Fig. 3/4, not a time)
         self.run.define_metric(STEP_KEY)
@@ -244,11 +248,17 @@ class Tracker:
     def summarize(self, summary: dict[str, Any]) -> None:
         """Mirror summary.json in the W&B summary, nested dicts flattened to ``feasibility/status`` keys, so that
         analysis can rebuild summary.json from W&B alone (analysis.wandb_source). The verdict also becomes a tag,
-        so W&B's run table can filter on it."""
+        so W&B's run table can filter on it. A key mirrored earlier that this summary lacks (the ``error`` of a
+        session stopped and then resumed to completion) is removed from the W&B summary."""
         if self.run:
             with self._while_service_lives():
-                for key, value in flat_summary(summary).items():
+                flat = flat_summary(summary)
+                for key, value in flat.items():
                     self.run.summary[key] = value
+                for key in sorted(self._mirrored - set(flat)):
+                    if not _wandb_own(key):
+                        del self.run.summary[key]
+                self._mirrored = set(flat)
                 verdict = summary.get("verdict")
                 if verdict and verdict not in self.run.tags:
                     self.run.tags = (*self.run.tags, verdict)
@@ -275,6 +285,13 @@ RUN_FOLDER_KEY = "_run_folder"  # the run folder's name, in the W&B config (the 
 SHOWN_KEYS = ("model", "data", "train", "L", "gamma", "seed", "train.alpha")  # in display_name's label already
 MAX_DISPLAY = 96  # characters of a display name: W&B's run list shows about this many
 HIDDEN_KEYS = ("wandb", "paths", "threads", "progress", "device", "launcher", "run_name", "checkpoint", "eval")
+
+
+def _wandb_own(key: str) -> bool:
+    """A summary key W&B writes itself (``_runtime``) or keeps as a logged key's last value (``loss/l0``, the eval
+    table): never removed by the mirror, whatever a summary.json held."""
+    sections = (*LAYER_SECTIONS.values(), TRAIN_SECTION, EVAL_SECTION, EVAL_PLOT)
+    return key.startswith("_") or key == EVAL_TABLE or key.split(SUMMARY_SEPARATOR, 1)[0] in sections
 
 
 def wandb_key(column: str) -> str:

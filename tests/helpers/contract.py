@@ -43,8 +43,9 @@ def cutlab_env(runs, extra: dict | None = None) -> dict:
             "WANDB_DIR": str(runs.parent), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(extra or {})}
 
 
-def start_and_kill(args: list[str], run_dir, rows: int, timeout_s: float = 300) -> None:
-    """Start ``python -m cutlab ARGS`` and SIGKILL it once ``run_dir`` has a checkpoint and ``rows`` history rows.
+def start_and_kill(args: list[str], run_dir, rows: int, timeout_s: float = 300, stop: str = "SIGKILL") -> None:
+    """Start ``python -m cutlab ARGS`` and SIGKILL it (or send ``stop``) once ``run_dir`` has a checkpoint and
+    ``rows`` history rows.
 
     The resume contract: the same command run again must end exactly where an uninterrupted run ends.
     """
@@ -63,7 +64,7 @@ def start_and_kill(args: list[str], run_dir, rows: int, timeout_s: float = 300) 
     while not (run_dir / "checkpoint.pt").exists() or len(pd.read_csv(run_dir / "history.csv")) < rows:
         assert process.poll() is None and time.time() < deadline, "the run ended before it could be killed"
         time.sleep(0.02)
-    process.send_signal(signal.SIGKILL)
+    process.send_signal(getattr(signal, stop))
     process.wait()
 
 
