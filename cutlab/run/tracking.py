@@ -121,7 +121,7 @@ class Tracker:
     """
 
     def __init__(self, mode: str, run_dir: Path, name: str, config: dict, project: str, entity: str | None,
-                 group: str | None, tags: list[str], run_id: str | None, service: ServiceStart | None = None,
+                 group: str | None, tags: list[str] | None, run_id: str | None, service: ServiceStart | None = None,
                  start_step: int = 0) -> None:
         _check_mode(mode)
         self.run = None
@@ -145,7 +145,8 @@ class Tracker:
                     mode=mode, dir=str(run_dir), name=display_name(name, config),
                     config={**redact_values(config), RUN_FOLDER_KEY: name}, project=project,
                     entity=entity, group=group, id=run_id, resume="allow" if run_id else None, reinit="create_new",
-                    tags=list(tags) or None,  # not []: an empty list overrode W&B's own $WANDB_TAGS
+                    tags=list(tags or []) or None,  # not []: an empty list overrode W&B's own $WANDB_TAGS; null
+                    # (what ~wandb.tags's advice leads to) is no tags, as the checks take it
                 )
         except wandb.errors.Error as error:  # online: no API key, a refused key, an unreachable server
             wandb.teardown()  # W&B's "Find logs at" lines now, not after the one line below
