@@ -156,6 +156,7 @@ def check_shown_config(argv: list[str]) -> None:
             args = get_args_parser().parse_args(argv)
     except SystemExit:  # a flag Hydra's parser refuses: Hydra says so itself, once
         return
+    _check_looking_flags(args)
     if args.cfg is None:
         return
     try:
@@ -163,7 +164,27 @@ def check_shown_config(argv: list[str]) -> None:
             hydra.compose_config(args.config_name or "config", args.overrides, run_mode=RunMode.RUN,
                                  with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as error:
-        raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
+        several = several_values(error, "--cfg shows one run's config, so give one value; python -m cutlab --plan "
+                                        "-m {} lists the sweep's runs")
+        raise CutlabError(several or f"the command's config cannot be composed: {composition_message(error)}") from None
+
+
+def several_values(error: Exception, advice: str) -> str | None:
+    """KEY=A,B where one run was asked for, which Hydra calls an "Ambiguous value" (as if the key were wrong): the
+    line saying it is a sweep, with ``advice`` ({} stands for the override); None for another error."""
+    several = re.search(r"Ambiguous value for argument '([^']*)'", str(error))
+    return f"{several[1]} gives several values, which is a sweep: {advice.format(several[1])}" if several else None
+
+
+def _check_looking_flags(args) -> None:
+    """Hydra's ValueError tracebacks: --resolve without --cfg, --shell-completion without its one subcommand."""
+    if args.resolve and args.cfg is None and not args.help:
+        raise CutlabError("--resolve resolves the config --cfg prints: add --cfg (python -m cutlab --cfg job --resolve "
+                          "...)")
+    subcommands = [o for o in args.overrides if o.partition("=")[0] in ("install", "uninstall", "query")]
+    if args.shell_completion and len(subcommands) != 1:
+        raise CutlabError("--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
+                          "python -m cutlab --shell-completion install=bash")
 
 
 # Hydra's Optuna and Ax sweepers read interval(); its basic sweeper, which -m runs on, cannot

@@ -11,14 +11,14 @@ command always names the same folders, which is what lets a re-run skip complete
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
-from cutlab.config.compose import JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra
+from cutlab.config.compose import (JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra,
+                                   several_values)
 from cutlab.config.launcher import is_launcher_override
 from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import counted
@@ -61,7 +61,7 @@ REFUSED_FLAGS = {
 }
 REFUSED_FLAGS["-cp"] = REFUSED_FLAGS["--config-path"]
 # Hydra's flags that look at one run's config instead of running it; with -m, Hydra's ValueError traceback
-LOOKING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc")
+LOOKING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--resolve")
 
 
 def parse_command(argv: list[str]) -> Command | None:
@@ -258,11 +258,9 @@ def check_run(command: Command) -> Path:
             runs_dir = runs_dir_path(cfg.paths.runs_dir)
             swept = list(cfg.hydra.sweeper.get("params") or {})
     except (HydraException, OmegaConfBaseException) as error:
-        several = re.search(r"Ambiguous value for argument '([^']*)'", str(error))
-        if several:  # KEY=A,B without -m: Hydra runs a list of values only as a sweep
-            raise CutlabError(f"{several.group(1)} gives several values, which is a sweep: add -m to run one run per "
-                              f"value (python -m cutlab -m {several.group(1)} ...)") from None
-        raise CutlabError(f"the command's config cannot be composed: {composition_message(error)}") from None
+        # KEY=A,B without -m: Hydra runs a list of values only as a sweep
+        several = several_values(error, "add -m to run one run per value (python -m cutlab -m {} ...)")
+        raise CutlabError(several or f"the command's config cannot be composed: {composition_message(error)}") from None
     given = {override.lstrip("+~").partition("=")[0] for override in command.overrides}
     if any(key not in given for key in swept):  # Hydra drops a sweep file's params without -m: the base config ran
         raise CutlabError(f"--config-name {command.config_name} is a sweep file (it sweeps {', '.join(swept)}): add "
