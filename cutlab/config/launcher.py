@@ -79,6 +79,10 @@ def check_launcher_overrides(arguments: list[str]) -> None:
             raise CutlabError(f"{key} is cutlab's to set: a sweep is -m (python -m cutlab -m gamma=0,0.09), which "
                               "cutlab plans, launches and records; one run is the command without it; leave "
                               "hydra.mode out")
+        if key == "hydra.sweeper" or key.startswith("hydra.sweeper."):  # the planner's AttributeError traceback
+            raise CutlabError(f"{key}: hydra.sweeper is set in a sweep file (its hydra.sweeper.params; run it with -m "
+                              "--config-dir FOLDER --config-name NAME), not on the command line; there, give KEY=A,B "
+                              "with -m (python -m cutlab -m gamma=0,0.09)")
         if key.startswith("hydra.launcher."):
             ours = key.removeprefix("hydra.launcher.")
             instead = (f"write launcher.{ours}={value} (with launcher={launchers_with(ours)[0]})" if ours in ALL_KEYS
