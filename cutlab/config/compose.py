@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from cutlab.config.groups import (check_added_keys, check_deleted_keys, check_group_choices, did_you_mean,
                                   sweep_names)
-from cutlab.config.launcher import check_launcher_overrides, valid_keys_text
+from cutlab.config.launcher import HYDRA_PLUGINS, check_launcher_overrides, valid_keys_text
 from cutlab.config.naming import check_folder_overrides, run_name
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
@@ -201,6 +201,8 @@ def composition_message(error: Exception) -> str:
         fix = ((f"did you mean --config-name {near[0]}? " if near else "") + "a sweep file is one of --config-name "
                f"{','.join(sweep_names())}, or one of your own: --config-dir FOLDER --config-name NAME (for "
                "FOLDER/NAME.yaml)")
+    elif plugin := re.search(r"Could not find '(hydra/(?:launcher|sweeper))/", text):  # a sweep file's override
+        fix = f"cutlab does not use Hydra's {plugin[1].partition('/')[2]} plugins; {HYDRA_PLUGINS[plugin[1]]}"
     elif "Could not find" in text:
         fix = "choose a config that exists under conf/"
     elif "'launcher." in text:  # a sweep file's launcher key, or an expand() caller that checked no overrides first
