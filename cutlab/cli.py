@@ -8,7 +8,9 @@ cutlab/commands.py.
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import stat
 import sys
 import time
 from contextlib import nullcontext
@@ -139,11 +141,31 @@ def _add_outcome(outcome) -> None:
 def _remove_if_empty(run_dir: Path) -> None:
     """Hydra makes the run folder (and ``runs/`` when there is none) before the run starts; a run refused at the door
     leaves nothing behind."""
+    _remove_own_empty_log(run_dir)
     for folder in [run_dir, *NEW_FOLDERS]:
         try:
             folder.rmdir()
         except OSError:  # not empty (an earlier run's, another process's) or gone: it and its parents stay
             return
+
+
+def _remove_own_empty_log(run_dir: Path) -> None:
+    """Hydra's default job logging (hydra/job_logging=default) opens ``<run>/cutlab.log`` as it readies the run: a
+    folder holding only that log, empty and written by this process, is the refused run's own and goes with it."""
+    try:
+        entries = list(run_dir.iterdir())
+        mode = entries[0].lstat() if len(entries) == 1 else None
+    except OSError:  # gone, or not ours to read
+        return
+    if mode is None:
+        return
+    log = os.path.abspath(entries[0])
+    handlers = [h for h in logging.root.handlers if isinstance(h, logging.FileHandler) and h.baseFilename == log]
+    if handlers and stat.S_ISREG(mode.st_mode) and mode.st_size == 0:  # not a link planted there, nor a log of runs
+        for handler in handlers:
+            logging.root.removeHandler(handler)
+            handler.close()
+        entries[0].unlink()
 
 
 def _missing_folders(folder: Path) -> list[Path]:

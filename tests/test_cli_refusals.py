@@ -1,0 +1,72 @@
+"""Hydra's own flags and keys as a user reaches for them: one line naming cutlab's way, never a traceback, and a run
+refused at the door leaves no folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.cli import cutlab
+
+TINY = ["train.epochs=1", "train.max_steps_per_epoch=2", "L=2", "eval.gamma_test=[0]", "threads=1", "progress=false"]
+
+
+def last_line(result) -> str:
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_null_wandb_tags_is_no_tags(tmp_path):
+    # the checks let null through, then list(None) was a TypeError traceback with the run's folder half written
+    runs = tmp_path / "runs"
+    cutlab(["wandb.mode=offline", "wandb.tags=null", "run_name=t", *TINY], runs)
+    assert json.loads((runs / "t" / "summary.json").read_text())["status"] == "complete"
+
+
+@pytest.mark.parametrize("swept", ["gamma=0,1", "model=dust,ut"])
+def test_cfg_job_of_several_values_says_it_is_a_sweep(tmp_path, swept):
+    # it was "Ambiguous value ...; check the key against conf/", as if the key were misspelt
+    line = last_line(cutlab(["--cfg", "job", swept], tmp_path / "runs", check=False))
+    assert line == (f"cutlab: error: {swept} gives several values, which is a sweep: --cfg shows one run's config, so "
+                    f"give one value; python -m cutlab --plan -m {swept} lists the sweep's runs")
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--resolve"], "--resolve resolves the config --cfg prints: add --cfg (python -m cutlab --cfg job --resolve ...)"),
+    (["-m", "--resolve", "gamma=0,1"], "--resolve and -m do not go together"),
+    (["--resolve", "--plan", "-m", "gamma=0,1"], "--resolve and --plan do not go together"),
+    (["--shell-completion"], "--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
+                             "python -m cutlab --shell-completion install=bash"),
+], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone"])
+def test_a_looking_flag_without_what_it_needs_is_one_line(tmp_path, args, expected):
+    # Hydra's ValueError tracebacks; --resolve --plan was argparse's "unrecognized arguments: --plan"
+    assert last_line(cutlab(args, tmp_path / "runs", check=False)).startswith(f"cutlab: error: {expected}")
+
+
+@pytest.mark.parametrize("override", ['hydra.sweeper.params={gamma:"0.05,0.07"}', "+hydra.sweeper.params.gamma=0,0.09",
+                                      "hydra.sweeper.params.gamma='0,0.09'"])
+def test_sweeper_params_on_the_command_line_are_one_line(tmp_path, override):
+    # the planner's AttributeError or AssertionError traceback
+    line = last_line(cutlab(["--plan", "-m", override], tmp_path / "runs", check=False))
+    assert line.startswith(f"cutlab: error: {override.lstrip('+').partition('=')[0]}: hydra.sweeper is set in a "
+                           "sweep file") and "give KEY=A,B with -m (python -m cutlab -m gamma=0,0.09)" in line, line
+
+
+def test_a_sweep_files_hydra_launcher_names_cutlabs_launchers(tmp_path):
+    # "Could not find 'hydra/launcher/joblib'; choose a config that exists under conf/"
+    (tmp_path / "mine.yaml").write_text("defaults:\n  - config\n  - override hydra/launcher: joblib\n  - _self_\n"
+                                        "hydra:\n  sweeper:\n    params:\n      gamma: 0,0.09\n")
+    line = last_line(cutlab(["--plan", "-m", "--config-dir", str(tmp_path), "--config-name", "mine"],
+                            tmp_path / "runs", check=False))
+    assert "cutlab does not use Hydra's launcher plugins; its launchers are launcher=inprocess|local|slurm" in line
+
+
+def test_a_run_refused_under_hydras_job_logging_leaves_no_folder(tmp_path):
+    # Hydra's default job logging made runs/jld/cutlab.log before the refusal, and the empty log stayed
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    result = cutlab(["hydra/job_logging=default", "run_name=jld", "model=ut", "gamma=0", "wandb.mode=disabled", *TINY],
+                    runs, check=False)
+    assert "train.epsilon=auto is l_0 of the untrained model" in last_line(result)
+    assert list(runs.iterdir()) == []
