@@ -6,6 +6,7 @@ import hashlib
 import re
 from pathlib import Path
 
+from cutlab.config.paths import CONFIG_DIR
 from cutlab.errors import CutlabError
 
 MAX_NAME = 200  # well under the 255-byte limit of common filesystems
@@ -41,14 +42,70 @@ def check_folder_overrides(overrides: list[str]) -> None:
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == "hydra.job.chdir" and value.strip().lower() in ("true", "yes", "on", "1"):  # OmegaConf's true
-            raise CutlabError(f"hydra.job.chdir={value}: a run works in the folder its command runs in, where its "
-                              "relative paths (paths.runs_dir=runs, data.root=...) were meant, and writes its record "
-                              "into its own folder itself; leave hydra.job.chdir out")
+            raise CutlabError(f"hydra.job.chdir={value}: {CHDIR_FIX}")
         if key in HYDRA_FOLDER_KEYS or any(key == k or key.startswith(f"{k}.") for k in HYDRA_FOLDER_NAMING):
-            raise CutlabError(f"{key} is cutlab's to set: each run's folder is paths.runs_dir/<run_name> (where a "
-                              "re-run resumes or skips it and the analysis reads it), each sweep's record is in "
-                              "paths.runs_dir/_sweeps; give paths.runs_dir=DIR, and run_name=NAME to name one run's "
-                              "folder")
+            raise CutlabError(f"{key} {FOLDER_FIX}")
+
+
+CHDIR_FIX = ("a run works in the folder its command runs in, where its relative paths (paths.runs_dir=runs, "
+             "data.root=...) were meant, and writes its record into its own folder itself; leave hydra.job.chdir out")
+FOLDER_FIX = ("is cutlab's to set: each run's folder is paths.runs_dir/<run_name> (where a re-run resumes or skips it "
+              "and the analysis reads it), each sweep's record is in paths.runs_dir/_sweeps; give paths.runs_dir=DIR, "
+              "and run_name=NAME to name one run's folder")
+OUTPUT_SUBDIR_FIX = ("Hydra would write its unresolved config (config.yaml, hydra.yaml, overrides.yaml) there, over a "
+                     "run's resolved config.yaml with '.', outside the runs folder with a path; cutlab writes each "
+                     "run's config itself, once: leave hydra.output_subdir out")
+# the keys of the composed hydra node that place or name a run's folder, each with cutlab's own value beside Hydra's
+COMPOSED_KEYS = ("run.dir", "sweep.dir", "sweep.subdir", "output_subdir", "job.chdir",
+                 "job.config.override_dirname.kv_sep", "job.config.override_dirname.item_sep",
+                 "job.config.override_dirname.exclude_keys")
+HYDRA_DEFAULTS = {"job.config.override_dirname.kv_sep": "=", "job.config.override_dirname.item_sep": ","}
+
+
+def check_composed_folders(hydra_node, overrides: list[str], source: str, ignored: tuple[str, ...] = ()) -> None:
+    """The composed ``hydra`` node places and names run folders as conf/config.yaml does, wherever a value came from:
+    the command line's check (check_folder_overrides) reads keys only, so a sweep file of the user's own (``sweep:
+    subdir: ${hydra.job.num}``, ``job: chdir: true``) or a dict (``hydra.job={chdir:true}``) passed it. ``source``
+    names the config files composed (e.g. "--config-name mysweep"); ``ignored`` are keys the caller sets itself."""
+    from omegaconf import OmegaConf
+
+    ours, composed = _cutlab_hydra(), OmegaConf.to_container(hydra_node, resolve=False)
+    for key in COMPOSED_KEYS:
+        value = _at(composed, key)
+        if key not in ignored and value != _at(ours, key):
+            where = _where_set(f"hydra.{key}", value, overrides, source)
+            fix = {"job.chdir": CHDIR_FIX, "output_subdir": OUTPUT_SUBDIR_FIX}.get(key, f"hydra.{key} {FOLDER_FIX}")
+            raise CutlabError(f"{where}: {fix}")
+
+
+def _cutlab_hydra() -> dict:
+    """conf/config.yaml's hydra node, unresolved, with Hydra's defaults for what it leaves to Hydra."""
+    from omegaconf import OmegaConf
+
+    ours = OmegaConf.to_container(OmegaConf.load(CONFIG_DIR / "config.yaml").hydra, resolve=False)
+    for key, value in HYDRA_DEFAULTS.items():
+        *parents, last = key.split(".")
+        node = ours
+        for part in parents:
+            node = node.setdefault(part, {})
+        node.setdefault(last, value)
+    return ours
+
+
+def _at(tree, key: str):
+    for part in key.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def _where_set(key: str, value, overrides: list[str], source: str) -> str:
+    """``key=value`` and where it was set: the override that sets it or a node above it, else ``source``."""
+    value = str(value).lower() if isinstance(value, bool) else value  # as YAML and the command line spell it
+    for override in overrides:
+        given = override.lstrip("+~").partition("=")[0]
+        if given == key or key.startswith(f"{given}.") or given.startswith(f"{key}."):
+            return f"{override} on the command line sets {key}={value}"
+    return f"{key}={value} set in {source}"
 
 
 def check_folder_name(key: str, value, names: str, example: str) -> None:

@@ -20,6 +20,7 @@ from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
 from cutlab.config.compose import (JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra,
                                    several_values)
 from cutlab.config.launcher import is_launcher_override
+from cutlab.config.naming import check_composed_folders
 from cutlab.config.neutral import is_result_neutral_override
 from cutlab.core.progress import counted
 from cutlab.errors import CutlabError
@@ -50,6 +51,12 @@ class Command:
     def hydra_argv(self) -> list[str]:
         """The command line for one run of this sweep (no -m, no --plan)."""
         return self.config_flags() + list(self.overrides)
+
+    def source(self) -> str:
+        """The configs this command composes beyond conf/, as an error names where a value was set."""
+        if self.config_name:
+            return f"--config-name {self.config_name}" + (f" (in {self.config_dir})" if self.config_dir else "")
+        return f"a config of --config-dir {self.config_dir}" if self.config_dir else "conf/"
 
 
 # Hydra flags cutlab refuses, each with why and what to write instead
@@ -199,6 +206,7 @@ def expand(command: Command) -> Plan:
         with ctrl_c_held() as held, main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", overrides, run_mode=RunMode.MULTIRUN,
                                        with_log_configuration=False)
+            check_composed_folders(cfg.hydra, overrides, command.source())
             params = [f"{key}={value}" for key, value in (cfg.hydra.sweeper.get("params") or {}).items()]
             task_overrides = OmegaConf.to_container(cfg.hydra.overrides.task, resolve=False)
             parser = OverridesParser.create(config_loader=hydra.config_loader)
@@ -255,6 +263,7 @@ def check_run(command: Command) -> Path:
         with main_hydra(command.config_dir) as hydra:
             cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
                                        with_log_configuration=False)
+            check_composed_folders(cfg.hydra, list(command.overrides), command.source())
             runs_dir = runs_dir_path(cfg.paths.runs_dir)
             swept = list(cfg.hydra.sweeper.get("params") or {})
     except (HydraException, OmegaConfBaseException) as error:
