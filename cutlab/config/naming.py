@@ -104,7 +104,7 @@ def _where_set(key: str, value, overrides: list[str], source: str) -> str:
     for override in overrides:
         given = override.lstrip("+~").partition("=")[0]
         if given == key or key.startswith(f"{given}.") or given.startswith(f"{key}."):
-            return f"{override} on the command line sets {key}={value}"
+            return f"{override} on the command line" + ("" if given == key else f" sets {key}={value}")
     return f"{key}={value} set in {source}"
 
 
