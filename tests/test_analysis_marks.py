@@ -113,7 +113,7 @@ def test_a_latex_table_names_the_command_that_wrote_it(tmp_path, capsys):
 
 
 def test_latex_text_holding_a_users_special_characters_is_escaped():
-    """A data root or run folder named 'ped2 $5-#9 {a}~^\\.npz' went into a table's .tex as LaTeX: it did not compile."""
+    """A data root or folder named 'ped2 $5-#9 {a}~^\\.npz' went into a table's .tex as LaTeX: it did not compile."""
     from analysis.tables import tex
 
     assert tex(r"root=ped2 $5-#9 {a}~^\x.npz") == \
