@@ -38,7 +38,8 @@ def test_cfg_job_of_several_values_says_it_is_a_sweep(tmp_path, swept):
     (["--resolve", "--plan", "-m", "gamma=0,1"], "--resolve and --plan do not go together"),
     (["--shell-completion"], "--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
                              "python -m cutlab --shell-completion install=bash"),
-], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone"])
+    (["--cfg", "job", "--info"], "--cfg and --info do not go together: give one of them"),
+], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone", "cfg-with-info"])
 def test_a_looking_flag_without_what_it_needs_is_one_line(tmp_path, args, expected):
     # Hydra's ValueError tracebacks; --resolve --plan was argparse's "unrecognized arguments: --plan"
     assert last_line(cutlab(args, tmp_path / "runs", check=False)).startswith(f"cutlab: error: {expected}")

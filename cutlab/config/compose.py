@@ -177,7 +177,12 @@ def several_values(error: Exception, advice: str) -> str | None:
 
 
 def _check_looking_flags(args) -> None:
-    """Hydra's ValueError tracebacks: --resolve without --cfg, --shell-completion without its one subcommand."""
+    """Hydra's ValueError tracebacks: two of its modes at once (--cfg job --info), --resolve without --cfg,
+    --shell-completion without its one subcommand."""
+    modes = [flag for flag, on in (("--run", args.run), ("--cfg", args.cfg is not None), ("--info", args.info),
+                                   ("--shell-completion", args.shell_completion)) if on]
+    if len(modes) > 1:
+        raise CutlabError(f"{modes[0]} and {modes[1]} do not go together: give one of them")
     if args.resolve and args.cfg is None and not args.help:
         raise CutlabError("--resolve resolves the config --cfg prints: add --cfg (python -m cutlab --cfg job --resolve "
                           "...)")
