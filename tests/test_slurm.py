@@ -401,16 +401,14 @@ def test_ctrl_c_on_a_search_with_slurm_workers_stops_the_watching_and_names_the_
         subprocess.run(["scancel", task], check=False)
 
 
-@pytest.mark.slow
-def test_a_search_worker_whose_job_slurm_suspends_hands_its_trial_over_and_no_trial_is_lost(cluster, tmp_path):
-    """``scontrol suspend`` (SIGSTOP to the job) past the heartbeat grace: the other worker re-queues the trial and
-    waits for its held folder; resumed, the suspended worker hands the run over at its next epoch."""
-    from helpers.search import FAST_HEARTBEAT, TINY, assert_run_complete, search_command, search_env, study_of, wait_for
+def search_until_a_trial_is_held(tmp_path) -> tuple[subprocess.Popen, Path, int]:
+    """``cutlab-search`` of 3 trials on 2 SLURM workers, started and watched until a worker holds a trial's folder
+    with its first checkpoint: the search, its study folder and that worker's process id."""
+    from helpers.search import FAST_HEARTBEAT, TINY, search_command, search_env, wait_for
 
-    budget = ["train.epochs=12", "train.max_steps_per_epoch=4"]
     args = ["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
             f"launcher.profile={profile(tmp_path)}", "search.pruner=null", *FAST_HEARTBEAT,
-            *[o for o in TINY if not o.startswith("train.")], *budget]
+            *[o for o in TINY if not o.startswith("train.")], "train.epochs=12", "train.max_steps_per_epoch=4"]
     search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     study_dir = tmp_path / "runs" / "search" / "dust_video"
@@ -418,7 +416,17 @@ def test_a_search_worker_whose_job_slurm_suspends_hands_its_trial_over_and_no_tr
                                   if (path.parent / ".lock").exists()] or search.poll() is not None, 300,
                          "a trial's first checkpoint")
     assert search.poll() is None, search.communicate()[1][-3000:]
-    task = array_task_of(int((trial_dir[0] / ".lock").read_text().split()[1]))  # "process PID on HOST"
+    return search, study_dir, int((trial_dir[0] / ".lock").read_text().split()[1])  # "process PID on HOST"
+
+
+@pytest.mark.slow
+def test_a_search_worker_whose_job_slurm_suspends_hands_its_trial_over_and_no_trial_is_lost(cluster, tmp_path):
+    """``scontrol suspend`` (SIGSTOP to the job) past the heartbeat grace: the other worker re-queues the trial and
+    waits for its held folder; resumed, the suspended worker hands the run over at its next epoch."""
+    from helpers.search import assert_run_complete, study_of, wait_for
+
+    search, study_dir, worker = search_until_a_trial_is_held(tmp_path)
+    task = array_task_of(worker)
 
     def worker_logs() -> str:  # the workers' own stderr, in SLURM's log files
         return "".join(log.read_text() for log in study_dir.glob("slurm/*/*_log.err"))
@@ -448,19 +456,9 @@ def test_a_search_worker_whose_job_dies_leaves_the_report_and_names_the_lost_wor
     """SIGKILL to the job of the worker training a trial (a node lost, the OOM killer): the other worker re-queued
     that trial and finished every trial, but the command raised "1 worker job(s) failed" without writing
     search_report.json. Now, as with local workers: the report, then one line naming the lost worker."""
-    from helpers.search import FAST_HEARTBEAT, TINY, search_command, search_env, study_of, wait_for
+    from helpers.search import study_of
 
-    args = ["search=dust_video", "--n-trials", "3", "--workers", "2", "launcher=slurm",
-            f"launcher.profile={profile(tmp_path)}", "search.pruner=null", *FAST_HEARTBEAT,
-            *[o for o in TINY if not o.startswith("train.")], "train.epochs=12", "train.max_steps_per_epoch=4"]
-    search = subprocess.Popen(search_command(args), cwd=ROOT, env=search_env(tmp_path), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    study_dir = tmp_path / "runs" / "search" / "dust_video"
-    trial_dir = wait_for(lambda: [path.parent for path in study_dir.glob("trial-*/checkpoint.pt")
-                                  if (path.parent / ".lock").exists()] or search.poll() is not None, 300,
-                         "a trial's first checkpoint")
-    assert search.poll() is None, search.communicate()[1][-3000:]
-    worker = int((trial_dir[0] / ".lock").read_text().split()[1])  # "process PID on HOST"
+    search, study_dir, worker = search_until_a_trial_is_held(tmp_path)
     task = array_task_of(worker)
     job_process = int(_read(Path(f"/proc/{worker}/stat")).rsplit(b")", 1)[1].split()[1])  # its parent
     assert _is_submitit_job(_read(Path(f"/proc/{job_process}/cmdline")).split(b"\0"))
