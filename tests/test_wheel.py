@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -246,3 +247,18 @@ def test_an_editable_install_works_from_another_folder(editable, source):
     assert probe.returncode == 0, probe.stderr[-3000:]
     found = [Path(path).resolve() for path in probe.stdout.split()]
     assert found == [(source / "analysis" / "__init__.py").resolve(), (source / "conf" / "__init__.py").resolve()]
+
+
+def test_the_source_archive_holds_the_pin_its_install_lines_read(source, tmp_path):
+    """README's install lines, run in an unpacked source archive, read constraints.txt: the sdist carries it."""
+    tree = shutil.copytree(source, tmp_path / "tree")
+    for name in ("constraints.txt", "MANIFEST.in"):
+        if (ROOT / name).exists():
+            shutil.copy2(ROOT / name, tree / name)
+    build = [sys.executable, "-c", "import sys; from setuptools import build_meta; build_meta.build_sdist(sys.argv[1])",
+             str(tmp_path / "dist")]
+    subprocess.run(build, cwd=tree, check=True, capture_output=True, text=True, timeout=300)
+    with tarfile.open(next((tmp_path / "dist").glob("cutlab-*.tar.gz"))) as archive:
+        pins = [member for member in archive.getmembers() if member.name.endswith("/constraints.txt")]
+        assert [member.name.count("/") for member in pins] == [1], "constraints.txt at the archive's top"
+        assert archive.extractfile(pins[0]).read() == (ROOT / "constraints.txt").read_bytes()
