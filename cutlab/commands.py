@@ -11,6 +11,7 @@ weakref callback) is sent again (cutlab.interrupted).
 from __future__ import annotations
 
 import importlib
+import logging
 import signal
 import sys
 
@@ -18,6 +19,9 @@ HELP_OR_VERSION = {"-h", "--help", "--version"}  # which need no torch: they sta
 
 
 def _command(name: str, module: str) -> None:
+    # A log handler that cannot write (W&B's debug.log on a full disk) must not print a traceback per record: W&B's
+    # console capture echoed each one back into it, 20 000 lines ahead of cutlab's own one-line error.
+    logging.raiseExceptions = False
     try:
         from cutlab.interrupted import ctrl_c_held, repost_swallowed_interrupts
 

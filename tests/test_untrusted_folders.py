@@ -23,7 +23,7 @@ import torch
 from conftest import PED2_TINY, ROOT, require_shared
 from helpers.cli import as_another_run, cutlab, folder_fingerprint
 from helpers.contract import cutlab_env
-from helpers.mounts import small_tmpfs
+from helpers.mounts import fill, small_tmpfs
 
 # six steps on the embedded synthetic video, a few seconds
 TINY = ["L=2", "train.epochs=2", "train.max_steps_per_epoch=3", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
@@ -445,6 +445,30 @@ def test_unusable_devices_and_infinite_gamma_test_stop_at_the_door(tmp_path, arg
     runs = tmp_path / "runs"
     one_line_error(cutlab([*TINY, *args], runs, check=False), expected)
     assert not runs.exists() or not any(runs.iterdir())
+
+
+@pytest.mark.slow
+def test_a_disk_filled_by_another_process_under_an_offline_wandb_run_ends_in_one_line(tmp_path):
+    """W&B writes its offline files and its debug.log into the run folder. Before: once another process had filled
+    the disk, W&B's log handler failed once per record and its console capture echoed each traceback back into it
+    (21 000 lines of "--- Logging error ---"), and a line said the run's record was complete as the run failed."""
+    with small_tmpfs(tmp_path / "disk", "64m") as disk:
+        args = [arg for arg in TINY if not arg.startswith(("wandb.mode=", "train.max_steps_per_epoch="))]
+        args += ["train.max_steps_per_epoch=20", "checkpoint.every_steps=2", "run_name=full", "wandb.mode=offline"]
+        env = cutlab_env(disk / "runs", {"CUTLAB_CACHE_DIR": str(tmp_path / "cache")})
+        process = subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 300
+        while not (disk / "runs" / "full" / "checkpoint.pt").exists() and process.poll() is None:
+            assert time.monotonic() < deadline, "no first checkpoint in 300 s"
+            time.sleep(0.02)
+        fill(disk)  # the run's later checkpoint, and W&B's own files, find no space
+        stdout, stderr = process.communicate(timeout=300)
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+        one_line_error(result, "no space left on the device holding")
+        assert list((disk / "runs" / "full" / "wandb").glob("offline-run-*")), "W&B wrote its offline run there"
+        assert "Logging error" not in stderr and len(stderr.splitlines()) < 80, stderr[-3000:]  # W&B summary: ~40
+        assert "is complete" not in stderr, stderr[-3000:]
 
 
 @pytest.mark.slow

@@ -179,8 +179,12 @@ class Tracker:
         try:
             yield
         except _service_gone() as error:
-            print(f"[cutlab] W&B's service is gone ({type(error).__name__}: {error}); the run goes on without W&B "
-                  f"(its record in {self._run_dir} is complete)", file=sys.stderr, flush=True)
+            from cutlab.atomic import is_disk_full
+
+            why = ("W&B cannot write its files: no space left on the device" if is_disk_full(error) else
+                   f"W&B's service is gone ({type(error).__name__}: {error})")
+            print(f"[cutlab] {why}; the run goes on without W&B (its own record, in {self._run_dir}, keeps "
+                  "everything W&B would)", file=sys.stderr, flush=True)
             self.run = None
             import wandb
 
