@@ -23,15 +23,16 @@ import shutil
 import sys
 from pathlib import Path
 
-from cutlab.atomic import os_reason, unwritable
+from cutlab.atomic import DiskFull, is_disk_full, os_reason, unwritable
 from cutlab.run.records import linked
 
 from .collect import AnalysisError, RunTable, collect_runs
-from .out_folder import not_ours, symbolic_links
+from .out_folder import not_ours, raised_writing, symbolic_links
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
 SCRIPT = "cutlab-analysis"  # the console script (pyproject.toml)
+REPORT_GOES_ON = "it writes the whole report anew"  # a full disk's line: what the same command does then
 
 
 def command_name() -> str:
@@ -143,9 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
+    except DiskFull as error:  # every file of the report is written whole or not at all (cutlab.atomic)
+        print(f"{prog}: error: {DiskFull(error.path, REPORT_GOES_ON, '--out')}", file=sys.stderr)
+        return 2
     except OSError as error:  # a part of a report already there that cannot be written (a read-only tables/)
-        if not error.filename or not Path(error.filename).absolute().is_relative_to(out.absolute()):
+        if not raised_writing(error, out):
             raise
+        if is_disk_full(error):  # a folder of the report that a full disk could not make
+            print(f"{prog}: error: {DiskFull(Path(error.filename), REPORT_GOES_ON, '--out')}", file=sys.stderr)
+            return 2
         print(f"{prog}: error: cannot write the report to {out} ({error.filename}: {os_reason(error)}): pass a "
               "writable --out", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@ panels, labels and saving (Agg for PNG, the PDF backend for PDF; never pyplot)."
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,8 @@ import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+
+from cutlab.atomic import atomic_file
 
 from .collect import RunTable
 from . import figure_marks, verdicts
@@ -133,7 +136,10 @@ def _save(figure: Figure, out_dir: Path, stem: str) -> list[Path]:
     paths = []
     for suffix, metadata in ((".png", None), (".pdf", {"CreationDate": None})):  # no timestamp: same runs, same PDF
         path = out_dir / f"{stem}{suffix}"
-        figure.savefig(path, metadata=metadata)
+        drawn = io.BytesIO()  # drawn whole first: savefig onto the path left a cut-off file on a full disk
+        figure.savefig(drawn, format=suffix[1:], metadata=metadata)
+        with atomic_file(path) as handle:  # the earlier figure stays until the new one is on disk
+            handle.write(drawn.getvalue())
         figure.set_layout_engine("none")  # keep the layout the first save computed: the second needs no new pass
         paths.append(path)
     return paths

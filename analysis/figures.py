@@ -16,7 +16,10 @@ import inspect
 from pathlib import Path
 from typing import Callable
 
+from cutlab.atomic import DiskFull, is_disk_full
+
 from .collect import RunTable
+from .out_folder import raised_writing
 from .run_folders import quiet_meter
 from .figure_kit import ARM_STYLE, TITLES, FigureResult, distinguishing  # noqa: F401 (re-exported)
 from .figures_metric import (  # noqa: F401 (re-exported: the figures are called as analysis.figures.X)
@@ -56,6 +59,8 @@ def make_figures(runs: RunTable, out_dir: Path, gamma_train: float | None = None
             results.append(figure(runs, Path(out_dir), gamma_train=gamma_train) if takes_gamma
                            else figure(runs, Path(out_dir)))
         except Exception as error:  # one figure's unexpected data must not cost the whole report: say so in it
+            if isinstance(error, DiskFull) or is_disk_full(error) or raised_writing(error, Path(out_dir)):
+                raise  # the disk, not the data: the report stops in one line (analysis.__main__), never a skip
             reason = f"could not be drawn ({type(error).__name__}: {error})"
             results.append(FigureResult(stem, TITLES[stem], skipped=reason))
     return results

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
+from cutlab.atomic import write_atomic
+
 from .out_folder import HTML_TITLE
 
 HTML = "report.html"
@@ -43,7 +45,7 @@ def write_html(markdown_text: str, out_dir: Path, title: str = HTML_TITLE) -> Pa
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
             f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n{body}</body>\n</html>\n")
     path = out_dir / HTML
-    path.write_text(page, encoding="utf-8")
+    write_atomic(path, page)  # a full disk leaves the earlier report.html, never a cut-off one
     return path
 
 

@@ -33,6 +33,12 @@ def not_ours(out: Path) -> list[Path]:
     return found
 
 
+def raised_writing(error: BaseException, folder: Path) -> bool:
+    """Whether ``error`` is the system's refusal of a file under ``folder`` (a read-only part, a full disk)."""
+    return isinstance(error, OSError) and bool(error.filename) and \
+        Path(error.filename).absolute().is_relative_to(Path(folder).absolute())
+
+
 def symbolic_links(out: Path) -> list[Path]:
     """The paths the report writes or deletes under ``out`` that are symbolic links."""
     found = [out / name for name in OUTPUTS if (out / name).is_symlink()]

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cutlab.atomic import write_atomic
+
 from .collect import RunTable
 from .figures import STEMS, FigureResult, make_figures
 from .html_report import write_html
@@ -63,32 +65,33 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
                  command: str | None = None) -> Report:
     """Tables, figures and ``report.md`` for ``runs`` in ``out_dir`` (created; earlier outputs replaced)."""
     out_dir = Path(out_dir)
-    _remove_stale(out_dir)
+    earlier = _own_files(out_dir)  # removed only once the new report is whole: a full disk midway keeps them
+    out_dir.mkdir(parents=True, exist_ok=True)
     tables = build_tables(runs)
     table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR, command)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
     report = Report(out_dir / REPORT, tables, table_files, figures)
-    from .transfer import STEM, transfer_sections  # cutlab-eval's records of these runs, when there are any
+    from .transfer import transfer_sections  # cutlab-eval's records of these runs, when there are any
 
     text = "\n".join([*_sections(runs, report, gamma_train, command), "",
-                      *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR)])
-    report.evaluation_files = sorted([*(out_dir / FIGURES_DIR).glob(f"{STEM}_*"),
-                                      *(out_dir / TABLES_DIR).glob(f"{STEM}.*")])
-    report.path.write_text(text.rstrip() + "\n")
+                      *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR, report.evaluation_files)])
+    report.evaluation_files.sort()
+    write_atomic(report.path, text.rstrip() + "\n")  # a full disk leaves the earlier report.md, never a cut one
     report.html = write_html(text, out_dir)  # the same report as one file, figures embedded
+    written = {*table_files, *(path for figure in figures for path in figure.paths), *report.evaluation_files}
+    for path in earlier - written:  # a figure skipped now must not survive from a past run
+        path.unlink(missing_ok=True)
     return report
 
 
-def _remove_stale(out_dir: Path) -> None:
-    """Delete this module's own earlier outputs, so a figure skipped now does not survive from a past run."""
-    stems = {spec.stem for spec in TABLES}
-    for path in (out_dir / TABLES_DIR).glob("*"):
-        if path.stem in stems:
-            path.unlink()
-    for path in (out_dir / FIGURES_DIR).glob("*"):
-        if path.suffix in (".png", ".pdf") and path.stem in STEMS:
-            path.unlink()
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _own_files(out_dir: Path) -> set[Path]:
+    """This module's earlier outputs in tables/ and figures/, cutlab-eval's section's (transfer.STEM) among them."""
+    from .transfer import STEM
+
+    tables = {spec.stem for spec in TABLES} | {STEM}
+    return {*(path for path in (out_dir / TABLES_DIR).glob("*") if path.stem in tables),
+            *(path for path in (out_dir / FIGURES_DIR).glob("*") if path.name.startswith(f"{STEM}_")
+              or path.suffix in (".png", ".pdf") and path.stem in STEMS)}
 
 
 def _sections(runs: RunTable, report: Report, gamma_train: float | None, command: str | None) -> list[str]:

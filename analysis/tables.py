@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from cutlab.atomic import write_atomic
+
 from .collect import RunTable
 from .markdown import inert
 from .published import TABLE3 as PUBLISHED3
@@ -124,7 +126,7 @@ class Table:
         paths = []
         for suffix, text in ((".md", self.to_markdown()), (".csv", self.to_csv()), (".tex", self.to_latex(command))):
             path = folder / f"{self.spec.stem}{suffix}"
-            path.write_text(text)
+            write_atomic(path, text)  # a full disk leaves the earlier file, never a cut-off one
             paths.append(path)
         return paths
 

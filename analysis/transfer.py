@@ -28,6 +28,7 @@ from .figure_marks import line_style
 from .markdown import inert
 from .selection import ARM_LABELS
 from .verdicts import CAPTION, mark
+from cutlab.atomic import write_atomic
 from cutlab.config.data_settings import settings_apart
 from cutlab.run.records import not_a_file
 from cutlab.transfer.record import EVALUATIONS, METRICS, RECORD, data_label
@@ -229,10 +230,11 @@ def figure_stems(labels: list[str]) -> dict[str, str]:
     return stems
 
 
-def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables", figures_dir: str = "figures") -> list[str]:
-    """The report lines (and files) for the evaluation records of ``runs``; none when there are none."""
-    for stale in [*(out_dir / figures_dir).glob(f"{STEM}_*"), *(out_dir / tables_dir).glob(f"{STEM}.*")]:
-        stale.unlink()
+def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables", figures_dir: str = "figures",
+                      written: list[Path] | None = None) -> list[str]:
+    """The report lines (and files) for the evaluation records of ``runs``; none when there are none. The files
+    written are added to ``written`` (the report removes its earlier ones not among them once it is whole)."""
+    written = [] if written is None else written
     evaluations, metrics, problems = read_evaluations(runs)
     if evaluations.empty and not problems:
         return []
@@ -241,9 +243,11 @@ def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables",
         return lines + ["No readable evaluation record:", "", *(f"- {inert(p)}" for p in problems)]
     table = transfer_table(runs, evaluations)
     (out_dir / tables_dir).mkdir(parents=True, exist_ok=True)
-    table.to_csv(out_dir / tables_dir / f"{STEM}.csv")
     markdown = markdown_table(table.reset_index())
-    (out_dir / tables_dir / f"{STEM}.md").write_text(markdown + "\n")
+    for path, text in ((out_dir / tables_dir / f"{STEM}.csv", table.to_csv()),
+                       (out_dir / tables_dir / f"{STEM}.md", markdown + "\n")):
+        write_atomic(path, text)  # a full disk leaves the earlier file, never a cut-off one
+        written.append(path)
     metric = " or ".join(dict.fromkeys(evaluations["metric"]))  # rmse for video, accuracy for text
     lines += [f"Finished runs' final weights evaluated on data they were not trained on. Each entry: the last "
               f"layer's test {metric} averaged over that column's γ_test grid (first…last, number of points), "
@@ -255,6 +259,7 @@ def transfer_sections(runs: RunTable, out_dir: Path, tables_dir: str = "tables",
     labels = list(dict.fromkeys(evaluations["label"]))
     for label, stem in figure_stems(labels).items():
         paths = transfer_figure(runs, evaluations, metrics, label, out_dir / figures_dir, stem)
+        written += paths
         png = next(p for p in paths if p.suffix == ".png")
         own = evaluations.loc[evaluations["label"] == label, "metric"].iloc[0]
         lines += ["", f"### {inert(own.upper() if own == 'rmse' else own)} vs γ_test on {inert(label)}", "",

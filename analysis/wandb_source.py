@@ -41,6 +41,7 @@ import yaml
 from .collect import AnalysisError, RunTable, collect_runs
 from .run_folders import SKIP_DIRS
 from .history import lost_steps
+from cutlab.atomic import write_atomic
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SUMMARY, layer_columns, write_json
 from cutlab.run.tracking import RUN_FOLDER_KEY, SUMMARY_SEPARATOR, history_column
 
@@ -89,13 +90,11 @@ def write_record(run: WandbRun, run_dir: Path, rebuilt: Rebuilt) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in run.config.items() if not k.startswith("_")}  # _wandb: W&B's own
     if config:
-        (run_dir / CONFIG).write_text(yaml.safe_dump(config, sort_keys=False))
-    history = history_frame(run.history)
-    if history is not None:
-        history.to_csv(run_dir / HISTORY, index=False)
-    evaluation = eval_frame(run.eval_table)
-    if evaluation is not None:
-        evaluation.to_csv(run_dir / EVAL, index=False)
+        write_atomic(run_dir / CONFIG, yaml.safe_dump(config, sort_keys=False))  # as cutlab writes records
+    history, evaluation = history_frame(run.history), eval_frame(run.eval_table)
+    for name, frame in ((HISTORY, history), (EVAL, evaluation)):
+        if frame is not None:
+            write_atomic(run_dir / name, frame.to_csv(index=False))
     summary = summary_record(run.summary, history_keys(run.history))
     if "status" in summary:
         write_json(run_dir / SUMMARY, summary)

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 from conftest import ROOT
-from helpers.cli import cutlab
+from helpers.analysis import run_main, write_run
+from helpers.cli import cutlab, folder_fingerprint
 from helpers.contract import cutlab_env
-from helpers.mounts import fill, full_disk  # noqa: F401 - a fixture
+from helpers.mounts import fill, full_disk, small_tmpfs  # noqa: F401 - a fixture
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.3]", "wandb.mode=disabled",
         "progress=false", "threads=1"]
@@ -70,3 +71,38 @@ def test_a_report_and_an_evaluation_on_a_full_disk_stop_in_one_line(tmp_path, fu
     assert len(lines) == 1 and "no space left on the device holding" in lines[0], lines
     assert lines[0].endswith("run the same command again: the evaluations written so far are kept, and it does the "
                              "rest") and "paths.runs_dir" not in lines[0], lines
+
+
+def test_a_report_on_a_disk_that_fills_keeps_the_earlier_report_and_leaves_no_cut_file(tmp_path, capsys):
+    """Before: an earlier report's figures were deleted first, the new ones written onto their paths until the disk
+    filled, and the figure cut off listed as "could not be drawn (OSError: [Errno 28] ...)" with exit 0; on a disk
+    full from the start, report.md and the PNGs were left empty, and the line named no folder."""
+    runs = tmp_path / "runs"
+    for gamma in (0.0, 0.09):
+        for constrained in (True, False):
+            write_run(runs, f"dust_g{gamma}_{'con' if constrained else 'erm'}", model="dust", dataset="ucsd_ped2", L=3,
+                      gamma=gamma, constrained=constrained, test=15.0 + gamma, selection=15.0)
+    with small_tmpfs(tmp_path / "disk", "4m") as disk:
+        report = disk / "report"
+        assert run_main(str(runs), "--out", str(report), capsys=capsys)[0] == 0
+        earlier = folder_fingerprint(report)
+        assert any(name.endswith(".pdf") for name in earlier), earlier
+        filler = fill(disk)
+        lines = report_errors(runs, report, capsys)
+        assert len(lines) == 1 and lines[0].startswith(f"cutlab-analysis: error: no space left on the device "
+                                                       f"holding {report}"), lines
+        assert "(or point --out elsewhere)" in lines[0] and lines[0].endswith("it writes the whole report anew"), lines
+        assert folder_fingerprint(report) == earlier, "the earlier report was changed"
+        filler.unlink()
+        shutil.rmtree(report)
+        fill(disk)
+        lines = report_errors(runs, report, capsys)
+        assert len(lines) == 1 and f"holding {report}" in lines[0], lines
+        assert [path for path in report.rglob("*") if path.is_file()] == [], "a file cut off or left empty"
+
+
+def report_errors(runs: Path, report: Path, capsys) -> list[str]:
+    """The error lines of cutlab-analysis RUNS --out REPORT, run in this process (no torch to import: seconds)."""
+    code, err = run_main(str(runs), "--out", str(report), capsys=capsys)
+    assert code == 2 and "Traceback" not in err, err[-3000:]
+    return [line for line in err.splitlines() if ": error: " in line]
