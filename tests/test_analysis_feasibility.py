@@ -284,6 +284,18 @@ def test_verdict_names_are_cutlabs(runs):
         assert getattr(verdicts, name) == getattr(evaluation, name)
 
 
+def test_the_count_line_counts_every_verdict_and_the_runs_without_one():
+    """Every verdict gets its count, zeros included, and runs whose record holds no verdict (or one the analysis
+    does not know) are counted too, so the counts add up to the runs."""
+    from analysis.verdicts import count_line
+
+    verdicts = pd.Series(["feasible", "infeasible", "feasible", None, "unconstrained", "a_future_verdict"])
+    assert count_line(verdicts) == ("2 strictly feasible, 0 slack-feasible, 1 infeasible, 0 degenerate, 1 ERM, "
+                                    "2 without a verdict (an older record)")
+    assert count_line(pd.Series(["slack_feasible"])) == "0 strictly feasible, 1 slack-feasible, 0 infeasible, " \
+        "0 degenerate, 0 ERM"
+
+
 def test_dual_arms_table_matches_golden_file(runs):
     table, _ = video_row(runs)
     golden = GOLDEN / "table3_dual_arms.md"

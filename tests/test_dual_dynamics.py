@@ -316,15 +316,22 @@ def test_a_nan_loss_is_never_read_as_a_met_constraint() -> None:
 
 
 def test_feasibility_clock_reports_the_first_step_of_the_final_met_streak() -> None:
+    """Both ``since`` (met within the slack) and ``strictly_since`` are the first step of the current streak, kept
+    across a resume; with a slack the first can start earlier than the second."""
     clock = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)  # no smoothing: exact
     sequence = [(1.0, 0.9), (1.0, 0.4), (1.0, 0.45), (1.0, 0.6), (1.0, 0.3), (1.0, 0.2)]
     met = [clock.update(step, torch.tensor(pair), torch.zeros(2))[1] for step, pair in enumerate(sequence, start=1)]
     assert met == [False, True, True, False, True, True]
-    assert clock.strictly_since == 5
+    assert clock.strictly_since == 5 and clock.since == 5
     resumed = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)
     resumed.load_state_dict(clock.state_dict())
     resumed.update(7, torch.tensor([1.0, 0.1]), torch.zeros(2))
-    assert resumed.strictly_since == 5
+    assert resumed.strictly_since == 5 and resumed.since == 5
+    relaxed = FeasibilityClock(Constraints(alpha=0.5), tolerance=0.0, smoothing=0.0)
+    slack = torch.tensor([0.0, 0.25])  # layer 1 may reach 0.75 within it (bound 0.5)
+    for step, last in enumerate([0.9, 0.7, 0.4, 0.3], start=1):
+        relaxed.update(step, torch.tensor([1.0, last]), slack)
+    assert (relaxed.since, relaxed.strictly_since) == (2, 3)
 
 
 def test_feasibility_clock_smooths_the_ratios_geometrically_whatever_the_losses_scale() -> None:

@@ -21,6 +21,9 @@ def test_perturbation_has_the_requested_mean_and_standard_deviation():
         noise = perturb(clean, gamma, sigma, mean, noise_generator(0, TRAIN_STREAM, 7)) - clean
         assert math.isclose(float(noise.std()), gamma * sigma, rel_tol=0.01)
         assert math.isclose(float(noise.mean()), mean, abs_tol=4 * gamma * sigma / math.sqrt(noise.numel()))
+    # gamma 0 with a mean is a pure shift (no noise drawn); only gamma 0 and mean 0 hands back the clean input itself
+    assert torch.equal(perturb(clean, 0.0, 0.25, 0.25, noise_generator(0, TRAIN_STREAM, 7)), clean + 0.25)
+    assert perturb(clean, 0.0, 0.25, 0.0, noise_generator(0, TRAIN_STREAM, 7)) is clean
 
 
 def test_no_two_seeds_streams_or_indices_share_their_noise_and_old_records_keep_theirs():
@@ -97,6 +100,10 @@ def test_ratio_statistics():
     losses = torch.tensor([[[4.0, 2.0, 3.0], [1.0, 0.9, 0.45]]])  # ratios 0.5, 1.5, 0.9, 0.5
     stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
     assert stats["ratio_median"] == pytest.approx(float(np.median([0.5, 1.5, 0.9, 0.5]))) == pytest.approx(0.7)
+    # a ratio of exactly 1 (a layer that keeps its loss) is not a descent
+    losses = torch.tensor([[[1.0, 1.0, 0.5]]])  # ratios 1.0, 0.5
+    stats = Evaluation([0.0], "rmse", torch.zeros(1, 3), losses.mean(1), losses).ratio_stats(0)
+    assert stats["fraction_decreasing"] == 0.5
 
 
 def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
@@ -110,6 +117,12 @@ def test_verdict_counts_slacks_and_tolerance_and_marks_erm_unconstrained():
     assert relaxed.relative_slacks[1] == pytest.approx(0.2) and relaxed.relative_violations[1] == pytest.approx(0.2)
     tolerant = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.25, constrained=True)
     assert tolerant.status == "feasible"
+    # a loss exactly on its bound meets it, with no tolerance; so does one exactly on its bound plus its slack
+    on_bound = feasibility_verdict(torch.tensor([1.0, 0.5, 0.25]), constraints, torch.zeros(3), 0.0, True)
+    assert on_bound.status == "feasible" and on_bound.relative_violations == [0.0, 0.0, 0.0]
+    slack = torch.tensor([0.0, 0.25, 0.0])  # 50 % of layer 1's right-hand side 0.5
+    on_slack = feasibility_verdict(torch.tensor([1.0, 0.75, 0.375]), constraints, slack, 0.0, True)
+    assert on_slack.status == "slack_feasible" and on_slack.relative_violations[1] == on_slack.relative_slacks[1] == 0.5
     erm = feasibility_verdict(losses, constraints, torch.zeros(3), tolerance=0.02, constrained=False)
     assert erm.status == "unconstrained" and erm.violated_layers == [1]
     no_reference = feasibility_verdict(torch.tensor([9.0, 4.0]), Constraints(alpha=0.5), torch.zeros(2), 0.0, True)
@@ -127,6 +140,18 @@ def test_verdict_records_what_the_chain_of_constraints_allows_the_last_layer(for
     # the chain's bound is necessary, not sufficient: l_3 = 0.1 is well below it and layer 2 still misses its step
     out_of_step = feasibility_verdict(torch.tensor([1.0, 0.4, 0.3, 0.1]), constraints, torch.zeros(4), 0.02, True)
     assert out_of_step.violated_layers == [2] and out_of_step.last_layer_loss < out_of_step.last_layer_bound
+
+
+@pytest.mark.parametrize("form,slack", [("difference", 0.1), ("ratio", 0.1), ("log_ratio", math.log(1.1))])
+def test_a_slack_on_the_reference_constraint_relaxes_epsilon_by_the_same_fraction_in_every_form(form, slack):
+    """u_0 lets l_0 reach epsilon (1 + s_0): s_0 = u_0 / epsilon (difference), u_0 (ratio: g_0 = l_0 / epsilon - 1,
+    no (1 - alpha) to divide by, unlike the descent constraints), e^u_0 - 1 (log_ratio). Here s_0 = 10 %."""
+    constraints, slacks = Constraints(alpha=0.5, epsilon=1.0, form=form), torch.tensor([slack, 0.0, 0.0])
+    within = feasibility_verdict(torch.tensor([1.1, 0.5, 0.2]), constraints, slacks, 0.02, True)
+    assert within.relative_slacks[0] == pytest.approx(0.1)
+    assert within.status == "slack_feasible" and within.slack_layers == [0]
+    beyond = feasibility_verdict(torch.tensor([1.15, 0.5, 0.2]), constraints, slacks, 0.02, True)  # 15 % > 10 % + 2 %
+    assert beyond.status == "infeasible" and beyond.violated_layers == [0]
 
 
 def test_violation_intervals_are_a_percentile_bootstrap_of_the_relative_violations():

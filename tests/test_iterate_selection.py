@@ -152,26 +152,31 @@ def test_every_added_or_inert_key_exists_and_compares_as_the_behaviour_it_names(
 
 
 def test_feasible_beats_a_lower_loss_then_smaller_violation_then_lower_loss_and_ties_keep_the_earlier() -> None:
+    """Infeasible checks rank by their largest violation over the layers (not their smallest); feasible ones by
+    l_L alone, however much room they leave under their bounds; an equal check leaves the earlier one chosen."""
     model = TinyUnrolled()
     scripted: list[torch.Tensor] = []
     selector = IterateSelector(model, Constraints(alpha=0.25), 0.02, lambda: scripted.pop(0))
+    best: list[int] = []
 
     def check(step: int, *losses: float) -> None:
         with torch.no_grad():
             model.last.bias.fill_(float(step))  # a parameter that tells the iterates apart
         scripted.append(torch.tensor(losses))
         selector.check(step, torch.zeros(4))
+        best.append(selector.best.step)
 
-    check(1, 1.0, 0.9, 0.8, 0.5)    # infeasible: 0.9 > 0.75
-    check(2, 1.0, 0.85, 0.6, 0.4)   # infeasible, smaller largest violation
+    check(1, 1.0, 0.9, 0.8, 0.5)    # infeasible: 0.9 > 0.75; violations 0.2, 0.19, -0.17
+    check(2, 1.0, 0.85, 0.6, 0.4)   # infeasible, smaller largest violation (0.13) but a larger smallest (-0.11)
     check(3, 1.0, 0.7, 0.5, 0.37)   # feasible
     check(4, 1.0, 0.9, 0.5, 0.1)    # infeasible, much lower l_L
     check(5, 1.0, 0.7, 0.5, 0.37)   # feasible, equal: the earlier stays
     check(6, 1.0, 0.7, 0.5, 0.36)   # feasible, lower l_L
-    assert [c.strictly_feasible for c in selector.checks] == [False, False, True, False, True, True]
-    assert selector.best.step == 6
+    check(7, 1.0, 0.74, 0.55, 0.35)  # feasible, lower l_L, less room: largest violation -0.009 against 6's -0.04
+    assert [c.strictly_feasible for c in selector.checks] == [False, False, True, False, True, True, True]
+    assert best == [1, 2, 3, 3, 3, 6, 7]
     selector.restore_best()
-    assert float(model.last.bias.detach()[0]) == 6.0
+    assert float(model.last.bias.detach()[0]) == 7.0
     erm = IterateSelector(model, None, 0.02, lambda: scripted.pop(0))
     for step, last_loss in ((1, 0.5), (2, 0.2), (3, 0.3)):
         scripted.append(torch.tensor([9.0, 9.0, 9.0, last_loss]))

@@ -544,7 +544,7 @@ def test_slack_feasible_and_degenerate_trials_are_infeasible_to_optuna():
     never the best while a strictly feasible trial exists; ERM has no constraints (every trial feasible)."""
     import optuna
 
-    from cutlab.search.verdict import DEGENERATE_VIOLATION, constraint_values, verdict_words
+    from cutlab.search.verdict import DEGENERATE_VIOLATION, constraint_values, is_feasible, verdict_words
 
     def summary(verdict, violations, epsilon=1.0):
         return {"verdict": verdict, "epsilon": epsilon,
@@ -554,6 +554,9 @@ def test_slack_feasible_and_degenerate_trials_are_infeasible_to_optuna():
     assert slack == pytest.approx({"eps_l0": -0.52, "descent_l1": 0.03, "descent_l2": -0.12})
     degenerate = constraint_values(summary("degenerate", [0.0, float("inf")], epsilon=None))
     assert degenerate == {"descent_l1": DEGENERATE_VIOLATION - 0.02}  # no ε: no constraint on layer 0
+    # a finite miss beyond DEGENERATE_VIOLATION is capped there: no trial ranks below a degenerate one
+    assert constraint_values(summary("infeasible", [5000.0, 0.5])) == pytest.approx(
+        {"eps_l0": DEGENERATE_VIOLATION - 0.02, "descent_l1": 0.48})
     assert constraint_values({"verdict": "unconstrained"}) == {}
     assert "not strictly feasible: layers 1 only within their slack" in verdict_words("slack_feasible", [1])
 
@@ -565,6 +568,12 @@ def test_slack_feasible_and_degenerate_trials_are_infeasible_to_optuna():
             trial.set_constraint(name, violation)
         study.tell(trial, value)
     assert study.best_trial.value == 12.0  # the strictly feasible one, though the slack-feasible one scored 10
+    # a constraint value of exactly 0 (a violation exactly at the tolerance) is met, as Optuna reads it
+    assert [is_feasible(trial) for trial in study.trials] == [False, False, True]
+    edge = study.ask()
+    edge.set_constraint("descent_l1", 0.0)
+    study.tell(edge, 13.0)
+    assert is_feasible(study.trials[-1])
 
 
 @pytest.mark.parametrize("storage, fix", [
