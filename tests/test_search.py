@@ -741,8 +741,11 @@ def test_workers_started_together_on_a_slow_journal_all_open_the_study(tmp_path,
 
 def test_a_worker_waiting_on_a_dead_workers_trial_says_so_then_resumes_it(tmp_path, monkeypatch, capsys):
     """A worker killed (SIGKILL: no clean-up) holds its trial RUNNING until its heartbeat is grace_s old. The same
-    command again had the total taken and waited that long in silence under a time left that did not move."""
-    args = ["search=dust_video", "--n-trials", "1", "search.pruner=null", *FAST_HEARTBEAT,
+    command again had the total taken and waited that long in silence under a time left that did not move. A grace
+    of 15 s, not FAST_HEARTBEAT's 3: on a busy machine the second command took longer than 3 s to look, found the
+    heartbeat already old and re-queued at once, with no wait to speak of."""
+    heartbeat = ["search.heartbeat.interval_s=1", "search.heartbeat.grace_s=15"]
+    args = ["search=dust_video", "--n-trials", "1", "search.pruner=null", *heartbeat,
             *[o for o in TINY if not o.startswith("train.")], "train.epochs=6", "train.max_steps_per_epoch=4"]
     killed = start_search(args, tmp_path, tmp_path / "killed.log")
     try:
@@ -753,7 +756,7 @@ def test_a_worker_waiting_on_a_dead_workers_trial_says_so_then_resumes_it(tmp_pa
         killed.wait()
     err = search_in_process(args, tmp_path, monkeypatch, capsys)
     assert ("dust_video: the total is taken; waiting while trial 0 runs in another worker (one whose worker died is "
-            "re-queued here once its heartbeat is 3 s old)") in err, err[-3000:]
+            "re-queued here once its heartbeat is 15 s old)") in err, err[-3000:]
     assert_run_complete(folder, steps=24)
 
 
