@@ -25,7 +25,8 @@ from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held, ctrl_c_released, interrupted_exit
-from cutlab.launch.outcome import BUSY_ADVICE
+from cutlab.launch.outcome import left_busy
+from cutlab.launch.skipped import for_a_launcher, say_busy, say_if_skipped
 from cutlab.redaction import redact
 from cutlab.run.lock import RunFolderBusy
 from cutlab.run.preemption import PREEMPTED_EXIT, Preempted, stops_held_between_runs
@@ -68,12 +69,15 @@ def app(cfg: DictConfig) -> float | None:
             _record_outcome(run_dir, "interrupted", "interrupted (Ctrl-C)")
         raise SystemExit(interrupted_exit()) from None
     except RunFolderBusy as busy:
-        if not in_sweep:
+        if not (in_sweep or for_a_launcher()):
             print(f"cutlab: error: {redact(str(busy))}", file=sys.stderr)
             raise SystemExit(2) from None
-        # in a sweep: an earlier sweep's job writes it still, so it is left to that one, not failed
-        print(f"cutlab: {run_dir.name}: written by {busy.holder}: {BUSY_ADVICE}", file=sys.stderr)
-        _record_outcome(run_dir, "busy", f"written by {busy.holder}: {BUSY_ADVICE}")
+        # in a sweep: an earlier or overlapping sweep's run writes it still, so it is left to that one, not failed
+        print(f"cutlab: {run_dir.name}: {left_busy(busy.holder)}", file=sys.stderr)
+        if not in_sweep:  # a local or SLURM launcher's run: the launcher records it busy
+            say_busy(busy.holder)
+            raise SystemExit(2) from None
+        _record_outcome(run_dir, "busy", left_busy(busy.holder))
         return None
     except CutlabError as error:
         _remove_if_empty(run_dir)
@@ -94,8 +98,6 @@ def app(cfg: DictConfig) -> float | None:
 
         _add_outcome(outcome_of(run_dir.name, lambda: summary, job_id=None))
     else:  # a local or SLURM launcher's run: it tells the launcher whether it trained or found the run complete
-        from cutlab.launch.skipped import say_if_skipped
-
         say_if_skipped(summary)
     return summary.get("selection_metric") if summary else None
 

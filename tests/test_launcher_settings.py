@@ -5,6 +5,7 @@ the sbatch script is submitit's own writer's (the real cluster's run is tests/te
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT
 from cutlab.errors import CutlabError
 from helpers.cli import cutlab
+from helpers.contract import cutlab_env
 from helpers.sweeps import plan_ids
 
 SETTINGS = ["launcher.partition=gpu", "launcher.timeout_min=30", "launcher.mem_gb=2.5", "launcher.cpus_per_task=3",
@@ -322,6 +324,33 @@ def test_a_task_whose_run_stopped_on_sigterm_is_interrupted_not_failed(tmp_path,
     broken = outcome_of("broken", jobs["broken"].result, job_id="2")
     assert broken.status == "failed" and broken.error == "exit 3: no output", broken
 
+
+
+def test_a_task_whose_run_folder_another_process_writes_is_busy_not_failed(tmp_path, monkeypatch):
+    """A SLURM task (or a local launcher's process per run) whose run another live process writes, such as an
+    overlapping sweep's run: its python -m cutlab is refused at the folder's lock, and the sweep reports the run
+    busy, left to that process; it was failed ("exit 2"). A real submitit job (its local executor) running a real
+    run, whose folder this test's process holds."""
+    import socket
+
+    import submitit
+
+    from cutlab.launch.job import RunCommand
+    from cutlab.launch.outcome import BUSY_ADVICE, outcome_of
+    from cutlab.run.lock import RunLock
+
+    runs = tmp_path / "runs"
+    for key, value in cutlab_env(runs).items():  # the job's environment, and so its run's
+        monkeypatch.setenv(key, value)
+    executor = submitit.LocalExecutor(folder=tmp_path / "jobs")
+    executor.update_parameters(timeout_min=5)
+    with RunLock(runs / "held"):
+        job = executor.submit(RunCommand(["run_name=held", "wandb.mode=disabled"], "held", str(runs / "held"),
+                                         str(ROOT), threads=1))
+        outcome = outcome_of("held", job.result, job_id="1_0")
+    holder = f"process {os.getpid()} on {socket.gethostname()}"
+    assert (outcome.status, outcome.error) == ("busy", f"written by {holder}: {BUSY_ADVICE}"), outcome
+    assert outcome.line().startswith("busy        held [job 1_0] written by process "), outcome.line()
 
 def test_a_task_out_of_time_limit_requeues_is_interrupted_and_a_crash_names_its_error_not_a_log_path(tmp_path,
                                                                                                       monkeypatch):

@@ -23,6 +23,7 @@ from helpers.contract import assert_same_records, cutlab_env
 from helpers.sweeps import plan_ids, result_config, sweep_outcome
 
 from cutlab.errors import CutlabError
+from cutlab.run.lock import RunLock
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
 
@@ -443,6 +444,36 @@ def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not
     outcome = sweep_outcome(runs)
     assert outcome["skipped"] == 1 and sorted(run["status"] for run in outcome["runs"]) == ["complete", "skipped"]
 
+
+
+@pytest.mark.parametrize("launcher", [
+    ["launcher=inprocess"],  # the local variants (12-15 s each) in the slow sample: the default run stays < 20 min
+    pytest.param(["launcher=local", "launcher.max_parallel=1"], marks=pytest.mark.slow),
+    pytest.param(["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"], marks=pytest.mark.slow),
+], ids=["inprocess", "local-warm-workers", "local-process-per-run"])
+def test_a_run_an_overlapping_sweep_writes_when_its_turn_comes_is_busy_not_failed(tmp_path, launcher):
+    """Two overlapping sweeps started together on one runs folder: the run of both that the other began first, after
+    this one's plan, was recorded busy by the in-process launcher but failed by the local launcher (its run's
+    process exited 2 at the folder's lock), in the progress line, the tally and outcome.json. Made deterministic
+    here: this test's process is the other writer, holding that run's folder from the moment the plan is made."""
+    runs = tmp_path / "runs"
+    grid = ["gamma=0,0.09", "L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]",
+            "wandb.mode=disabled", "progress=false", "threads=1", *launcher]
+    sweep = subprocess.Popen([sys.executable, "-m", "cutlab", "-m", *grid], cwd=ROOT, env=cutlab_env(runs),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 300
+    while not list((runs / "_sweeps").glob("*/plan.txt")):  # the plan is made: both runs new, none held
+        assert sweep.poll() is None and time.time() < deadline, "the sweep ended before its plan was recorded"
+        time.sleep(0.02)
+    with RunLock(runs / "L=2,eval.gamma_test=_0_,gamma=0.09,train.epochs=1,train.max_steps_per_epoch=2"):
+        _, stderr = sweep.communicate(timeout=300)
+    holder = f"written by process {os.getpid()} on "
+    assert sweep.returncode == 1 and "1 complete, 0 failed, 0 interrupted, 1 busy" in stderr, stderr[-3000:]
+    assert re.search(rf"runs done .*; busy +L=2,.*gamma=0\.09,.* {holder}", stderr), stderr[-3000:]  # progress line
+    statuses = {run["run_id"].split("gamma=")[1].split(",")[0]: (run["status"], run["error"])
+                for run in sweep_outcome(runs)["runs"]}
+    assert statuses["0"] == ("complete", None) and statuses["0.09"][0] == "busy", statuses
+    assert statuses["0.09"][1].startswith(holder), statuses
 
 # -------------------------------------------------------------------------------------------- bad input
 @pytest.mark.parametrize(

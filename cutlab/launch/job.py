@@ -21,8 +21,8 @@ from pathlib import Path
 
 from cutlab.config.paths import PACKAGE_ROOT
 from cutlab.errors import CutlabError
-from cutlab.launch.outcome import RunFailed, RunInterrupted
-from cutlab.launch.skipped import SKIPPED_ENV, SKIPPED_MARKER
+from cutlab.launch.outcome import RunBusy, RunFailed, RunInterrupted, left_busy
+from cutlab.launch.skipped import BUSY_MARKER, SKIPPED_ENV, SKIPPED_MARKER
 from cutlab.run.preemption import PREEMPTED_EXIT
 from cutlab.run.records import CHECKPOINT, SkippedSummary, read_summary
 
@@ -106,8 +106,9 @@ def child_env(threads: int | None) -> dict:
 
 def run_result(run_id: str, run_dir: str, code: int, output: EchoedOutput) -> dict:
     """What ``python -m cutlab``'s exit status means: 0 the run's summary (a SkippedSummary when the run said it
-    skipped), 75 (PREEMPTED_EXIT) interrupted after checkpointing, anything else failed with its error line (from
-    ``output.tail``, its last lines of stderr)."""
+    skipped), 75 (PREEMPTED_EXIT) interrupted after checkpointing, anything else busy when the run said its folder
+    has another writer (cutlab/launch/skipped.py), else failed with its error line (from ``output.tail``, its last
+    lines of stderr)."""
     if code == 0:
         try:
             summary = read_summary(Path(run_dir)) or {"status": "unknown"}
@@ -117,6 +118,8 @@ def run_result(run_id: str, run_dir: str, code: int, output: EchoedOutput) -> di
     if code == PREEMPTED_EXIT:  # stopped before its first checkpoint, it starts again (nothing was lost but set-up)
         where = "after checkpointing" if (Path(run_dir) / CHECKPOINT).exists() else "before its first checkpoint"
         raise RunInterrupted(f"{run_id}: stopped by a signal {where}; run the sweep again to resume")
+    if output.busy is not None:  # an overlapping sweep's run writes it: left to that one, not failed
+        raise RunBusy(f"{run_id}: {left_busy(output.busy)}")
     raise RunFailed(f"{run_id}: exit {code}: {error_line(output.tail)}")
 
 
@@ -126,16 +129,16 @@ END_OF_RUN = "\x1e[cutlab worker] end of run"  # a warm worker's marker after ea
 class EchoedOutput:
     """A child's stderr, echoed line by line with the current run's prefix; the current run's last lines kept
     for its error line. A warm worker (cutlab/launch/worker.py) runs many runs: ``begin`` switches the prefix,
-    and its END_OF_RUN line sets ``run_done`` instead of being echoed. A run's SKIPPED_MARKER line sets ``skipped``
-    (cutlab/launch/skipped.py)."""
+    and its END_OF_RUN line sets ``run_done`` instead of being echoed. A run's SKIPPED_MARKER line sets ``skipped``,
+    its BUSY_MARKER line ``busy`` to the folder's other writer (cutlab/launch/skipped.py)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix, self.tail = prefix, deque(maxlen=40)
         self.run_done, self.closed = threading.Event(), threading.Event()
-        self.skipped = False
+        self.skipped, self.busy = False, None
 
     def begin(self, run_id: str) -> None:
-        self.prefix, self.tail, self.skipped = f"[{run_id}] ", deque(maxlen=40), False
+        self.prefix, self.tail, self.skipped, self.busy = f"[{run_id}] ", deque(maxlen=40), False, None
         self.run_done.clear()
 
     def echo(self, stream) -> None:
@@ -145,6 +148,9 @@ class EchoedOutput:
                 continue
             if line.rstrip("\n") == SKIPPED_MARKER:
                 self.skipped = True
+                continue
+            if line.startswith(BUSY_MARKER):
+                self.busy = line.rstrip("\n")[len(BUSY_MARKER):]
                 continue
             self.tail.append(line.rstrip("\n"))
             sys.stderr.write(self.prefix + line)

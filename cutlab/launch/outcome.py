@@ -7,8 +7,9 @@ from typing import Callable
 
 SWEEP_RECORDS = "_sweeps"  # <runs_dir>/_sweeps/: one folder per sweep invocation (its plan, config and result)
 OUTCOME_FILE = "outcome.json"  # in a sweep's record: every run it ran and what became of it (analysis reads it)
-# busy: its folder was being written by another live process (an earlier sweep's job), so it was left to that one;
-# skipped: complete when its turn came (an identical sweep started with this one finished it), so nothing ran
+# busy: its folder was being written by another live process (an earlier or overlapping sweep's run), so it was
+# left to that one; skipped: complete when its turn came (an identical sweep started with this one finished it), so
+# nothing ran
 STATUSES = ("complete", "failed", "interrupted", "busy", "skipped")
 DONE = ("complete", "skipped")  # a sweep whose every run is one of these exits 0
 BUSY_ADVICE = "left to the process writing it; run the same command again when that one ends"
@@ -28,6 +29,15 @@ class RunFailed(Exception):
 
 class RunInterrupted(Exception):
     """A run stopped on a signal after checkpointing; the same command resumes it."""
+
+
+class RunBusy(Exception):
+    """A run's folder was being written by another live process (an overlapping sweep's run): left to that one."""
+
+
+def left_busy(holder: str) -> str:
+    """What a busy run's outcome says: who writes its folder (``process P on HOST``) and what to do."""
+    return f"written by {holder}: {BUSY_ADVICE}"
 
 
 @dataclass
@@ -52,14 +62,17 @@ def outcome_of(run_id: str, result: Callable[[], dict], job_id: str | None) -> O
     """Call ``result`` (a run's return value or its exception) and turn it into an Outcome."""
     try:
         summary = result()
-    except RunInterrupted as error:  # its message starts with the run's id, which the outcome's line gives already
-        return Outcome(run_id, "interrupted", error=str(error).removeprefix(f"{run_id}: "), job_id=job_id)
+    except (RunInterrupted, RunBusy) as error:  # its message starts with the run's id, which the line gives already
+        status = "busy" if isinstance(error, RunBusy) else "interrupted"
+        return Outcome(run_id, status, error=str(error).removeprefix(f"{run_id}: "), job_id=job_id)
     except RunFailed as error:
         return Outcome(run_id, "failed", error=str(error).split(": ", 1)[-1], job_id=job_id)
     except Exception as error:  # submitit wraps a job's exception in its own error type, with the traceback
-        interrupted = _raised(str(error), "RunInterrupted")  # a task stopped by SIGTERM: checkpointed, not failed
-        if interrupted is not None:
-            return Outcome(run_id, "interrupted", error=interrupted.removeprefix(f"{run_id}: "), job_id=job_id)
+        # a task stopped by SIGTERM: checkpointed, not failed; one whose folder another process writes: left to it
+        for name, status in (("RunInterrupted", "interrupted"), ("RunBusy", "busy")):
+            raised = _raised(str(error), name)
+            if raised is not None:
+                return Outcome(run_id, status, error=raised.removeprefix(f"{run_id}: "), job_id=job_id)
         if TIMED_OUT in str(error):
             return Outcome(run_id, "interrupted", error=TIMED_OUT_ADVICE, job_id=job_id)
         return Outcome(run_id, "failed", error=_last_line(str(error)), job_id=job_id)

@@ -21,7 +21,7 @@ from cutlab.atomic import DiskFull, is_disk_full, write_atomic
 from cutlab.config.launcher import check_launcher_node
 from cutlab.config.resolvers import wandb_variable
 from cutlab.errors import CutlabError
-from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome
+from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome, left_busy
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
 from cutlab.redaction import redact_argv
 
@@ -153,7 +153,7 @@ def sbatch_preview(plan: Plan, profile) -> str:
 
 def busy_outcomes(plan: Plan) -> list[Outcome]:
     """The runs left to the live process that writes each (not run again: its folder's lock would refuse them)."""
-    return [Outcome(run.run_id, "busy", error=f"written by {run.holder}: {BUSY_ADVICE}", job_id=run.job_id)
+    return [Outcome(run.run_id, "busy", error=left_busy(run.holder), job_id=run.job_id)
             for run in plan.busy]
 
 

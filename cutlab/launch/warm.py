@@ -34,7 +34,8 @@ class WarmWorker:
         self._output: EchoedOutput | None = None
 
     def run(self, command: RunCommand) -> dict:
-        """Run ``command`` in the worker; its summary, or RunFailed/RunInterrupted as a process of its own would raise."""
+        """Run ``command`` in the worker; its summary, or RunFailed/RunInterrupted/RunBusy as a process of its own
+        would raise."""
         self._start_if_needed(command)
         output = self._output
         output.begin(command.run_id)
