@@ -247,6 +247,28 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
     assert not (copy / "evaluations").exists()
 
 
+
+def test_a_run_still_training_is_refused_naming_its_process_not_sent_back_to_its_command(trained, tmp_path, capsys):
+    """A run whose summary says running while its training process lives: the refusal said to run its python -m
+    cutlab command again to finish it, which the run's lock refuses while that process lives. Its lock is held
+    here by this test's process, as by the process training it."""
+    import socket
+
+    from cutlab.run.lock import RunLock
+    from cutlab.transfer.cli import main
+
+    copy = tmp_path / trained[0].name
+    shutil.copytree(trained[0], copy, ignore=shutil.ignore_patterns("evaluations"))
+    summary = json.loads((copy / "summary.json").read_text())
+    (copy / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    with RunLock(copy):
+        assert main([str(copy), "eval.gamma_test=[0,0.2]"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    holder = f"process {os.getpid()} on {socket.gethostname()}"
+    assert lines == [f"cutlab-eval: error: {copy.name} is being trained now by {holder}: its weights are not final "
+                     "yet; evaluate it once that process ends"], lines
+    assert not (copy / "evaluations").exists()
+
 def test_a_run_on_a_read_only_file_system_is_refused_and_the_other_runs_evaluated(trained, tmp_path):
     runs = tmp_path / "runs"  # a read-only run once ended the whole command in an OSError traceback
     for name in ("a_read_only", "b_writable"):

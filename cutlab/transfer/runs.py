@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.run.checkpoints import load_checkpoint
 from cutlab.run.identity import stored_config
+from cutlab.run.lock import live_holder
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
 from cutlab.run.records import CHECKPOINT, CONFIG, SUMMARY, read_summary
@@ -99,10 +100,14 @@ def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
     """
     summary = read_summary(run_dir, fix=f"delete it and run this run's python -m cutlab command again, which rewrites "
                                         f"it from {CHECKPOINT} without training again; then evaluate it")
+    status = summary.get("status") if summary is not None else None
+    holder = live_holder(run_dir) if status != "complete" else None
+    if holder:  # its own command again would be refused at the run's lock while that process lives
+        raise CutlabError(f"{run_dir.name} is being trained now by {holder}: its weights are not final yet; evaluate "
+                          "it once that process ends")
     if summary is None:
         raise CutlabError(f"{run_dir.name} has no {SUMMARY}: the run never started training; train it with "
                           "python -m cutlab first, then evaluate it")
-    status = summary.get("status")
     if status != "complete":
         raise CutlabError(f"{run_dir.name} is not finished (status {status!r}): its weights are not final; run its "
                           "python -m cutlab command again to finish it, then evaluate it")
