@@ -1,7 +1,7 @@
 """Files written whole or not at all: a temporary file unique to this process, then a rename over the target.
 
-A crash leaves the previous version intact; a failure (a full disk) removes the temporary file and names the
-problem in one line instead of a chained traceback.
+A crash leaves the previous version intact; a failure (a full disk, a folder turned read-only meanwhile) removes
+the temporary file and names the problem in one line instead of a chained traceback.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import BinaryIO, Iterator
 from cutlab.errors import CutlabError
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 _UMASK = os.umask(0o022)  # read once (it can only be read by setting it) and put back at once
 os.umask(_UMASK)
 
@@ -34,8 +35,44 @@ class DiskFull(CutlabError):
                          f"free space there{instead} and run the same command again: {then}")
 
 
+class _FolderFailure(CutlabError, OSError):
+    """A write its folder refused, in one line; still the OSError it was (errno, the file's name), so that a caller
+    naming its own fix for one (the analysis's "pass a writable --out") goes on doing so."""
+
+    def __init__(self, path: Path, number: int, message: str) -> None:
+        OSError.__init__(self, number, os.strerror(number), str(path))
+        self.path, self.message = Path(path), message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class FolderUnwritable(_FolderFailure):
+    """The folder a command writes into stopped taking files while it ran: its file system remounted read-only (ext4's
+    errors=remount-ro after a disk error), its permissions taken away. ``then`` as for DiskFull."""
+
+    def __init__(self, path: Path, error: OSError, then: str = RUN_GOES_ON) -> None:
+        became = "became read-only" if error.errno == errno.EROFS else "can no longer be written"
+        super().__init__(path, error.errno, f"{Path(path).parent} {became} while this command wrote {Path(path).name} "
+                         f"there ({os_reason(error)}); make it writable and run the same command again: {then}")
+
+
+#: the folder's own failures: the run's record cannot be written, so its summary cannot say why either
+FOLDER_FAILURES = (DiskFull, FolderUnwritable)
+
+
 def is_disk_full(error: BaseException) -> bool:
     return isinstance(error, OSError) and error.errno in NO_SPACE
+
+
+def write_failure(path: Path, error: BaseException | None) -> CutlabError | None:
+    """The one line for a write of ``path`` that ``error`` stopped for a reason outside the command (a full disk, a
+    folder turned read-only), or None for any other error."""
+    if is_disk_full(error):
+        return DiskFull(path)
+    if isinstance(error, OSError) and error.errno in NOT_WRITABLE:
+        return FolderUnwritable(path, error)
+    return None
 
 
 class _RecordingFile:
@@ -62,7 +99,7 @@ def atomic_file(path: Path) -> Iterator[_RecordingFile]:
     try:
         descriptor, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as error:
-        raise DiskFull(path) if is_disk_full(error) else error
+        raise write_failure(path, error) or error
     os.fchmod(descriptor, 0o666 & ~_UMASK)  # mkstemp's 0600 would hide the record from other readers
     handle = os.fdopen(descriptor, "wb")
     recording = _RecordingFile(handle)
@@ -71,9 +108,13 @@ def atomic_file(path: Path) -> Iterator[_RecordingFile]:
             yield recording
         os.replace(tmp, path)
     except BaseException as error:
-        Path(tmp).unlink(missing_ok=True)
-        if is_disk_full(error) or is_disk_full(recording.error):
-            raise DiskFull(path) from None
+        try:
+            Path(tmp).unlink(missing_ok=True)
+        except OSError:  # its folder turned read-only: the next lock of the folder removes it (cutlab.run.lock)
+            pass
+        failure = write_failure(path, error) or write_failure(path, recording.error)
+        if failure is not None:
+            raise failure from None
         raise
 
 

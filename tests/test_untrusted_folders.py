@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from conftest import PED2_TINY, ROOT, require_shared
-from helpers.cli import as_another_run, cutlab, folder_fingerprint
+from helpers.cli import as_another_run, cutlab, folder_fingerprint, start, wait_until
 from helpers.contract import cutlab_env
 from helpers.mounts import fill, small_tmpfs
 
@@ -263,19 +263,6 @@ def test_hydras_folder_keys_are_refused_in_one_line(tmp_path, args):
 
 
 # ------------------------------------------------------------------------------ 4. one writer per run folder
-
-
-def start(args: list[str], runs: Path, log: Path) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs),
-                            stdout=log.open("w"), stderr=subprocess.STDOUT)
-
-
-def wait_until(predicate, process: subprocess.Popen, what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert process.poll() is None, f"the run ended before {what}"
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_ctrl_c_stops_a_run_in_one_line_and_the_same_command_resumes_it(tmp_path):

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cutlab.atomic import FOLDER_FAILURES
 from cutlab.config.checks import check_config
 from cutlab.config.naming import check_run_folder_name
 from cutlab.config.paths import with_absolute_root
@@ -249,7 +250,12 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
         status = error.status if isinstance(error, StopRun) else "interrupted" if stopped else "failed"
         summary.update(status=status, error=f"{type(error).__name__}: {error}", steps=trainer.progress.step)
-        write_json(run_dir / SUMMARY, summary)
+        try:
+            write_json(run_dir / SUMMARY, summary)
+        except FOLDER_FAILURES:
+            if not isinstance(error, FOLDER_FAILURES):
+                raise
+            # the folder that stopped the run (full, read-only) takes no summary either: the first error says why
         tracker.summarize(summary)
         tracker.finish(failed=not isinstance(error, StopRun))
         reporter.stopped(run_dir, status)

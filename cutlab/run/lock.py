@@ -136,7 +136,10 @@ class RunLock:
     def release(self) -> None:
         if self._descriptor is None:
             return
-        self.path.unlink(missing_ok=True)  # removed while still held: a waiter then sees a stale file and retries
+        try:
+            self.path.unlink(missing_ok=True)  # removed while still held: a waiter then sees a stale file and retries
+        except OSError:  # the folder turned read-only (the run's error names it): closing still ends the lock, and
+            pass  # the file left is locked afresh by the next run
         os.close(self._descriptor)
         self._descriptor = None
         self._remove_created_folders()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -22,6 +23,20 @@ def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True
     if check and result.returncode != 0:
         raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result
+
+
+def start(args: list[str], runs: Path, log: Path) -> subprocess.Popen:
+    """``python -m cutlab ARGS`` started in the background, its output in ``log``."""
+    return subprocess.Popen([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=cutlab_env(runs),
+                            stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_until(predicate, process: subprocess.Popen, what: str, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert process.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
 
 
 def as_another_run(run_dir: Path) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -25,12 +26,16 @@ def read_only(folder: Path) -> Iterator[Path]:
     if bound.returncode != 0:
         pytest.skip(f"root cannot bind-mount {folder} here: {bound.stderr.strip()}")
     try:
-        remounted = subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], capture_output=True, text=True)
+        for _ in range(50):  # "busy" while a process writes a file it opened through the bind (a run in progress)
+            remounted = subprocess.run(["mount", "-o", "remount,ro,bind", str(folder)], capture_output=True, text=True)
+            if remounted.returncode == 0 or "busy" not in remounted.stderr:
+                break
+            time.sleep(0.1)
         if remounted.returncode != 0:
             pytest.skip(f"root cannot remount {folder} read-only here: {remounted.stderr.strip()}")
         yield folder
-    finally:
-        subprocess.run(["umount", str(folder)], check=True)
+    finally:  # lazily: a run the test stopped may still hold a file there for a moment
+        subprocess.run(["umount", "-l", str(folder)], check=True)
 
 
 @contextmanager
