@@ -1,7 +1,7 @@
 """Files written whole or not at all: a temporary file unique to this process, then a rename over the target.
 
-A crash leaves the previous version intact; a failure (a full disk, a folder turned read-only meanwhile) removes
-the temporary file and names the problem in one line instead of a chained traceback.
+A crash leaves the previous version intact; a failure (a full disk, a folder turned read-only, deleted or moved
+meanwhile) removes the temporary file and names the problem in one line instead of a chained traceback.
 """
 
 from __future__ import annotations
@@ -57,8 +57,17 @@ class FolderUnwritable(_FolderFailure):
                          f"there ({os_reason(error)}); make it writable and run the same command again: {then}")
 
 
+class FolderVanished(_FolderFailure):
+    """The folder a command writes into was deleted or moved (renamed) while it ran."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, errno.ENOENT, f"{Path(path).parent} vanished or was moved while this command wrote "
+                         f"{Path(path).name} there; run the same command again: it starts the run there anew (or move "
+                         "the folder back first, and it resumes from the folder's last checkpoint)")
+
+
 #: the folder's own failures: the run's record cannot be written, so its summary cannot say why either
-FOLDER_FAILURES = (DiskFull, FolderUnwritable)
+FOLDER_FAILURES = (DiskFull, FolderUnwritable, FolderVanished)
 
 
 def is_disk_full(error: BaseException) -> bool:
@@ -67,11 +76,13 @@ def is_disk_full(error: BaseException) -> bool:
 
 def write_failure(path: Path, error: BaseException | None) -> CutlabError | None:
     """The one line for a write of ``path`` that ``error`` stopped for a reason outside the command (a full disk, a
-    folder turned read-only), or None for any other error."""
+    folder turned read-only, deleted or moved), or None for any other error."""
     if is_disk_full(error):
         return DiskFull(path)
     if isinstance(error, OSError) and error.errno in NOT_WRITABLE:
         return FolderUnwritable(path, error)
+    if isinstance(error, FileNotFoundError) and not Path(path).parent.is_dir():
+        return FolderVanished(path)
     return None
 
 

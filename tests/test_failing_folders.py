@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cutlab.atomic import FolderVanished, write_atomic
 from helpers.cli import cutlab, start, wait_until
 from helpers.mounts import read_only
 
@@ -62,3 +63,29 @@ def test_a_runs_folder_turned_read_only_mid_run_stops_in_one_line_and_the_same_c
     assert "resuming" in resumed.stderr
     assert complete_steps(runs / "ro") == list(range(1, 31))
 
+
+def test_a_record_written_into_a_deleted_folder_names_it_in_one_line(tmp_path):
+    """Before: FileNotFoundError naming the temporary file ('.summary.json.x04jpz51.tmp'), as a traceback."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    folder.rmdir()  # rm -rf of the run folder while the run trains
+    with pytest.raises(FolderVanished) as caught:
+        write_atomic(folder / "summary.json", "{}")
+    assert str(caught.value) == (f"{folder} vanished or was moved while this command wrote summary.json there; run the "
+                                 "same command again: it starts the run there anew (or move the folder back first, and "
+                                 "it resumes from the folder's last checkpoint)")
+
+
+@pytest.mark.slow
+def test_a_run_folder_moved_mid_run_stops_in_one_line_and_the_same_command_runs_it_anew(tmp_path):
+    """Before: a FileNotFoundError traceback naming a temporary file in the vanished folder, exit 1."""
+    process, runs, log = started(tmp_path, "moved")
+    try:
+        (runs / "moved").rename(runs / "elsewhere")
+        line = last_line(log, process)
+    finally:
+        process.kill()
+    assert line.startswith(f"cutlab: error: {runs / 'moved'} vanished or was moved while this command wrote "), line
+    assert (runs / "elsewhere" / "checkpoint.pt").is_file(), "what the run wrote before is kept where it was moved"
+    cutlab([*TINY, "run_name=moved"], runs)
+    assert complete_steps(runs / "moved") == list(range(1, 31))

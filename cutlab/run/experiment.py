@@ -255,7 +255,7 @@ def _train_and_record(cfg: DictConfig, run_dir: Path, task: Task, trainer: Train
         except FOLDER_FAILURES:
             if not isinstance(error, FOLDER_FAILURES):
                 raise
-            # the folder that stopped the run (full, read-only) takes no summary either: the first error says why
+            # the folder that stopped the run (full, read-only, gone) takes no summary either: the first error says why
         tracker.summarize(summary)
         tracker.finish(failed=not isinstance(error, StopRun))
         reporter.stopped(run_dir, status)
