@@ -140,15 +140,25 @@ def unwritable(folder: Path) -> str | None:
     and at once removing a folder in it, or in its nearest existing parent: os.access says yes to root on a read-only
     mount, and nothing but trying tells /proc or /sys apart. Leaves nothing behind."""
     folder = Path(folder).expanduser().absolute()
-    existing = next(part for part in (folder, *folder.parents) if part.exists())
-    if not existing.is_dir():
-        return f"{existing} is a file"
+    existing = next(part for part in (folder, *folder.parents) if part.exists() or part.is_symlink())
+    if problem := not_a_folder(existing):
+        return problem
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".probe-", dir=existing))
     except OSError as error:
         # an existing folder that answers "no such file" to a new entry is a kernel's view (/proc, /sys)
         reason = "takes no new files (a virtual file system)" if error.errno == errno.ENOENT else os_reason(error)
         return reason if existing == folder else f"{existing}: {reason}"
+    return None
+
+
+def not_a_folder(path: Path) -> str | None:
+    """Why ``path`` can be no folder (``<path> is a file``, or a symbolic link to nothing, where a mkdir fails with
+    "file exists"), or None: a folder, a link to one, or nothing there."""
+    if os.path.islink(path) and not os.path.exists(path):
+        return f"{path} is a symbolic link to {os.readlink(path)}, which does not exist"
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{path} is a file"
     return None
 
 

@@ -89,3 +89,33 @@ def test_a_run_folder_moved_mid_run_stops_in_one_line_and_the_same_command_runs_
     assert (runs / "elsewhere" / "checkpoint.pt").is_file(), "what the run wrote before is kept where it was moved"
     cutlab([*TINY, "run_name=moved"], runs)
     assert complete_steps(runs / "moved") == list(range(1, 31))
+
+
+
+RUN = "train.epochs=2,train.max_steps_per_epoch=3"  # the folder of the run these overrides name
+
+
+@pytest.mark.parametrize("where", ["runs", "run"])
+@pytest.mark.parametrize("what", ["dangling link", "file"])
+def test_a_runs_or_run_folder_that_is_a_file_or_a_dangling_link_is_refused_in_one_line(tmp_path, where, what):
+    """Before: Hydra's FileExistsError traceback as it made the run's folder (a runs folder that is a file was
+    refused already). The command's own check, in this process (the command prints its CutlabError as one line)."""
+    from cutlab.errors import CutlabError
+    from cutlab.launch.plan import check_run, parse_command
+
+    runs = tmp_path / "runs"
+    target = runs if where == "runs" else runs / RUN
+    target.parent.mkdir(exist_ok=True)
+    if what == "file":
+        target.write_text("")
+    else:
+        target.symlink_to("nowhere")
+    problem = f"{target} is a file" if what == "file" else \
+        f"{target} is a symbolic link to nowhere, which does not exist"
+    with pytest.raises(CutlabError) as refused:
+        check_run(parse_command([f"paths.runs_dir={runs}", *RUN.split(","), "wandb.mode=disabled"]))
+    if where == "runs":
+        assert str(refused.value).startswith(f"paths.runs_dir={runs} cannot hold run folders: {problem}; ")
+    else:
+        assert str(refused.value) == (f"the run's folder {problem}; move it aside (or pass run_name=<new name>) so "
+                                      "this run gets a folder of its own")

@@ -20,7 +20,7 @@ from cutlab.core.evaluation import STREAMS_PER_BATCH
 from cutlab.core.constraints import CONSTRAINT_FORMS, CONSTRAINT_GRADIENTS, check_detach_prev
 from cutlab.core.primal_dual import DUAL_OPTIMIZERS, DUAL_UPDATES, DualSettings
 from cutlab.core.training import MAX_SEED
-from cutlab.atomic import unwritable
+from cutlab.atomic import not_a_folder, unwritable
 from cutlab.errors import CutlabError, refuse_blank
 from cutlab.config.groups import task_kind
 from cutlab.config.resolvers import wandb_variable
@@ -286,6 +286,14 @@ def check_runs_dir(folder: Path, writing: bool = True) -> None:
     problem = unwritable(folder)  # tried, not asked: os.access says yes to root on /proc or a root-squashed NFS
     if problem:
         raise CutlabError(f"paths.runs_dir={folder} cannot hold run folders: {problem}; {fix}")
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """A file, or a symbolic link to nothing, where the run's folder goes: Hydra's FileExistsError traceback as it
+    made the folder."""
+    if problem := not_a_folder(run_dir):
+        raise CutlabError(f"the run's folder {problem}; move it aside (or pass run_name=<new name>) so this run gets a "
+                          "folder of its own")
 
 
 def _check_wandb(wandb: DictConfig) -> None:

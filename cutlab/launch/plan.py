@@ -14,9 +14,9 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
+from cutlab.config.checks import check_config, check_run_folder, check_runs_dir, runs_dir_path
 from cutlab.config.compose import (JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra,
                                    several_values)
 from cutlab.config.launcher import is_launcher_override
@@ -266,6 +266,7 @@ def check_run(command: Command) -> Path:
             check_composed_folders(cfg.hydra, list(command.overrides), command.source())
             runs_dir = runs_dir_path(cfg.paths.runs_dir)
             swept = list(cfg.hydra.sweeper.get("params") or {})
+            run_dir = _run_folder(cfg)
     except (HydraException, OmegaConfBaseException) as error:
         # KEY=A,B without -m: Hydra runs a list of values only as a sweep
         several = several_values(error, "add -m to run one run per value (python -m cutlab -m {} ...)")
@@ -276,7 +277,22 @@ def check_run(command: Command) -> Path:
                           f"-m to run its runs (python -m cutlab -m --config-name {command.config_name} ...; with "
                           f"--plan, to list them), or give {' '.join(f'{key}=...' for key in swept)} for one of them")
     check_runs_dir(runs_dir, writing=not command.plan)
+    if run_dir is not None:
+        check_run_folder(run_dir)
     return runs_dir
+
+
+def _run_folder(cfg: DictConfig) -> Path | None:
+    """The folder Hydra makes for the single run (hydra.run.dir), or None where its name does not resolve (a run_name
+    the run refuses in its own line, cutlab.config.naming)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import OmegaConfBaseException
+
+    HydraConfig.instance().set_config(cfg)  # for ${hydra:job.override_dirname}
+    try:
+        return Path(str(OmegaConf.select(cfg, "hydra.run.dir")))
+    except OmegaConfBaseException:
+        return None
 
 
 def _check_unique_ids(plan: Plan) -> None:
