@@ -119,3 +119,27 @@ def test_a_runs_or_run_folder_that_is_a_file_or_a_dangling_link_is_refused_in_on
     else:
         assert str(refused.value) == (f"the run's folder {problem}; move it aside (or pass run_name=<new name>) so "
                                       "this run gets a folder of its own")
+
+
+def test_a_sweeps_record_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
+    """Before: a NotADirectoryError traceback as the sweep made its record folder, exit 1."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "_sweeps").write_text("")
+    result = cutlab(["-m", "gamma=0,0.09", *TINY], runs, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1] == (f"cutlab: error: {runs / '_sweeps'} is a file, where sweeps keep "
+                                                      "their records; move it aside and run the same command again")
+    assert [p.name for p in runs.iterdir()] == ["_sweeps"], "no run started"
+
+
+def test_a_lock_file_that_is_a_folder_is_refused_in_one_line(tmp_path):
+    """Before: an IsADirectoryError traceback as the run (even a complete one's copy) took its folder's lock."""
+    from cutlab.errors import CutlabError
+    from cutlab.run.lock import RunLock
+
+    (tmp_path / ".lock").mkdir()
+    with pytest.raises(CutlabError) as refused:
+        RunLock(tmp_path).acquire()
+    assert str(refused.value) == (f"{tmp_path / '.lock'} is a folder, not a lock file cutlab wrote; remove it and run "
+                                  "the same command again")

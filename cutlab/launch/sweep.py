@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from cutlab.atomic import DiskFull, is_disk_full, write_atomic
+from cutlab.atomic import DiskFull, is_disk_full, not_a_folder, write_atomic
 from cutlab.config.launcher import check_launcher_node
 from cutlab.config.resolvers import wandb_variable
 from cutlab.errors import CutlabError
@@ -127,6 +127,8 @@ def _start_record(plan: Plan, launcher: str, parallel: int) -> Path:
     files = {"sweep.yaml": plan.config_yaml, "plan.txt": format_plan(plan, launcher, parallel) + "\n",
              "command.json": json.dumps({"argv": redact_argv(sys.argv), "cwd": os.getcwd(), "launcher": launcher},
                                         indent=1)}
+    if problem := not_a_folder(record.parent):  # mkdir's NotADirectoryError traceback
+        raise CutlabError(f"{problem}, where sweeps keep their records; move it aside and run the same command again")
     writing = record
     try:
         record.mkdir(parents=True, exist_ok=False)

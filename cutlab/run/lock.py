@@ -54,13 +54,13 @@ def live_holder(run_dir: Path) -> str | None:
 def open_lock_file(path: Path, refusal: str) -> int:
     """``path`` opened to be locked (made if missing), never a link's target: a folder from elsewhere holding
     ``.lock -> ~/thesis.tex`` had that file truncated and overwritten by the same command that merely skipped its
-    run. A link is refused in one line: its name, then ``refusal``."""
+    run. A link or a folder is refused in one line: its name, then ``refusal``."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as error:
-        if error.errno != errno.ELOOP:
+        if error.errno not in (errno.ELOOP, errno.EISDIR):
             raise
-        raise CutlabError(f"{linked(path)}{refusal}") from None
+        raise CutlabError(f"{linked(path) or f'{path} is a folder'}{refusal}") from None
 
 
 class RunLock:
