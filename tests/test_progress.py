@@ -246,3 +246,13 @@ def test_a_run_interrupted_before_its_first_checkpoint_is_not_said_to_resume_fro
     assert first.endswith("(the same command starts it again)")
     assert second.startswith("[cutlab] run interrupted; record in ")
     assert second.endswith("(the same command resumes it from its last checkpoint)")
+
+
+def test_the_next_commands_never_start_a_path_with_a_dash(tmp_path, monkeypatch):
+    # paths.runs_dir=-lead2: "cutlab-analysis -lead2/N --out -lead2/N/report", which argparse read as options
+    from cutlab.run.progress import next_commands
+
+    monkeypatch.chdir(tmp_path)
+    run_dir = tmp_path / "-lead2" / "N"
+    assert next_commands(run_dir, "disabled")[:2] == ["report:      cutlab-analysis ./-lead2/N --out ./-lead2/N/report",
+                                                      "other data:  cutlab-eval ./-lead2/N data=NAME"]

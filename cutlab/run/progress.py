@@ -16,13 +16,14 @@ from cutlab.run.records import CHECKPOINT
 
 
 def shown_path(path: Path) -> str:
-    """A path as a person would type it here: relative to the working folder when inside it, shell-quoted."""
+    """A path as a person would type it here: relative to the working folder when inside it, shell-quoted, and
+    ``./`` before a leading '-' (``cutlab-analysis -lead2/run`` reads it as options)."""
     path = Path(path).resolve()
     try:
         text = str(path.relative_to(Path.cwd().resolve()))
     except ValueError:
         text = str(path)
-    return shlex.quote(text)
+    return shlex.quote(f".{os.sep}{text}" if text.startswith("-") else text)
 
 
 def offline_folders(run_dir: Path, wandb_id: str | None = None) -> list[Path]:
