@@ -34,7 +34,7 @@ from cutlab.run.records import CHECKPOINT
 
 SWEEP_OUTCOMES: list = []  # an in-process multirun's run outcomes, summarised when the sweep ends
 SWEEP_TALLY: dict = {}  # an in-process sweep's "n/N runs done, time left" line (its meter, the ids it has yet to
-# count and the outcomes it counted)
+# count and the outcomes it counted), and the ids of the runs its plan refused, which it does not run
 HELD_STOP: list = []  # an in-process sweep's stop signal held between its runs (a cutlab.run.preemption.StopFlag)
 NEW_FOLDERS: list[Path] = []  # a single run's paths.runs_dir and the parents Hydra is to create, the deepest first
 
@@ -55,6 +55,9 @@ def app(cfg: DictConfig) -> float | None:
     if HELD_STOP and HELD_STOP[0].requested:  # it came as Hydra composed this run: none of it ran
         print(readied_line(HELD_STOP[0].signal_name, run_dir, in_sweep), file=sys.stderr)
         raise SystemExit(PREEMPTED_EXIT)
+    if in_sweep and run_dir.name in SWEEP_TALLY.get("refused", ()):  # recorded failed as the sweep began
+        _remove_if_empty(run_dir)
+        return None
     try:
         with ctrl_c_released():  # the run handles Ctrl-C itself; Hydra's composition, before and after, holds it
             summary = run_experiment(cfg, run_dir)
@@ -241,10 +244,16 @@ def _show_launcher_info(argv: list[str]) -> None:
 
 
 def _start_tally(plan) -> None:
-    from cutlab.core.progress import tally
+    """The sweep's tally, opened with the runs its plan refused: failed with their reason, and not run (Hydra still
+    composes each, and ``app`` returns at once), as no other launcher starts them."""
+    from cutlab.launch.outcome import opened_tally
+    from cutlab.launch.sweep import refused_outcomes
 
-    SWEEP_TALLY.update(meter=tally(f"sweep {plan.name}", len(plan.to_run), "run"),
-                       ids={run.run_id for run in plan.to_run}, reported=[])
+    refused = refused_outcomes(plan)
+    SWEEP_OUTCOMES.extend(refused)
+    SWEEP_TALLY.update(meter=opened_tally(f"sweep {plan.name}", len(plan.to_run), "run", refused),
+                       ids={run.run_id for run in plan.to_run}, reported=list(refused),
+                       refused={run.run_id for run in plan.refused})
 
 
 def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = False) -> None:
@@ -253,7 +262,7 @@ def _report_inprocess_sweep(plan, record: Path, seconds: float, stopped: bool = 
     from cutlab.launch.outcome import DONE, NOT_STARTED, Outcome, skipped_total, summary_text
     from cutlab.launch.sweep import finish_record
 
-    ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run + plan.busy}]
+    ran = [o for o in SWEEP_OUTCOMES if o.run_id in {run.run_id for run in plan.to_run + plan.busy + plan.refused}]
     skipped = skipped_total(plan.completed, ran)
     if stopped:  # the runs it never began are listed too, as the local launcher lists them
         reported = {o.run_id for o in ran}

@@ -144,11 +144,11 @@ class _Tally:
     def add(self, plan: Plan, launcher: str, runs: list) -> None:
         """Count ``runs`` (some or all of ``plan``'s), costing the ones not complete."""
         folders = {run.run_dir for run in runs}
-        to_run = [run for run in plan.to_run if run.run_dir in folders and run.status != "refused"]
+        to_run = [run for run in plan.to_run if run.run_dir in folders]
         cost = estimate(plan.runs_dir, to_run)
         self.runs += len(runs)
         self.complete += sum(run.status == "complete" for run in runs)
-        self.refused += sum(run.status == "refused" for run in runs)  # each stops in one line (format_plan says why)
+        self.refused += sum(run.status == "refused" for run in runs)  # not launched: failed (format_plan says why)
         self.busy += sum(run.status == "busy" for run in runs)  # another live process writes it: left to it
         self.measured += cost.measured
         # as format_plan: a process per run (SLURM, local without warm workers) pays the start-up per run

@@ -26,6 +26,7 @@ from cutlab.errors import CutlabError
 from cutlab.run.lock import RunLock
 
 TINY = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.5]", "progress=false"]
+ABC_REFUSED = "gamma must be a number, got 'abc'; e.g. gamma=0.09"  # the planned problem of gamma=abc
 
 
 # ------------------------------------------------------------------------------------------- the plan
@@ -92,6 +93,16 @@ def test_a_slurm_plan_shows_the_sbatch_script_without_a_cluster(tmp_path):
     assert "# warning: the submit would be refused: " in result.stdout  # no cluster answers here: said, not silent
 
 
+def test_a_slurm_plans_job_array_holds_only_the_runs_it_launches(tmp_path):
+    """The array was sized by every run not complete, refused ones too: a GPU task each (queue wait, node start-up)
+    only to stop in one line. The plan's counts and the array agree."""
+    result = cutlab(["--plan", "-m", "gamma=0.09,-1,0.15,abc", "launcher=slurm", "launcher.profile=gpu"],
+                    tmp_path / "runs")
+    assert "#SBATCH --array=0-1%2" in result.stdout, result.stdout  # it was 0-3%4
+    assert "# 0 complete (skipped), 2 to run, 2 refused (not launched, each recorded failed: see above)" in \
+        result.stdout.splitlines(), result.stdout
+
+
 # ---------------------------------------------------------------------------------- running sweeps
 @pytest.fixture(scope="module")
 def inprocess_sweep(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
@@ -108,9 +119,12 @@ def test_a_failed_run_is_reported_and_does_not_stop_the_sweep(inprocess_sweep):
     # n/N done and the time left as each run ends (the failed one too: it has ended)
     tallies = [line for line in result.stderr.splitlines() if line.startswith("[cutlab] sweep ") and "runs done" in line]
     assert [re.search(r": (\d)/3 runs done", line)[1] for line in tallies] == ["1", "2", "3"], tallies
-    assert all(re.search(r", \d\d:\d\d elapsed, \d\d:\d\d left; (complete|failed) ", line) for line in tallies)
+    # the refused run (gamma=abc) first, as the sweep begins; it is not run, so it gives no time left yet
+    assert ", ? left; failed " in tallies[0] and tallies[0].endswith(f" {ABC_REFUSED}"), tallies[0]
+    assert all(re.search(r", \d\d:\d\d elapsed, \d\d:\d\d left; (complete|failed) ", line) for line in tallies[1:])
+    assert "cutlab: error:" not in result.stderr, "the refused run is not run (it stopped in that line at its turn)"
     outcome = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
-    assert outcome["abc"]["status"] == "failed" and "gamma must be a number" in outcome["abc"]["error"]
+    assert outcome["abc"]["status"] == "failed" and outcome["abc"]["error"] == ABC_REFUSED
     assert outcome["0"]["status"] == outcome["0.09"]["status"] == "complete"
     for gamma in ("0", "0.09"):
         summary = json.loads(next(runs.glob(f"*gamma={gamma},*/summary.json")).read_text())
@@ -205,10 +219,13 @@ def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inp
     result = cutlab(["-m", "gamma=0,abc,0.09", *TINY, "wandb.mode=disabled", "launcher=local",
                      "launcher.max_parallel=2", f"launcher.warm_workers={warm_workers}"], runs, check=False)
     assert result.returncode == 1 and "2 complete, 1 failed" in result.stderr
-    assert "] cutlab: error: gamma must be a number" in result.stderr, "a run's messages carry its id"
+    assert re.search(r"\n\[L=2,[^\]]*gamma=0\.09,[^\]]*\] \[cutlab\] done: ", result.stderr), "a run's messages carry its id"
+    # the refused run started in no worker (it printed its one line there, prefixed with its id, and said 'exit 2')
+    assert "gamma=abc" not in "".join(re.findall(r"^\[[^\]]*\] ", result.stderr, re.M)), result.stderr[-2000:]
+    assert re.search(r"\[cutlab\] local: 1/3 runs done \(33%\), .*; failed +\S*gamma=abc\S* ", result.stderr)
     assert re.search(r"\[cutlab\] local: 3/3 runs done \(100%\), .*, 00:00 left; ", result.stderr), result.stderr[-2000:]
     failed = [o for o in sweep_outcome(runs)["runs"] if o["status"] == "failed"]
-    assert len(failed) == 1 and "gamma must be a number" in failed[0]["error"]
+    assert len(failed) == 1 and failed[0]["error"] == ABC_REFUSED, failed
     for run_dir in reference.glob("*gamma=*"):
         ours, theirs = runs / run_dir.name, run_dir
         assert result_config(ours) == result_config(theirs)
@@ -513,9 +530,10 @@ def test_the_plan_says_which_runs_will_stop_and_why(tmp_path):
     result = cutlab(["--plan", "-m", "gamma=0.09,-1"], tmp_path / "runs")
     lines = result.stdout.splitlines()
     assert any(line.split()[1:] == ["new", "gamma=0.09"] for line in lines if line[:1].isdigit()), result.stdout
-    assert "1 refused     gamma=-1 (it will stop: gamma must be >= 0, got -1; e.g. gamma=0.09)" in lines, result.stdout
+    assert "1 refused     gamma=-1 (not launched: gamma must be >= 0, got -1; e.g. gamma=0.09)" in lines, result.stdout
     # the totals counted it to run
-    assert "# 0 complete (skipped), 1 to run, 1 refused (each stops in one line: see above)" in lines, result.stdout
+    assert "# 0 complete (skipped), 1 to run, 1 refused (not launched, each recorded failed: see above)" in lines, \
+        result.stdout
     assert not (tmp_path / "runs").exists()
 
 
@@ -539,14 +557,15 @@ def test_the_plan_counts_apart_runs_of_data_whose_root_is_not_set(tmp_path):
     result = cutlab(["--plan", "-m", f"data={','.join(UNSET_ROOTS)},ucsd_ped2,synthetic"], tmp_path / "runs")
     lines = result.stdout.splitlines()
     for name in UNSET_ROOTS:
-        assert [line.split()[1] for line in lines if line.endswith(f" data={name} (it will stop: "
+        assert [line.split()[1] for line in lines if line.endswith(f" data={name} (not launched: "
                                                                   f"{loaders_line(name)})")] == ["refused"], name
     for name in ("ucsd_ped2", "synthetic"):
         assert any(line.split()[1:] == ["new", f"data={name}"] for line in lines if line[:1].isdigit()), result.stdout
-    assert "# 0 complete (skipped), 2 to run, 4 refused (each stops in one line: see above)" in lines, result.stdout
+    assert "# 0 complete (skipped), 2 to run, 4 refused (not launched, each recorded failed: see above)" in lines, \
+        result.stdout
     slurm = cutlab(["--plan", "-m", "--config-name", "fig6_llm", "launcher=slurm", "launcher.profile=gpu"],
                    tmp_path / "runs")
-    refused = [line for line in slurm.stdout.splitlines() if line.endswith(f"(it will stop: {loaders_line('alpaca')})")]
+    refused = [line for line in slurm.stdout.splitlines() if line.endswith(f"(not launched: {loaders_line('alpaca')})")]
     assert len(refused) == 2 and "# 0 complete (skipped), 0 to run, 2 refused" in slurm.stdout, slurm.stdout
     assert not (tmp_path / "runs").exists()
 

@@ -24,10 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
-from cutlab.core.progress import tally
 from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, outcome_of
+from cutlab.launch.outcome import (NOT_STARTED, Outcome, RunFailed, RunInterrupted, ended, opened_tally,
+                                   outcome_of)
 from cutlab.launch.warm import WarmWorker, WorkerDied
 from cutlab.signal_waits import as_completed_hearing_signals
 
@@ -77,8 +77,9 @@ class ProcessPerRun:
 
 
 def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool = True,
-              worker_env: dict | None = None) -> tuple[list[Outcome], str | None]:
-    """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers.
+              worker_env: dict | None = None, refused: list[Outcome] = ()) -> tuple[list[Outcome], str | None]:
+    """Run ``commands`` in ``max_parallel`` slots; ``worker_env``: extra environment of the warm workers; ``refused``:
+    the sweep's runs its plan refused, not run, counted failed in its tally and outcomes (outcome.opened_tally).
     Returns the outcomes and the signal that stopped the sweep (``"SIGINT"``, ``"SIGTERM"``), None if none did."""
     count = max(1, min(max_parallel, len(commands)))
     stopping = threading.Event()
@@ -101,8 +102,8 @@ def run_local(commands: list[RunCommand], max_parallel: int, warm_workers: bool 
         finally:
             idle.put(slot)
 
-    outcomes: list[Outcome] = []
-    done = tally("local", len(commands), "run")  # n/N ended and the time left, as each run ends
+    outcomes: list[Outcome] = list(refused)
+    done = opened_tally("local", len(commands), "run", outcomes)  # n/N ended and the time left, as each run ends
     # the handlers stay while the slots close (a worker's exit takes a moment): a second signal then kills the
     # workers, where the default action would end the sweep before it writes its record
     with _stop_on_signals(slots, stopping, stopped_by):

@@ -93,6 +93,18 @@ def ended(outcomes: list[Outcome]) -> int:
     return sum(o.status != "interrupted" for o in outcomes)
 
 
+def opened_tally(label: str, launched: int, unit: str, refused: list[Outcome]):
+    """A sweep's tally of its runs ended (a progress Meter): the ``launched`` ones, and first those its plan
+    ``refused`` (cutlab.launch.sweep.refused_outcomes), which no launcher starts: each counted failed in a line with
+    its reason as the sweep begins, and left out of the rate and time left."""
+    from cutlab.core.progress import tally
+
+    meter = tally(label, launched + len(refused), unit, initial=len(refused))
+    for count, outcome in enumerate(refused, 1):
+        meter.update(count, outcome.line())
+    return meter
+
+
 def _raised(trace: str, name: str) -> str | None:
     """The message of the exception ``name`` in a job's traceback text, if it ended with one."""
     for line in reversed([line.strip() for line in trace.splitlines() if line.strip()]):

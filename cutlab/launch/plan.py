@@ -165,11 +165,13 @@ class Plan:
 
     @property
     def to_run(self) -> list[PlannedRun]:
-        return [run for run in self.runs if run.status not in ("complete", "busy")]
+        """The runs a launcher starts (a SLURM array's tasks): neither complete, busy nor refused."""
+        return [run for run in self.runs if run.status not in ("complete", "busy", "refused")]
 
     @property
     def refused(self) -> list[PlannedRun]:
-        """Runs to run whose own checks refuse them (each stops in one line when its turn comes)."""
+        """Runs whose own checks refuse them: launched by none (a job or a worker's start each, only to stop in one
+        line), each recorded failed with its ``problem`` (cutlab.launch.sweep.refused_outcomes)."""
         return [run for run in self.runs if run.status == "refused"]
 
     @property
@@ -354,15 +356,14 @@ def format_plan(plan: Plan, launcher: str, parallel: int) -> str:
             note = (" (its process died: resumes from its checkpoint)" if (run.run_dir / CHECKPOINT).exists()
                     else " (its process died before its first checkpoint: starts again)")
         note = f" (written now by {run.holder}: not run again)" if run.status == "busy" else note
-        note = f" (it will stop: {redact(run.problem)})" if run.status == "refused" and run.problem else note
+        note = f" (not launched: {redact(run.problem)})" if run.status == "refused" and run.problem else note
         lines.append(f"{run.index:>{width}} {run.status:<11} {run.run_id}{note}")
-    refused = {run.run_id for run in plan.refused}
-    runnable = [run for run in plan.to_run if run.run_id not in refused]
+    refused, runnable = plan.refused, plan.to_run
     cost = estimate(plan.runs_dir, runnable)
     if launcher == "slurm" or (launcher == "local" and not plan.launcher.get("warm_workers", True)):
         cost.seconds += PROCESS_STARTUP_S * cost.measured
     busy = f", {len(plan.busy)} busy (another process writes them)" if plan.busy else ""
-    refused_text = f", {len(refused)} refused (each stops in one line: see above)" if refused else ""
+    refused_text = f", {len(refused)} refused (not launched, each recorded failed: see above)" if refused else ""
     lines.append(f"# {plan.completed} complete (skipped), {len(runnable)} to run{refused_text}{busy}")
     if runnable:
         wall = cost.seconds / max(1, min(parallel, cost.measured))  # the measured runs alone, spread over the slots

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cutlab.core.progress import counted, tally
+from cutlab.core.progress import counted
 from cutlab.errors import CutlabError
 from cutlab.launch.job import RunCommand
-from cutlab.launch.outcome import Outcome, ended, outcome_of
+from cutlab.launch.outcome import Outcome, ended, opened_tally, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
 from cutlab.run.records import stopped_at_checkpoint
 
@@ -59,16 +59,17 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
 
 
 def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = None,
-         stopped_by: list[str] | None = None) -> tuple[list[Outcome], str | None]:
+         stopped_by: list[str] | None = None, refused: list[Outcome] = ()) -> tuple[list[Outcome], str | None]:
     """Wait for every task, reporting each as it ends; a failed task never stops the others. ``on_poll``: called at
     every poll, for what the tasks do between their ends (a search's trials).
 
     Ctrl-C or SIGTERM stops the waiting, not the tasks: they go on on the cluster (``scancel`` stops them), and each
     one still running is ``busy`` in the outcomes, left to its job. ``stopped_by``: such signals that came while
-    ``submit`` held them. Returns the outcomes and that signal's name (None when every task ended)."""
+    ``submit`` held them; ``refused``: the sweep's runs its plan refused, submitted as no task, counted failed in its
+    tally and outcomes. Returns the outcomes and that signal's name (None when every task ended)."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
-    outcomes: list[Outcome] = []
-    done = tally("slurm", len(jobs), "job")  # n/N ended and the time left, as each array task ends
+    outcomes: list[Outcome] = list(refused)
+    done = opened_tally("slurm", len(jobs), "job", outcomes)  # n/N ended and the time left, as each array task ends
     missing_since: dict[str, float] = {}
     states: dict[str, str | None] = {}
 

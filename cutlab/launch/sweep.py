@@ -23,7 +23,7 @@ from cutlab.config.resolvers import wandb_variable
 from cutlab.errors import CutlabError
 from cutlab.launch.outcome import BUSY_ADVICE, OUTCOME_FILE, SWEEP_RECORDS, Outcome, left_busy
 from cutlab.launch.plan import Command, Plan, expand, format_plan, sweep_name
-from cutlab.redaction import redact_argv
+from cutlab.redaction import redact, redact_argv
 
 
 def with_sweep_group(command: Command) -> Command:
@@ -48,7 +48,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         if profile is not None:
             print(sbatch_preview(plan, profile), flush=True)
         return 0, None
-    if plan.to_run and len(plan.refused) == len(plan.to_run):  # e.g. train.epochs=abc: each run would say so
+    if plan.refused and not plan.to_run:  # e.g. train.epochs=abc: each run would say so
         first, more = plan.refused[0], len(plan.refused) - 1
         others = f" (and {more} more; --plan lists each)" if more else ""
         raise CutlabError(f"every run the sweep would run is refused; the first, {first.run_id}: {first.problem}"
@@ -59,9 +59,10 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         check_cluster(profile)
     record = _start_record(plan, launcher, parallel)
     busy = f", {len(plan.busy)} busy (written by another process: {BUSY_ADVICE})" if plan.busy else ""
+    refused = f", {len(plan.refused)} refused (not launched: failed)" if plan.refused else ""
     print(f"[cutlab] sweep {plan.name}: {len(plan.runs)} runs, {plan.completed} complete "
-          f"(skipped), {len(plan.to_run)} to run with launcher={launcher}{busy}; record in {record}", file=sys.stderr,
-          flush=True)
+          f"(skipped), {len(plan.to_run)} to run with launcher={launcher}{refused}{busy}; record in {record}",
+          file=sys.stderr, flush=True)
     if launcher == "inprocess":
         return None, (plan, record)
     return _launch(plan, launcher, profile, record), None
@@ -83,19 +84,20 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     threads = plan.launcher.get("threads")
     commands = [RunCommand([*plan.command.config_flags(), *run.overrides], run.run_id, str(run.run_dir.resolve()),
                            os.getcwd(), job_threads(threads, run.overrides, profile)) for run in plan.to_run]
+    refused = refused_outcomes(plan)  # launched by none: each would only stop in one line
     if not commands:
-        outcomes, stopped_by = [], None
+        outcomes, stopped_by = refused, None
     elif launcher == "local":
         from cutlab.launch.local import run_local
 
         outcomes, stopped_by = run_local(commands, plan.launcher.get("max_parallel", 1),
                                          warm_workers=plan.launcher.get("warm_workers", True),
-                                         worker_env=_shared_wandb_cache(record))
+                                         worker_env=_shared_wandb_cache(record), refused=refused)
     else:
         from cutlab.launch import slurm
 
         jobs, stopped_by = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
-        outcomes, stopped_by = slurm.wait(jobs, commands, stopped_by=stopped_by)
+        outcomes, stopped_by = slurm.wait(jobs, commands, stopped_by=stopped_by, refused=refused)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
     skipped = skipped_total(plan.completed, outcomes)
@@ -151,6 +153,11 @@ def sbatch_preview(plan: Plan, profile) -> str:
     return (f"# the sbatch script (profile {profile.name}):\n"
             + sbatch_script(profile, folder, f"cutlab-{plan.name}", max(1, len(plan.to_run)), sys.executable)
             + cluster_check_line(profile))
+
+
+def refused_outcomes(plan: Plan) -> list[Outcome]:
+    """The runs whose own checks refuse them (PlannedRun.problem), failed with the line each would have stopped in."""
+    return [Outcome(run.run_id, "failed", error=redact(run.problem or "refused")) for run in plan.refused]
 
 
 def busy_outcomes(plan: Plan) -> list[Outcome]:
