@@ -219,7 +219,8 @@ def test_the_local_launcher_runs_in_parallel_processes_with_the_same_results(inp
     result = cutlab(["-m", "gamma=0,abc,0.09", *TINY, "wandb.mode=disabled", "launcher=local",
                      "launcher.max_parallel=2", f"launcher.warm_workers={warm_workers}"], runs, check=False)
     assert result.returncode == 1 and "2 complete, 1 failed" in result.stderr
-    assert re.search(r"\n\[L=2,[^\]]*gamma=0\.09,[^\]]*\] \[cutlab\] done: ", result.stderr), "a run's messages carry its id"
+    done = r"\n\[L=2,[^\]]*gamma=0\.09,[^\]]*\] \[cutlab\] done: "
+    assert re.search(done, result.stderr), "a run's messages carry its id"
     # the refused run started in no worker (it printed its one line there, prefixed with its id, and said 'exit 2')
     assert "gamma=abc" not in "".join(re.findall(r"^\[[^\]]*\] ", result.stderr, re.M)), result.stderr[-2000:]
     assert re.search(r"\[cutlab\] local: 1/3 runs done \(33%\), .*; failed +\S*gamma=abc\S* ", result.stderr)
