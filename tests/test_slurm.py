@@ -136,12 +136,12 @@ def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterru
     assert " jobs done (100%), " in stderr and ", 00:00 left; " in stderr
     outcomes = {o["run_id"].split("gamma=")[1].split(",")[0]: o for o in sweep_outcome(runs)["runs"]}
     assert outcomes["abc"]["status"] == "failed" and "gamma must be a number" in outcomes["abc"]["error"]
-    # SLURM's own records: the bad run FAILED with a non-zero exit; the preempted one restarted once and COMPLETED
-    failed = scontrol(outcomes["abc"]["job_id"])
-    assert failed["JobState"] == "FAILED" and failed["ExitCode"] != "0:0"
+    # the bad run, refused by the plan, was submitted as no task; SLURM's own records: the preempted one restarted
+    # once and COMPLETED
+    assert outcomes["abc"].get("job_id") is None
     assert scontrol(task)["Restarts"] == "1" and scontrol(task)["JobState"] == "COMPLETED"
     completion_log = (cluster / "jobcomp.log").read_text()
-    assert "JobState=FAILED" in completion_log and "JobState=COMPLETED" in completion_log
+    assert "JobState=FAILED" not in completion_log and "JobState=COMPLETED" in completion_log
 
     for gamma in ("0", "0.09"):
         ours = next(runs.glob(f"*gamma={gamma},*"))
@@ -159,7 +159,7 @@ def test_a_grid_runs_as_a_job_array_and_a_preempted_run_resumes_to_the_uninterru
     assert len(sessions) == 2 and len({p.stem for p in sessions}) == 1, "the requeued job continues the same W&B run"
     # the sbatch script submitit wrote is the one the golden test pins (same writer, same profile keys)
     scripts = list((runs / "_sweeps").glob("*/submitit/*_submission.sh"))
-    assert len(scripts) == 1 and "#SBATCH --array=0-2%2" in scripts[0].read_text()
+    assert len(scripts) == 1 and "#SBATCH --array=0-1%2" in scripts[0].read_text()  # two tasks: abc is not one
 
 
 def test_a_profile_naming_a_missing_partition_is_refused_before_anything_is_submitted(cluster, tmp_path):

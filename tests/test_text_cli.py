@@ -254,4 +254,4 @@ def test_a_text_data_value_that_cannot_make_a_run_is_refused_before_the_run_star
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"cutlab: error: {key} "), lines
     planned = cutlab(["--plan", "-m", "model=hf_encoder", "train=constrained_text", *IMDB_TINY, f"{value},1"],
                      tmp_path / "runs", check=False)
-    assert re.search(r"refused +.*\(it will stop: " + re.escape(key), planned.stdout), planned.stdout
+    assert re.search(r"refused +.*\(not launched: " + re.escape(key), planned.stdout), planned.stdout
