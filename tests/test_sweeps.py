@@ -431,11 +431,16 @@ def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_agai
                      r"first checkpoint: starts again)\)", replanned.stdout), replanned.stdout
 
 
-@pytest.mark.parametrize("launcher", [
-    ["launcher=inprocess"],  # the local variants (13-15 s each) in the slow sample: the default run stays < 20 min
+# each launcher, one run at a time: the local variants (12-15 s each) in the slow sample, so the default run stays
+# < 20 min
+ONE_AT_A_TIME = pytest.mark.parametrize("launcher", [
+    ["launcher=inprocess"],
     pytest.param(["launcher=local", "launcher.max_parallel=1"], marks=pytest.mark.slow),
     pytest.param(["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"], marks=pytest.mark.slow),
 ], ids=["inprocess", "local-warm-workers", "local-process-per-run"])
+
+
+@ONE_AT_A_TIME
 def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not_complete(tmp_path, launcher):
     """Two identical sweeps started together: the runs one found complete when their turn came (the other had just
     finished them) were counted complete, and its last line said "0 skipped". Made deterministic here: the sweep is
@@ -463,12 +468,7 @@ def test_a_run_an_identical_sweep_finished_after_the_plan_is_counted_skipped_not
     assert outcome["skipped"] == 1 and sorted(run["status"] for run in outcome["runs"]) == ["complete", "skipped"]
 
 
-
-@pytest.mark.parametrize("launcher", [
-    ["launcher=inprocess"],  # the local variants (12-15 s each) in the slow sample: the default run stays < 20 min
-    pytest.param(["launcher=local", "launcher.max_parallel=1"], marks=pytest.mark.slow),
-    pytest.param(["launcher=local", "launcher.max_parallel=1", "launcher.warm_workers=false"], marks=pytest.mark.slow),
-], ids=["inprocess", "local-warm-workers", "local-process-per-run"])
+@ONE_AT_A_TIME
 def test_a_run_an_overlapping_sweep_writes_when_its_turn_comes_is_busy_not_failed(tmp_path, launcher):
     """Two overlapping sweeps started together on one runs folder: the run of both that the other began first, after
     this one's plan, was recorded busy by the in-process launcher but failed by the local launcher (its run's
