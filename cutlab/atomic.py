@@ -55,19 +55,35 @@ class FolderUnwritable(_FolderFailure):
         became = "became read-only" if error.errno == errno.EROFS else "can no longer be written"
         super().__init__(path, error.errno, f"{Path(path).parent} {became} while this command wrote {Path(path).name} "
                          f"there ({os_reason(error)}); make it writable and run the same command again: {then}")
+        self.cause = error
 
 
 class FolderVanished(_FolderFailure):
-    """The folder a command writes into was deleted or moved (renamed) while it ran."""
+    """The folder a command writes into was deleted or moved (renamed) while it ran. ``then``: what the same command
+    does once the folder is back (None: a run's words, which also say what it does without it)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, then: str | None = None) -> None:
+        fix = (f"move the folder back and run the same command again: {then}" if then else "run the same command "
+               "again: it starts the run there anew (or move the folder back first, and it resumes from the folder's "
+               "last checkpoint)")
         super().__init__(path, errno.ENOENT, f"{Path(path).parent} vanished or was moved while this command wrote "
-                         f"{Path(path).name} there; run the same command again: it starts the run there anew (or move "
-                         "the folder back first, and it resumes from the folder's last checkpoint)")
+                         f"{Path(path).name} there; {fix}")
 
 
 #: the folder's own failures: the run's record cannot be written, so its summary cannot say why either
 FOLDER_FAILURES = (DiskFull, FolderUnwritable, FolderVanished)
+
+
+def told_for(error: CutlabError, then: str, elsewhere: str = "") -> CutlabError:
+    """A folder failure in the words of a command that is not a run (an evaluation, a search): ``then`` and
+    ``elsewhere`` as for DiskFull. Any other error as it was."""
+    if isinstance(error, DiskFull):
+        return DiskFull(error.path, then, elsewhere)
+    if isinstance(error, FolderUnwritable):
+        return FolderUnwritable(error.path, error.cause, then)
+    if isinstance(error, FolderVanished):
+        return FolderVanished(error.path, then)
+    return error
 
 
 def is_disk_full(error: BaseException) -> bool:

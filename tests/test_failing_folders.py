@@ -4,6 +4,7 @@ command goes on once the cause is gone."""
 
 from __future__ import annotations
 
+import errno
 import json
 import subprocess
 from pathlib import Path
@@ -11,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cutlab.atomic import FolderVanished, write_atomic
+from cutlab.atomic import DiskFull, FolderUnwritable, FolderVanished, told_for, write_atomic
+from cutlab.errors import CutlabError
 from helpers.cli import cutlab, start, wait_until
 from helpers.mounts import read_only
 
@@ -74,6 +76,44 @@ def test_a_record_written_into_a_deleted_folder_names_it_in_one_line(tmp_path):
     assert str(caught.value) == (f"{folder} vanished or was moved while this command wrote summary.json there; run the "
                                  "same command again: it starts the run there anew (or move the folder back first, and "
                                  "it resumes from the folder's last checkpoint)")
+
+
+def test_a_folder_failure_met_by_an_evaluation_says_what_the_evaluation_does_not_what_a_run_does(tmp_path):
+    """Before: cutlab-eval retold a full disk in its own words, but a folder turned read-only, deleted or moved
+    under it ended with a run's "the run resumes from its last checkpoint" (nothing resumes in an evaluation)."""
+    folder = tmp_path / "evaluations"
+    then = "the evaluations written so far are kept, and it does the rest"
+    vanished = told_for(FolderVanished(folder / "metrics.csv"), then)
+    assert str(vanished) == (f"{folder} vanished or was moved while this command wrote metrics.csv there; move the "
+                             f"folder back and run the same command again: {then}")
+    read_only_now = OSError(errno.EROFS, "Read-only file system")
+    unwritable = told_for(FolderUnwritable(folder / "metrics.csv", read_only_now), then)
+    assert str(unwritable) == (f"{folder} became read-only while this command wrote metrics.csv there (read-only "
+                               f"file system); make it writable and run the same command again: {then}")
+    assert isinstance(unwritable, OSError) and unwritable.errno == errno.EROFS  # the analysis's own fix still applies
+    full = str(told_for(DiskFull(folder / "metrics.csv"), then))
+    assert full.endswith(f"free space there and run the same command again: {then}") and "runs_dir" not in full
+    other = CutlabError("not a folder failure")
+    assert told_for(other, then) is other
+
+
+def test_a_study_folder_turned_read_only_stops_the_search_report_in_the_searchs_words(tmp_path):
+    """Before: the report's write ended with a run's "the run resumes from its last checkpoint"."""
+    import optuna
+
+    from cutlab.search.report import write_report
+
+    study_dir = tmp_path / "study"
+    study_dir.mkdir()
+    study = optuna.create_study(study_name="s")
+    write_report({None: study}, study_dir)
+    before = (study_dir / "search_report.json").read_text()
+    with read_only(study_dir), pytest.raises(FolderUnwritable) as caught:
+        write_report({None: study}, study_dir)
+    assert str(caught.value) == (f"{study_dir} became read-only while this command wrote search_report.json there "
+                                 "(read-only file system); make it writable and run the same command again: the "
+                                 "search goes on where it stopped, its finished trials kept")
+    assert (study_dir / "search_report.json").read_text() == before
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from cutlab.atomic import DiskFull, write_atomic
+from cutlab.atomic import FOLDER_FAILURES, told_for, write_atomic
 from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE, UNCONSTRAINED
 from cutlab.errors import CutlabError
 from cutlab.run.records import read_summary
@@ -89,8 +89,8 @@ def write_report(studies: dict[str | None, optuna.Study], study_dir: Path) -> di
     refuse_foreign(path, "the study's report")  # a link planted since the search began: replaced, not written through
     try:  # whole or not at all: written in place, a full disk cut the previous report short
         write_atomic(path, json.dumps(report, indent=2, default=str) + "\n")
-    except DiskFull:
-        raise DiskFull(path, SEARCH_GOES_ON) from None
+    except FOLDER_FAILURES as failure:  # in a run's words: the search's are what goes on
+        raise told_for(failure, SEARCH_GOES_ON, "paths.runs_dir") from None
     return report
 
 

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from cutlab.atomic import DiskFull
+from cutlab.atomic import told_for
 from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupted_exit
 from cutlab.redaction import redact, redact_argv
@@ -95,8 +95,8 @@ def _evaluate_all(argv: list[str]) -> int:
             print(evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command), flush=True)
         except CutlabError as error:
             refused += 1
-            if isinstance(error, DiskFull):  # its words are a run's: nothing resumes in an evaluation
-                error = DiskFull(error.path, "the evaluations written so far are kept, and it does the rest", "")
+            # a folder failure's words are a run's: nothing resumes in an evaluation
+            error = told_for(error, "the evaluations written so far are kept, and it does the rest")
             message = redact(str(error))
             print(f"cutlab-eval: error: {message if message.startswith(run_dir.name) else f'{run_dir.name}: {message}'}",
                   file=sys.stderr, flush=True)
