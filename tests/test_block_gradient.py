@@ -16,7 +16,7 @@ from cutlab.core.constraints import Constraints
 from cutlab.core.errors import CutlabError
 from cutlab.core.models import LayerwiseModel
 from cutlab.core.primal_dual import DualSettings, PrimalDual
-from cutlab.run.build import check_model_supports_training
+from cutlab.tasks.models import check_model_supports_training
 
 from helpers.tiny import checkpoint_at
 from test_local_prev import (ALPHA, EPSILON, VALUE_EPSILON, dust_trainer, lagrangian_written_out, patch_batch, small,

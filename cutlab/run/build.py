@@ -14,7 +14,6 @@ from cutlab.core.evaluation import Evaluation, buffers_kept, evaluate
 from cutlab.core.perturbation import Perturbation
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.core.constraints import Constraints
-from cutlab.core.models.base import supports_local_prev
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.core.primal_dual import DualSettings, PrimalDual
 from cutlab.core.training import Schedule, SampleSource, Trainer
@@ -159,26 +158,6 @@ def _at_target(cfg: DictConfig, epsilon: str, model: str) -> str:
             f"gamma={cfg.gamma}, and {model}), so nothing can descend from it and train.constraint_form="
             f"{cfg.train.constraint_form} would divide by it; use gamma > 0, the paper's difference form "
             "(train=constrained_paper, or train.constraint_form=difference), or a number for train.epsilon")
-
-
-def check_model_supports_training(cfg: DictConfig, model: torch.nn.Module) -> None:
-    """Refuse, before any work, a training setting this model cannot carry out."""
-    if cfg.train.constrained and cfg.train.detach_prev == "local" and not supports_local_prev(model):
-        raise CutlabError(f"train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT can and "
-                          f"model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this model")
-    gradient = cfg.train.get("constraint_gradient", "full")
-    if cfg.train.constrained and gradient != "full" and not supports_local_prev(model):
-        deep_from = cfg.model.get("deep_from_layers")
-        if OmegaConf.is_interpolation(cfg.train, "constraint_gradient") and deep_from is not None:
-            # the deep preset chose it (cutlab_if_deep), not the user: name what they set
-            raise CutlabError(f"model={cfg.model.name}'s yaml sets deep_from_layers: {deep_from}, so at L={cfg.L} each "
-                              f"constraint trains its own block (train.constraint_gradient={gradient}), which re-runs "
-                              f"each block on its detached input, and model={cfg.model.name}'s class has no "
-                              "unroll_local to do it; add unroll_local to the class (LayerwiseModel.unroll_local) or "
-                              "remove deep_from_layers from the model's yaml")
-        raise CutlabError(f"train.constraint_gradient={gradient} re-runs each block on its detached input, which DUST, UT "
-                          f"and ViT can and model={cfg.model.name} cannot; use train.constraint_gradient=full with "
-                          "this model")
 
 
 def constraints_of(cfg: DictConfig, epsilon: float | None, reference_at_target: bool = False) -> Constraints:

@@ -25,7 +25,7 @@ from cutlab.core.primal_dual import DualSettings
 from cutlab.core.training import Trainer
 from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupt_behind
-from cutlab.run.build import (Evaluator, build_trainer, check_before_building, check_model_supports_training,
+from cutlab.run.build import (Evaluator, build_trainer, check_before_building,
                               constraints_of, perturbation_of, make_reproducible, pick_device, precision_of,
                               recorded_reference, reference_of)
 from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
@@ -140,7 +140,6 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         torch.set_num_threads(cfg.threads)  # oversubscribed cores slow small ops by up to 20x (benchmarks/)
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
-    check_model_supports_training(cfg, task.model)
     task.model.to(device)
     reference = recorded_reference(checkpoint) if checkpoint else reference_of(cfg, task, device)
     trainer = build_trainer(cfg, task, reference[0], device)

@@ -10,7 +10,7 @@ from cutlab.core.models.causal_lm import load_tokenizer, torch_dtype
 from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
-from cutlab.tasks.models import instantiate_model
+from cutlab.tasks.models import model_for
 from cutlab.tasks.vocabulary import check_same_vocabulary
 
 
@@ -34,7 +34,7 @@ def build_instruction_task(cfg: DictConfig) -> Task:
         check_same_vocabulary(tokenizer, cfg.model.tokenizer, cfg.model.pretrained,  # for minutes
                               lambda source: load_tokenizer(source, "model.pretrained"))
     splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress, examples=examples)
-    model = instantiate_model(cfg.model, depth=cfg.L, vocab_size=len(tokenizer))
+    model = model_for(cfg, vocab_size=len(tokenizer))
     return Task(
         model=model,
         objective=TokenCrossEntropyObjective(),

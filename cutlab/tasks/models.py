@@ -16,6 +16,7 @@ import traceback
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.core.models import LayerwiseModel
+from cutlab.core.models.base import supports_local_prev
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.tasks.depth_bound import check_depth_fits
 from cutlab.errors import CutlabError
@@ -80,6 +81,36 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has no trainable parameters; register them as "
                           "torch.nn.Parameter (or submodules) in its __init__")
     return model
+
+
+def model_for(cfg: DictConfig, **supplied) -> LayerwiseModel:
+    """The run's model (``cfg.model`` at depth ``cfg.L``, with what the task ``supplied``), checked against the
+    run's training settings before the task goes on to read its data."""
+    model = instantiate_model(cfg.model, depth=cfg.L, **supplied)
+    check_model_supports_training(cfg, model)
+    return model
+
+
+def check_model_supports_training(cfg: DictConfig, model: LayerwiseModel) -> None:
+    """Refuse a training setting this model cannot carry out, as soon as the model exists (a text task's data
+    are read and tokenised after it: tens of seconds before a refusal otherwise)."""
+    if cfg.train.constrained and cfg.train.detach_prev == "local" and not supports_local_prev(model):
+        raise CutlabError(f"train.detach_prev=local re-runs each block on its detached input, which DUST, UT and ViT "
+                          f"can and model={cfg.model.name} cannot; use train.detach_prev=true (or false) with this "
+                          "model")
+    gradient = cfg.train.get("constraint_gradient", "full")
+    if cfg.train.constrained and gradient != "full" and not supports_local_prev(model):
+        deep_from = cfg.model.get("deep_from_layers")
+        if OmegaConf.is_interpolation(cfg.train, "constraint_gradient") and deep_from is not None:
+            # the deep preset chose it (cutlab_if_deep), not the user: name what they set
+            raise CutlabError(f"model={cfg.model.name}'s yaml sets deep_from_layers: {deep_from}, so at L={cfg.L} each "
+                              f"constraint trains its own block (train.constraint_gradient={gradient}), which re-runs "
+                              f"each block on its detached input, and model={cfg.model.name}'s class has no "
+                              "unroll_local to do it; add unroll_local to the class (LayerwiseModel.unroll_local) or "
+                              "remove deep_from_layers from the model's yaml")
+        raise CutlabError(f"train.constraint_gradient={gradient} re-runs each block on its detached input, which "
+                          f"DUST, UT and ViT can and model={cfg.model.name} cannot; use train.constraint_gradient=full "
+                          "with this model")
 
 
 def _config_arguments(model_cfg: DictConfig, parameters) -> tuple[dict, dict]:

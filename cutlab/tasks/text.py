@@ -21,7 +21,7 @@ from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.config.text_data import check_text_data
 from cutlab.errors import CutlabError
 from cutlab.tasks import Task
-from cutlab.tasks.models import instantiate_model
+from cutlab.tasks.models import model_for
 from cutlab.tasks.vocabulary import check_same_vocabulary
 
 READERS = {"imdb": read_imdb, "mnli": read_mnli}
@@ -71,7 +71,7 @@ def build_text_task(cfg: DictConfig) -> Task:
     tokenizer = load_tokenizer(model_cfg.tokenizer or model_cfg.source,
                                "model.tokenizer" if model_cfg.tokenizer else "model.source")
     started = time.perf_counter()
-    model = instantiate_model(model_cfg, depth=cfg.L, num_labels=data.num_labels)
+    model = model_for(cfg, num_labels=data.num_labels)
     table = model.input_embeddings().weight
     check_tokenizer_fits(tokenizer, table.shape[0], model.pad_token_id, cfg)
     limit = getattr(model, "max_positions", None)  # past it, a long enough text was an index error mid-run

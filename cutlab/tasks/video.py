@@ -10,7 +10,7 @@ from cutlab.core.data.video import FrameWindows, denoising_batch, load_video_cli
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.tasks import Task
-from cutlab.tasks.models import instantiate_model
+from cutlab.tasks.models import model_for
 
 
 def build_video_task(cfg: DictConfig) -> Task:
@@ -25,7 +25,7 @@ def build_video_task(cfg: DictConfig) -> Task:
                                  **options)
     train_clips, val_clips = split_validation(clips.train, data.val_clips)
     return Task(
-        model=instantiate_model(cfg.model, depth=cfg.L),
+        model=model_for(cfg),
         objective=DenoisingObjective(),
         train_set=FrameWindows(train_clips, data.frames, data.stride),
         val_set=FrameWindows(val_clips, data.frames, data.stride),
