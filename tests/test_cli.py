@@ -165,6 +165,7 @@ def test_online_wandb_without_a_key_is_one_line_naming_wandb_login(tmp_path):
     assert summary["status"] == "complete" and summary["wandb_mode"] == "offline"
 
 
+@pytest.mark.slow  # online W&B's one-line refusals: test_online_wandb_without_a_key_... runs by default
 def test_online_wandb_with_its_server_out_of_reach_says_so_in_the_last_line(tmp_path):
     # W&B retried for about 100 s without a line, then cutlab advised `wandb login` (the key was there) and W&B's
     # "Find logs at" came after cutlab's line; a closed local port stands for a server out of reach
@@ -612,7 +613,8 @@ def test_ctrl_c_before_a_command_has_begun_its_work_is_one_line_and_130(tmp_path
 @pytest.mark.parametrize("command", [
     ["cutlab", "--help"],  # Hydra's help, printed as the command exits
     ["cutlab", "--plan", "-m", "--config-name", "table3"],
-    ["cutlab-reproduce", "--scale", "paper", "--plan", "--out", "{out}"],
+    # the same end of output, after 20 s of planning the paper's 977 runs: a second way
+    pytest.param(["cutlab-reproduce", "--scale", "paper", "--plan", "--out", "{out}"], marks=pytest.mark.slow),
 ])
 def test_output_piped_into_a_reader_that_went_away_ends_quietly(tmp_path, command):
     """``cutlab-reproduce --scale paper --plan | head -1`` ended in a 20-line BrokenPipeError traceback and exit 1:
@@ -763,7 +765,9 @@ def test_sigterm_as_a_sweeps_run_starts_its_record_stops_that_run_not_after_its_
     assert not list((tmp_path / "runs").glob("*/eval.csv"))
 
 
-@pytest.mark.parametrize("value, where", [("~/my_runs", "home/my_runs"), ("", "work/runs")], ids=["tilde", "empty"])
+@pytest.mark.parametrize("value, where", [("~/my_runs", "home/my_runs"),
+                                          pytest.param("", "work/runs", marks=pytest.mark.slow)],
+                         ids=["tilde", "empty"])
 def test_cutlab_runs_dir_expands_a_tilde_and_counts_as_unset_when_empty(tmp_path, value, where):
     """As CUTLAB_DATA_DIR does. It was taken as written: './~/my_runs' made here, and an empty one (an unset variable
     in `export CUTLAB_RUNS_DIR=$RUNS`) put a sweep's run folders into the working folder itself."""

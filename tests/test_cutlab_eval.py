@@ -21,6 +21,7 @@ from PIL import Image
 
 from conftest import PED2_TINY, ROOT, require_shared
 from helpers.contract import cutlab_env
+from helpers.forked import run_python_m
 from helpers.mounts import read_only
 
 TRAIN = ["L=2", "train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0,0.2]", "wandb.mode=disabled",
@@ -31,8 +32,7 @@ PED2_FOLDER = ["data=video_folder", "data.image_size=64", "data.frames=4", "data
 
 
 def run_command(module: str, args: list[str], runs: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=cutlab_env(runs), capture_output=True,
-                          text=True, timeout=600)
+    return run_python_m(module, args, ROOT, cutlab_env(runs), 600)
 
 
 def fingerprint(run: Path) -> dict[str, str]:

@@ -290,6 +290,7 @@ def test_added_keys_that_cutlab_reads_and_a_group_of_ones_own_are_taken(tmp_path
     assert sorted(len(s["in_distribution"]["test_layer_loss"]) for s in summaries) == [3, 4]  # L=2 and the default 3
 
 
+@pytest.mark.slow  # --config-dir's model: test_a_sweep_of_ones_own_model_... runs by default
 def test_a_search_over_a_model_of_ones_own_takes_config_dir_as_python_m_cutlab_does(tmp_path):
     # two workers: each composes its trials with the user's folder too (the flag travels as Hydra's search path)
     from helpers.search import TINY, assert_run_complete, run_search

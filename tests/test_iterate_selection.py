@@ -80,7 +80,7 @@ def test_a_killed_best_iterate_run_resumes_to_the_same_choice_and_numbers(last_a
     assert resumed == json.loads((reference / "summary.json").read_text())["iterate"]
 
 
-@pytest.mark.parametrize("arm,selected", [(["train=erm", "model.lr=3e-3"], 2),
+@pytest.mark.parametrize("arm,selected", [pytest.param(["train=erm", "model.lr=3e-3"], 2, marks=pytest.mark.slow),
                                           (["train=constrained", "eval.check_every_steps=5"], 12)])
 def test_cutlab_eval_evaluates_the_selected_iterate(tmp_path, arm: list[str], selected: int):
     # ERM is early stopping on validation l_L: UT at this primal lr is best after its 2nd step. Constrained UT checked

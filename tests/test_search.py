@@ -739,6 +739,7 @@ def test_workers_started_together_on_a_slow_journal_all_open_the_study(tmp_path,
     assert study.user_attrs["preset"] == "dust_video"
 
 
+@pytest.mark.slow  # a trial handed over: test_a_worker_paused_past_the_heartbeat_grace_... by default
 def test_a_worker_waiting_on_a_dead_workers_trial_says_so_then_resumes_it(tmp_path, monkeypatch, capsys):
     """A worker killed (SIGKILL: no clean-up) holds its trial RUNNING until its heartbeat is grace_s old. The same
     command again had the total taken and waited that long in silence under a time left that did not move. A grace
@@ -849,7 +850,7 @@ def worker_pids(parent: int) -> dict[int, int]:
     return workers
 
 
-@pytest.mark.parametrize("killed", [(1,), (0, 1)])
+@pytest.mark.parametrize("killed", [(1,), pytest.param((0, 1), marks=pytest.mark.slow)])
 def test_killed_local_workers_leave_the_report_of_the_trials_that_finished(tmp_path, killed):
     """SIGKILL on one of two local workers: the other re-queued its trial and finished every trial, but the command
     exited 2 ("worker exit codes [0, -9]") without writing search_report.json. Both killed: the report of what

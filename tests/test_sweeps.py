@@ -341,6 +341,7 @@ def test_sigterm_checkpoints_at_a_step_boundary_and_the_same_command_resumes_to_
         "the resumed session continues the same W&B run"
 
 
+@pytest.mark.slow  # SIGTERM in a sweep: test_sigterm_checkpoints_at_a_step_boundary_... runs by default
 def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_command_completes_it(tmp_path):
     """SIGTERM after training, during a long evaluation (20 noise levels, one clip a batch): the run is recorded
     interrupted and exits 75, as in training. Before, it died silently (exit -15), its summary left "running" and its
@@ -368,6 +369,7 @@ def test_sigterm_while_a_run_evaluates_records_it_interrupted_and_the_same_comma
     assert json.loads((stopped / "summary.json").read_text())["status"] == "complete"
 
 
+@pytest.mark.slow  # SIGTERM in a sweep: test_sigterm_checkpoints_at_a_step_boundary_... runs by default
 def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_interrupted(tmp_path):
     """SLURM's scancel and preemption signal every process of the job, W&B's service among them: the service is gone
     at once, and the run's next log to it must not fail the run before it reaches its step boundary to checkpoint."""
@@ -394,7 +396,7 @@ def test_a_stop_that_also_ends_the_wandb_service_still_checkpoints_and_reports_i
         summary["wandb_id"]}
 
 
-@pytest.mark.parametrize("launcher", ["inprocess", "local"])
+@pytest.mark.parametrize("launcher", ["inprocess", pytest.param("local", marks=pytest.mark.slow)])
 def test_a_run_still_written_by_an_earlier_sweeps_job_is_left_to_it_not_run_again_or_failed(tmp_path, launcher):
     """The same command again while an earlier sweep's job still writes one of its runs (its submitter was stopped,
     the job was not): that run is left to the job, said so, and recorded busy, not submitted again to be refused at

@@ -177,6 +177,7 @@ def test_stopping_the_sweep_checkpoints_its_runs_at_a_step_and_the_same_command_
 SLOW_EXIT = "import atexit, sys, time\nif 'cutlab.launch.worker' in sys.orig_argv:\n    atexit.register(time.sleep, 20)\n"
 
 
+@pytest.mark.slow  # a stopped warm sweep: test_stopping_the_sweep_checkpoints_... runs by default
 def test_a_second_signal_while_the_stopped_sweep_closes_its_workers_kills_them_and_the_sweep_still_records(tmp_path):
     """The second SIGTERM used to meet the default handler (put back before the workers were closed), which ended
     the sweep without its outcome.json."""
@@ -212,6 +213,7 @@ def test_a_second_signal_while_the_stopped_sweep_closes_its_workers_kills_them_a
     assert "3 complete" in cutlab(["-m", *args], runs).stderr
 
 
+@pytest.mark.slow  # a stopped warm sweep: test_stopping_the_sweep_checkpoints_... runs by default
 def test_a_run_stopped_while_its_own_process_starts_is_interrupted_not_failed(tmp_path):
     """``launcher.warm_workers=false``: SIGTERM reaches a run's fresh process before it installs its handler (while
     Python imports torch), which kills it; nothing was lost, so the run is interrupted and resumes."""

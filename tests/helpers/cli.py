@@ -12,14 +12,13 @@ from pathlib import Path
 
 from conftest import ROOT
 from helpers.contract import cutlab_env
+from helpers.forked import run_python_m
 
 
 def cutlab(args: list[str], runs: Path, timeout: float = 600, check: bool = True,
            env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m cutlab ARGS`` from this checkout, with its runs, cache and W&B files under ``runs``' parent."""
-    env = cutlab_env(runs, env)
-    result = subprocess.run([sys.executable, "-m", "cutlab", *args], cwd=ROOT, env=env, capture_output=True,
-                            text=True, timeout=timeout)
+    result = run_python_m("cutlab", args, ROOT, cutlab_env(runs, env), timeout)  # 1.2 s sooner: forked.py
     if check and result.returncode != 0:
         raise AssertionError(f"cutlab {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return result
