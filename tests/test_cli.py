@@ -714,7 +714,7 @@ def test_a_signal_landing_in_a_weakref_callback_is_not_lost(tmp_path, where, sen
     assert "Exception ignored" not in ended.stderr
 
 
-@pytest.mark.parametrize("when", ["its-folder-is-made", "its-set-up"])
+@pytest.mark.parametrize("when", [pytest.param("its-folder-is-made", marks=pytest.mark.slow), "its-set-up"])
 def test_sigterm_before_a_runs_first_checkpoint_says_so_and_the_same_command_starts_it(tmp_path, when):
     """A real process stopped as SLURM or a user stops it. Before: just after Hydra made the run's folder (torch still
     importing) SIGTERM's default action killed it without a word (exit -15), its folder left empty; in its set-up the

@@ -140,7 +140,7 @@ def test_a_report_folder_holding_a_link_is_not_written_through_it(finished, tmp_
     assert (outside / "fig02_rmse_vs_gamma_test.png").read_text() == "not a figure of this report"
 
 
-@pytest.mark.parametrize("name", ["report.md", "report.html"])
+@pytest.mark.parametrize("name", ["report.md", pytest.param("report.html", marks=pytest.mark.slow)])
 def test_a_report_file_the_analysis_did_not_write_is_kept_and_named(finished, tmp_path, capsys, name):
     """Before: ``--out .`` in a folder holding one's own report.md replaced it with the report, without a word."""
     from analysis.__main__ import main

@@ -68,6 +68,7 @@ def test_checks_leave_training_unchanged_and_the_best_ranked_check_is_evaluated(
     assert own["iterate"] == {"mode": "last"} and own["test_mean_metric"] != summary["test_mean_metric"]
 
 
+@pytest.mark.slow  # the resume contract: test_a_killed_run_resumes_and_ends_identical_... (test_cli.py) by default
 def test_a_killed_best_iterate_run_resumes_to_the_same_choice_and_numbers(last_and_best, tmp_path):
     _, reference = last_and_best
     runs = tmp_path / "runs"

@@ -74,6 +74,7 @@ SMALL = ["threads=1", "train.epochs=1", "train.max_steps_per_epoch=3", "wandb.mo
          "eval.gamma_test=[0.1]"]
 
 
+@pytest.mark.slow  # the same one line: the training's and the model's out of memory run by default
 def test_out_of_memory_in_the_auto_epsilon_evaluation_names_train_batch_size_and_the_sweep_records_it_failed(
         tmp_path) -> None:
     # train.epsilon=auto evaluates the untrained model on the training windows in batches of train.batch_size:
@@ -106,7 +107,8 @@ def test_out_of_memory_building_the_model_names_its_sizes(tmp_path) -> None:
                                                        "allocating 160000000000 bytes; lower L or model.atoms")
 
 
-@pytest.mark.parametrize("warmup, steps", [("0", 1), ("1", 2)], ids=["check-in-the-loop", "final-check"])
+@pytest.mark.parametrize("warmup, steps", [pytest.param("0", 1, marks=pytest.mark.slow), ("1", 2)],
+                         ids=["check-in-the-loop", "final-check"])
 def test_out_of_memory_in_a_validation_check_names_eval_batch_size(tmp_path, warmup, steps) -> None:
     # eval.iterate=best checks each iterate on the 42 validation windows, in one batch of eval.batch_size=64: an
     # attention map of 2560^2 floats per window, where a training step of train.batch_size=1 needs one. The checks in

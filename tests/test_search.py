@@ -880,6 +880,7 @@ def test_killed_local_workers_leave_the_report_of_the_trials_that_finished(tmp_p
         assert report["search"]["trials"].get("running"), report  # the killed workers' trials
 
 
+@pytest.mark.slow  # a stopped search: test_journal_search_interrupted_mid_trial_... runs by default
 def test_ctrl_c_on_a_terminal_stops_each_local_worker_with_one_signal_and_every_trial_is_requeued(tmp_path):
     """A terminal's Ctrl-C goes to its whole process group. The workers got it too, then the command's SIGTERM on
     top: a worker still re-queueing its trial when the second signal came exited mid-way (measured with PostgreSQL:

@@ -167,6 +167,7 @@ def test_a_password_given_as_search_storage_reaches_no_worker_command_line(tmp_p
     assert storage_env(plan) == {STORAGE_ENV: url}  # what the workers and an sbatch job are given instead
 
 
+@pytest.mark.slow  # the storage's password: test_the_database_password_reaches_no_record_... runs by default
 def test_workers_given_search_storage_use_that_storage(tmp_path):
     """The address that no longer rides on the workers' command lines still reaches them: two local workers of a
     search whose ``search.storage=`` names a journal of its own write their trials there."""

@@ -292,6 +292,7 @@ def test_ctrl_c_on_the_submitting_command_stops_the_waiting_not_the_job_and_the_
         subprocess.run(["scancel", task], check=False)
 
 
+@pytest.mark.slow  # Ctrl-C on SLURM: test_ctrl_c_on_the_submitting_command_... runs by default
 def test_ctrl_c_while_the_sweep_submits_waits_for_sbatch_and_records_the_job_it_submitted(cluster, tmp_path):
     """Ctrl-C while sbatch submits the job array (here an sbatch that answers after 3 s): the array is submitted
     whole, then the sweep stops waiting as on a Ctrl-C later: one line naming the job, exit 130, the run recorded

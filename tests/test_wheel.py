@@ -236,6 +236,7 @@ def test_a_checkout_maps_the_folders_the_wheel_installs():
     assert {name: folder for name, folder in package_dir.items() if name} == FOLDERS
 
 
+@pytest.mark.slow  # an install used elsewhere: test_a_tiny_run_then_its_analysis_under_the_users_folder by default
 def test_an_editable_install_works_from_another_folder(editable, source):
     """`make setup`'s editable install, used from outside the checkout: the sweep files, search presets and the
     analysis resolve to the checkout's folders."""
