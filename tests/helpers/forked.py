@@ -89,8 +89,8 @@ class _Server:
         with tempfile.TemporaryDirectory(prefix="cutlab-forked-") as folder:
             out, err = Path(folder) / "stdout", Path(folder) / "stderr"
             out.touch(), err.touch()
-            request = {"module": module, "args": args, "cwd": str(cwd), "env": env, "stdin": os.devnull, "stdout": str(out),
-                       "stderr": str(err)}
+            request = {"module": module, "args": args, "cwd": str(cwd), "env": env, "stdin": os.devnull,
+                       "stdout": str(out), "stderr": str(err)}
             self.process.stdin.write((json.dumps(request) + "\n").encode())
             self.process.stdin.flush()
             pid = self._reply()
@@ -113,9 +113,10 @@ def startup_of(env: dict) -> tuple:
 
 
 def run_python_m(module: str, args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
-    """``python -m MODULE ARGS`` (cutlab or one of its commands, which import torch first) in ``cwd`` with ``env``: a fresh interpreter the first time this test process sees
-    ``env``'s start-up variables (a test's own PYTHONPATH is seen once or twice: a server would cost more than it
-    saves), forked from their server (started then) from the second time on."""
+    """``python -m MODULE ARGS`` (cutlab or one of its commands, which import torch first) in ``cwd`` with ``env``:
+    a fresh interpreter the first time this test process sees ``env``'s start-up variables (a test's own PYTHONPATH
+    is seen once or twice: a server would cost more than it saves), forked from their server (started then) from the
+    second time on."""
     key = (os.getpid(), startup_of(env))
     server = _servers.get(key)
     if server is None or server.process.poll() is not None:
