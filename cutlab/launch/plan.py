@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from cutlab.config.checks import check_config, check_run_folder, check_runs_dir, runs_dir_path
 from cutlab.config.compose import (JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra,
@@ -201,7 +202,6 @@ def expand(command: Command) -> Plan:
     from hydra.errors import HydraException
     from hydra.types import RunMode
     from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
 
     overrides = list(command.overrides)
     try:
@@ -259,7 +259,6 @@ def check_run(command: Command) -> Path:
     paths.runs_dir."""
     from hydra.errors import HydraException
     from hydra.types import RunMode
-    from omegaconf.errors import OmegaConfBaseException
 
     try:
         with main_hydra(command.config_dir) as hydra:
@@ -281,14 +280,25 @@ def check_run(command: Command) -> Path:
     check_runs_dir(runs_dir, writing=not command.plan)
     if run_dir is not None:
         check_run_folder(run_dir)
+    _check_values(cfg)
     return runs_dir
+
+
+def _check_values(cfg: DictConfig) -> None:
+    """The run's own first check (check_config, as a sweep's plan makes it of each run) on the config composed here:
+    a value it refuses stops the command before Hydra composes the config twice more and readies the run (0.2 s of a
+    2 s refusal). A config that resolves only inside the run (its ${hydra:runtime...}) is left to the run."""
+    try:
+        job = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]), resolve=True)
+    except OmegaConfBaseException:
+        return
+    check_config(OmegaConf.create(job))
 
 
 def _run_folder(cfg: DictConfig) -> Path | None:
     """The folder Hydra makes for the single run (hydra.run.dir), or None where its name does not resolve (a run_name
     the run refuses in its own line, cutlab.config.naming)."""
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf.errors import OmegaConfBaseException
 
     HydraConfig.instance().set_config(cfg)  # for ${hydra:job.override_dirname}
     try:
