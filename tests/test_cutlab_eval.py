@@ -288,6 +288,36 @@ def test_a_run_on_a_read_only_file_system_is_refused_and_the_other_runs_evaluate
     assert (runs / "b_writable" / "evaluations").is_dir() and "Traceback" not in result.stderr
 
 
+def test_a_run_folder_moved_away_mid_evaluation_stops_in_cutlab_evals_words_and_the_same_command_finishes(
+        trained, tmp_path, capsys, monkeypatch):
+    """The folder moves (another user's mv, a sync tool) after the numbers are computed, before they are written:
+    the line says what the evaluation keeps, not what a training run does ("resumes from its last checkpoint"), and
+    the stale lock left behind does not block the command run again once the folder is back."""
+    import cutlab.transfer.evaluate
+    from cutlab.transfer.cli import main
+
+    copy, moved = tmp_path / trained[0].name, tmp_path / "moved"
+    shutil.copytree(trained[0], copy, ignore=shutil.ignore_patterns("evaluations"))
+    evaluate_run = cutlab.transfer.evaluate.evaluate_run
+
+    def moving_the_folder(*args, **kwargs):
+        numbers = evaluate_run(*args, **kwargs)
+        copy.rename(moved)
+        return numbers
+
+    monkeypatch.setattr(cutlab.transfer.evaluate, "evaluate_run", moving_the_folder)
+    assert main([str(copy), "eval.gamma_test=[0,0.2]"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cutlab-eval")]
+    (folder,) = (moved / "evaluations").iterdir()
+    assert lines == [f"cutlab-eval: error: {copy.name}: {copy / 'evaluations' / folder.name} vanished or was moved "
+                     "while this command wrote metrics.csv there; move the folder back and run the same command "
+                     "again: the evaluations written so far are kept, and it does the rest"], lines
+    monkeypatch.setattr(cutlab.transfer.evaluate, "evaluate_run", evaluate_run)
+    moved.rename(copy)
+    assert main([str(copy), "eval.gamma_test=[0,0.2]"]) == 0
+    assert json.loads((copy / "evaluations" / folder.name / "evaluation.json").read_text())["status"] == "complete"
+
+
 def test_data_that_changed_at_the_same_path_is_not_taken_for_the_one_evaluated(evaluated):
     # the record's key names the data's path, not its contents: a clip replaced since must not read "already done"
     run, footage, _, _ = evaluated
