@@ -161,6 +161,27 @@ def test_a_runs_or_run_folder_that_is_a_file_or_a_dangling_link_is_refused_in_on
                                       "this run gets a folder of its own")
 
 
+def test_a_file_where_a_sweeps_run_folder_goes_is_refused_in_the_plan_and_before_any_inprocess_run(tmp_path):
+    """Before: the plan called that run new, and Hydra's basic launcher (launcher=inprocess, the default), which makes
+    every run's folder, a refused one's too, stopped the sweep there in a FileExistsError traceback after the runs
+    before it had run, calling the ones after it interrupted."""
+    runs = tmp_path / "runs"
+    sweep = ["-m", "gamma=0,0.09", *TINY]
+    planned = cutlab(["--plan", *sweep], runs).stdout.splitlines()
+    ids = [line.split()[2] for line in planned if line[:1].isdigit()]
+    runs.mkdir()
+    (runs / ids[1]).write_text("")
+    planned = cutlab(["--plan", *sweep], runs).stdout.splitlines()
+    assert f"1 refused     {ids[1]} (not launched: the run's folder {runs / ids[1]} is a file; move it aside (or pass " \
+           "run_name=<new name>) so this run gets a folder of its own)" in planned, planned
+    result = cutlab(sweep, runs, check=False)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        f"cutlab: error: {runs / ids[1]} is a file, where a run of this sweep keeps its record; move it aside and run "
+        "the same command again (launcher=inprocess makes every run's folder and would stop there; launcher=local "
+        "runs the other runs without it)"], result.stderr[-3000:]
+    assert [p.name for p in runs.iterdir()] == [ids[1]], "no run started"
+
+
 def test_a_sweeps_record_folder_that_is_a_file_is_refused_in_one_line(tmp_path):
     """Before: a NotADirectoryError traceback as the sweep made its record folder, exit 1."""
     runs = tmp_path / "runs"

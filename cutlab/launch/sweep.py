@@ -53,6 +53,8 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
         others = f" (and {more} more; --plan lists each)" if more else ""
         raise CutlabError(f"every run the sweep would run is refused; the first, {first.run_id}: {first.problem}"
                           f"{others}")
+    if launcher == "inprocess":
+        _check_folders_hydra_makes(plan)
     if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
         from cutlab.launch.slurm_profile import check_cluster
 
@@ -66,6 +68,17 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
     if launcher == "inprocess":
         return None, (plan, record)
     return _launch(plan, launcher, profile, record), None
+
+
+def _check_folders_hydra_makes(plan: Plan) -> None:
+    """Hydra's basic launcher (launcher=inprocess) makes every run's folder, a refused run's too, before cutlab sees
+    the run: a file or a link to nothing there stopped the whole sweep in a FileExistsError traceback, the runs after
+    it never started and said to be interrupted. The other launchers start only the runs to run."""
+    for run in plan.refused:
+        if problem := not_a_folder(run.run_dir):
+            raise CutlabError(f"{problem}, where a run of this sweep keeps its record; move it aside and run the same "
+                              "command again (launcher=inprocess makes every run's folder and would stop there; "
+                              "launcher=local runs the other runs without it)")
 
 
 def _profile(plan: Plan):
