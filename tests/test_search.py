@@ -132,6 +132,21 @@ def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(t
         assert not (tmp_path / "runs").exists()
 
 
+def test_a_seeds_arm_whose_last_seed_is_past_the_largest_stops_the_search_in_one_line(tmp_path, capsys, monkeypatch):
+    """Before: --dry-run passed, and each trial past the largest seed was refused on its own as a worker drew it."""
+    from cutlab.core.training import MAX_SEED
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    last = MAX_SEED + 1  # the ERM arm's third seed
+    for dry_run in (["--dry-run"], []):
+        assert main(["search=fair_comparison", "search.n_trials=3", f"seed={MAX_SEED - 1}", *dry_run, *TINY]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"cutlab-search: error: search=fair_comparison: a trial with seed={last} would be refused: seed must be "
+            f"from 0 to {MAX_SEED}, got {last}; e.g. seed=0"]
+        assert not (tmp_path / "runs").exists()
+
+
 def test_a_preset_file_that_is_not_yaml_is_named_in_one_line_with_its_line_and_column(tmp_path, capsys):
     from cutlab.search.__main__ import main
 

@@ -151,7 +151,8 @@ def build_plan(args: argparse.Namespace):
             locate_target(str(cfg.model._target_))  # trial imports it (the workers get this environment)
         # trials at every end of the space must make valid runs (types, bounds, combinations): a refusal stops the
         # search here, naming the setting, instead of ending each worker at the first trial that draws it
-        for sample in space_corners(arm.space):
+        last_seed = [[f"seed={int(base.seed) + preset.n_trials - 1}"]]  # a seeds arm's trials run seed..seed+n-1
+        for sample in last_seed if arm.seeds else space_corners(arm.space):
             try:
                 check_config(compose_run_config([*arm.overrides, *overrides, *sample]))
             except CutlabError as error:
