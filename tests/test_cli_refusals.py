@@ -39,7 +39,20 @@ def test_cfg_job_of_several_values_says_it_is_a_sweep(tmp_path, swept):
     (["--shell-completion"], "--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
                              "python -m cutlab --shell-completion install=bash"),
     (["--cfg", "job", "--info"], "--cfg and --info do not go together: give one of them"),
-], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone", "cfg-with-info"])
+    # Hydra ignored --package without --cfg: the whole default run started
+    (["-p", "train"], "--package picks the part of the config --cfg prints: add --cfg (python -m cutlab --cfg job "
+                      "--package train)"),
+    (["--plan", "-m", "-p", "train", "gamma=0,1"], "-p and --plan do not go together"),
+    # --help, --hydra-help and --info compose the config: Hydra's traceback and its advice to add the key with '+'
+    (["--help", "train.alhpa=1"], "the command's config cannot be composed: Could not override 'train.alhpa'; did you "
+                                  "mean train.alpha?"),
+    (["--hydra-help", "train.alhpa=1"], "the command's config cannot be composed: Could not override 'train.alhpa'"),
+    (["--info", "config", "train.alhpa=1"], "the command's config cannot be composed: Could not override"),
+    (["--help", "-m", "seed=0,1"], "seed=0,1 gives several values, which is a sweep: --help shows one run's config"),
+    (["--info", "all", "seed=0,1"], "seed=0,1 gives several values, which is a sweep: --info shows one run's config"),
+], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone", "cfg-with-info",
+        "package-alone", "package-with-plan", "help-bad-key", "hydra-help-bad-key", "info-bad-key", "help-sweep",
+        "info-sweep"])
 def test_a_looking_flag_without_what_it_needs_is_one_line(tmp_path, args, expected):
     # Hydra's ValueError tracebacks; --resolve --plan was argparse's "unrecognized arguments: --plan"
     assert last_line(cutlab(args, tmp_path / "runs", check=False)).startswith(f"cutlab: error: {expected}")

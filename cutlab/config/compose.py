@@ -142,7 +142,8 @@ def compose_run_config(overrides: list[str], checked_by_caller: tuple[str, ...] 
 
 def check_shown_config(argv: list[str]) -> None:
     """``--cfg job``, Hydra's own path: an override it cannot apply is one line, where Hydra printed five with its
-    advice to add the key with '+'. Composed, not resolved, as --cfg prints it: an unset ${oc.env:VAR} still prints."""
+    advice to add the key with '+'. Composed, not resolved, as --cfg prints it: an unset ${oc.env:VAR} still prints.
+    So are --help, --hydra-help and --info, which compose the config too (Hydra's traceback before)."""
     import contextlib
     import io
 
@@ -157,15 +158,17 @@ def check_shown_config(argv: list[str]) -> None:
     except SystemExit:  # a flag Hydra's parser refuses: Hydra says so itself, once
         return
     _check_looking_flags(args)
-    if args.cfg is None:
+    shown = next((flag for flag, on in (("--cfg", args.cfg is not None), ("--info", args.info is not None),
+                                        ("--help", args.help), ("--hydra-help", args.hydra_help)) if on), None)
+    if shown is None:
         return
     try:
         with main_hydra(args.config_dir) as hydra:
             hydra.compose_config(args.config_name or "config", args.overrides, run_mode=RunMode.RUN,
                                  with_log_configuration=False)
     except (HydraException, OmegaConfBaseException) as error:
-        several = several_values(error, "--cfg shows one run's config, so give one value; python -m cutlab --plan "
-                                        "-m {} lists the sweep's runs")
+        several = several_values(error, f"{shown} shows one run's config, so give one value; python -m cutlab "
+                                        "--plan -m {} lists the sweep's runs")
         raise CutlabError(several or f"the command's config cannot be composed: {composition_message(error)}") from None
 
 
@@ -178,7 +181,7 @@ def several_values(error: Exception, advice: str) -> str | None:
 
 def _check_looking_flags(args) -> None:
     """Hydra's ValueError tracebacks: two of its modes at once (--cfg job --info), --resolve without --cfg,
-    --shell-completion without its one subcommand."""
+    --shell-completion without its one subcommand; and --package without --cfg, which Hydra ignored."""
     modes = [flag for flag, on in (("--run", args.run), ("--cfg", args.cfg is not None), ("--info", args.info),
                                    ("--shell-completion", args.shell_completion)) if on]
     if len(modes) > 1:
@@ -186,6 +189,9 @@ def _check_looking_flags(args) -> None:
     if args.resolve and args.cfg is None and not args.help:
         raise CutlabError("--resolve resolves the config --cfg prints: add --cfg (python -m cutlab --cfg job --resolve "
                           "...)")
+    if args.package and args.cfg is None and not args.help:  # ignored by Hydra: the whole run started
+        raise CutlabError("--package picks the part of the config --cfg prints: add --cfg (python -m cutlab --cfg job "
+                          f"--package {args.package})")
     subcommands = [o for o in args.overrides if o.partition("=")[0] in ("install", "uninstall", "query")]
     if args.shell_completion and len(subcommands) != 1:
         raise CutlabError("--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "

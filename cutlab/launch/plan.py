@@ -69,7 +69,7 @@ REFUSED_FLAGS = {
 }
 REFUSED_FLAGS["-cp"] = REFUSED_FLAGS["--config-path"]
 # Hydra's flags that look at one run's config instead of running it; with -m, Hydra's ValueError traceback
-LOOKING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--resolve")
+LOOKING_FLAGS = ("--cfg", "-c", "--info", "-i", "--shell-completion", "-sc", "--resolve", "-p", "--package")
 
 
 def parse_command(argv: list[str]) -> Command | None:
