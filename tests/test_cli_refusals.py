@@ -84,3 +84,28 @@ def test_a_run_refused_under_hydras_job_logging_leaves_no_folder(tmp_path):
                     runs, check=False)
     assert "train.epsilon=auto is l_0 of the untrained model" in last_line(result)
     assert list(runs.iterdir()) == []
+
+
+@pytest.mark.parametrize(("variable", "expected"), [
+    ("WANDB_RESUME=bogus", "WANDB_RESUME=bogus: W&B cannot read it (input should be 'allow', 'must', 'never' or "
+                           "'auto'); correct or unset it, or log without W&B (wandb.mode=disabled)"),
+    ("WANDB_INIT_TIMEOUT=abc", "WANDB_INIT_TIMEOUT=abc: W&B cannot read it (input should be a valid number, unable to "
+                               "parse string as a number); correct or unset it"),
+])
+def test_a_wandb_variable_wandb_cannot_read_is_one_line_before_the_runs_folder(tmp_path, variable, expected):
+    # pydantic's ValidationError traceback as the run's W&B service started, config.yaml and history.csv written
+    runs = tmp_path / "runs"
+    name, _, value = variable.partition("=")
+    line = last_line(cutlab(["wandb.mode=offline", "run_name=v", *TINY], runs, check=False, env={name: value}))
+    assert line.startswith(f"cutlab: error: {expected}"), line
+    assert not (runs / "v").exists()
+
+
+def test_wandb_run_id_given_to_a_sweep_is_refused_before_any_run(tmp_path):
+    # every run of the sweep took it as its W&B id: W&B merges what one id logs into one run
+    runs = tmp_path / "runs"
+    line = last_line(cutlab(["-m", "seed=5,6", "wandb.mode=offline", *TINY], runs, check=False,
+                            env={"WANDB_RUN_ID": "fixedid1"}))
+    assert line == ("cutlab: error: WANDB_RUN_ID=fixedid1 names one W&B run, and every run of this sweep would log "
+                    "into it; unset it: each run gets a W&B id of its own (wandb_id in its summary.json)")
+    assert not runs.exists()

@@ -304,6 +304,8 @@ def _check_wandb(wandb: DictConfig) -> None:
                           f"{', '.join(WANDB_MODES)}{shared}; set WANDB_MODE to one of them, or give "
                           "wandb.mode=offline")
     _choice("wandb.mode", wandb.mode, WANDB_MODES)
+    if wandb.mode != "disabled":
+        _check_wandb_variables(str(wandb.mode))
     tags = wandb.get("tags")
     if tags is not None and not isinstance(tags, (list, ListConfig)):  # a string: one tag per character
         raise CutlabError(f"wandb.tags must be a list, got {tags!r}; e.g. 'wandb.tags=[{tags}]'")
@@ -322,3 +324,24 @@ def _check_wandb(wandb: DictConfig) -> None:
     hint = f"; for a team's project: wandb.entity={team} wandb.project={name}" if one_slash else ""
     raise CutlabError(f"wandb.project={project!r}: a W&B project's name has at most {WANDB_PROJECT_MAX} characters, "
                       f"none of {' '.join(WANDB_PROJECT_FORBIDDEN)}{hint}")
+
+
+def _check_wandb_variables(mode: str) -> None:
+    """A WANDB_* variable W&B cannot read (WANDB_RESUME=bogus, WANDB_INIT_TIMEOUT=abc): pydantic's ValidationError
+    traceback as the run's W&B service started, its folder half made. Checked as W&B reads them (0.4 s to import it,
+    paid only where such a variable is set)."""
+    if not any(name.startswith("WANDB_") for name in os.environ):
+        return
+    import pydantic
+    import wandb
+
+    try:
+        wandb.Settings(mode=mode).update_from_env_vars(dict(os.environ))
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        field, value = str(first["loc"][0]) if first["loc"] else "", str(first.get("input"))
+        named = [f"WANDB_{field.upper()}"] if f"WANDB_{field.upper()}" in os.environ else \
+            [name for name, given in os.environ.items() if name.startswith("WANDB_") and given == value]
+        variable = f"{named[0]}={value}" if named else f"a WANDB_ variable ({field}={value})"
+        raise CutlabError(f"{variable}: W&B cannot read it ({first['msg'].lower()}); correct or unset it, or log "
+                          "without W&B (wandb.mode=disabled)") from None

@@ -55,6 +55,7 @@ def run_sweep(command: Command) -> tuple[int | None, tuple[Plan, Path] | None]:
                           f"{others}")
     if launcher == "inprocess":
         _check_folders_hydra_makes(plan)
+    _check_wandb_run_id(plan)
     if profile is not None:  # before anything is written: a bad partition or no SLURM fails here
         from cutlab.launch.slurm_profile import check_cluster
 
@@ -79,6 +80,20 @@ def _check_folders_hydra_makes(plan: Plan) -> None:
             raise CutlabError(f"{problem}, where a run of this sweep keeps its record; move it aside and run the same "
                               "command again (launcher=inprocess makes every run's folder and would stop there; "
                               "launcher=local runs the other runs without it)")
+
+
+def _check_wandb_run_id(plan: Plan) -> None:
+    """WANDB_RUN_ID names one W&B run: every run of the sweep took it as its W&B id, and W&B merges what is logged
+    under one id into one run, each run's steps over the other's. A single run may take it."""
+    from omegaconf import OmegaConf
+
+    run_id = os.environ.get("WANDB_RUN_ID", "").strip()
+    if not run_id or len(plan.runs) < 2:
+        return
+    if OmegaConf.select(OmegaConf.create(plan.config_yaml), "wandb.mode") == "disabled":
+        return
+    raise CutlabError(f"WANDB_RUN_ID={run_id} names one W&B run, and every run of this sweep would log into it; "
+                      "unset it: each run gets a W&B id of its own (wandb_id in its summary.json)")
 
 
 def _profile(plan: Plan):
