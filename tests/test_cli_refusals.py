@@ -109,3 +109,18 @@ def test_wandb_run_id_given_to_a_sweep_is_refused_before_any_run(tmp_path):
     assert line == ("cutlab: error: WANDB_RUN_ID=fixedid1 names one W&B run, and every run of this sweep would log "
                     "into it; unset it: each run gets a W&B id of its own (wandb_id in its summary.json)")
     assert not runs.exists()
+
+
+UNSET = "seed=${oc.env:CUTLAB_TEST_UNSET}"
+
+
+@pytest.mark.parametrize("args", [[UNSET], ["--cfg", "job", "--resolve", UNSET], ["--plan", "-m", UNSET, "gamma=0,1"]],
+                         ids=["run", "cfg-resolve", "plan"])
+def test_an_unset_variable_in_a_given_value_is_one_line_naming_it(tmp_path, args):
+    # a run and --cfg --resolve: Hydra's 84-213 line traceback as it named the run's folder; the plan said "check the
+    # key against conf/" of a key that was right
+    line = last_line(cutlab([*args, *TINY], tmp_path / "runs", check=False))
+    assert line.endswith("KeyError raised while resolving interpolation: \"Environment variable 'CUTLAB_TEST_UNSET' "
+                         "not found\"; set CUTLAB_TEST_UNSET, or give ${oc.env:CUTLAB_TEST_UNSET} a default: "
+                         "${oc.env:CUTLAB_TEST_UNSET,DEFAULT}"), line
+    assert not (tmp_path / "runs").exists()

@@ -164,8 +164,10 @@ def check_shown_config(argv: list[str]) -> None:
         return
     try:
         with main_hydra(args.config_dir) as hydra:
-            hydra.compose_config(args.config_name or "config", args.overrides, run_mode=RunMode.RUN,
-                                 with_log_configuration=False)
+            cfg = hydra.compose_config(args.config_name or "config", args.overrides, run_mode=RunMode.RUN,
+                                       with_log_configuration=False)
+            if args.resolve:
+                resolve_given(cfg, args.overrides)
     except (HydraException, OmegaConfBaseException) as error:
         several = several_values(error, f"{shown} shows one run's config, so give one value; python -m cutlab "
                                         "--plan -m {} lists the sweep's runs")
@@ -226,6 +228,8 @@ def composition_message(error: Exception) -> str:
         fix = "drop the leading '+': the key is there already"
     elif "LexerNoViableAlt" in text or "mismatched input" in text or "Error parsing override" in text:
         fix = "quote a value with spaces or other characters for Hydra, e.g. \"data.root='my folder'\""
+    elif variable := re.search(r"Environment variable '([^']+)' not found", text):  # ${oc.env:VAR} with VAR unset
+        fix = f"set {variable[1]}, or give ${{oc.env:{variable[1]}}} a default: ${{oc.env:{variable[1]},DEFAULT}}"
     elif variable := re.search(r"Could not override '(hydra\.job\.env_set\.[^']+)'", text):  # Hydra's advice holds
         fix = f"a variable that hydra.job.env_set does not have yet is added with '+': +{variable[1]}=VALUE"
     else:
@@ -234,6 +238,17 @@ def composition_message(error: Exception) -> str:
                "job shows every key); a parameter of a model's class that its yaml does not list is added as "
                "+model.KEY=VALUE")
     return f"{text}; {fix}"
+
+
+def resolve_given(cfg, overrides: list[str]) -> None:
+    """The values given as interpolations (seed=${oc.env:MYSEED}), resolved: an unset variable was Hydra's 200-line
+    traceback as it named the run's folder from them. Raises OmegaConf's error, for composition_message."""
+    from omegaconf import OmegaConf
+
+    for override in overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if "${" in value and not override.startswith("~"):
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
 
 
 class JobComposer:

@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from cutlab.config.checks import check_config, check_run_folder, check_runs_dir, runs_dir_path
 from cutlab.config.compose import (JobComposer, check_is_override, composition_message, hydra_quoted, main_hydra,
-                                   several_values)
+                                   resolve_given, several_values)
 from cutlab.config.launcher import is_launcher_override
 from cutlab.config.naming import check_composed_folders
 from cutlab.config.neutral import is_result_neutral_override
@@ -265,6 +265,7 @@ def check_run(command: Command) -> Path:
             cfg = hydra.compose_config(command.config_name or "config", list(command.overrides), run_mode=RunMode.RUN,
                                        with_log_configuration=False)
             check_composed_folders(cfg.hydra, list(command.overrides), command.source())
+            resolve_given(cfg, list(command.overrides))
             runs_dir = runs_dir_path(cfg.paths.runs_dir)
             swept = list(cfg.hydra.sweeper.get("params") or {})
             run_dir = _run_folder(cfg)
