@@ -611,6 +611,26 @@ def test_storage_in_a_wrong_form_stops_with_one_line_naming_the_fix(tmp_path, ca
     assert "secret" not in error and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("storage", ["sqlite:///:memory:", "sqlite:///", "sqlite:///?timeout=5",
+                                     "sqlite:///file::memory:?cache=shared&uri=true",
+                                     "sqlite:///file:study?mode=memory&cache=shared&uri=true"])
+def test_an_sqlite_database_in_memory_is_refused_in_one_line_before_anything_runs(tmp_path, capsys, monkeypatch,
+                                                                                   storage):
+    """Before: accepted; each worker had a database of its own, the heartbeat thread's traceback (no such table:
+    trial_heartbeats) ran to ~90 lines, the trial trained, and the search exited 0 with an empty report."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.chdir(tmp_path)
+    for dry_run in (["--dry-run"], []):
+        assert main(["search=dust_video", "--storage", storage, "--n-trials", "1", *dry_run, *TINY]) == 2
+        error = capsys.readouterr().err.strip().splitlines()
+        assert error == [f"cutlab-search: error: the search storage {storage} is a database in memory: each worker "
+                         "process would have its own, and it is gone when the command ends (nothing to resume, no "
+                         "report); give a file, sqlite:///PATH, or drop --storage for the study folder's journal"]
+    assert not any(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("where, fix", [
     ("FOLDER", "is a folder, not a journal file; give a file's path, e.g. --storage "),
     ("/proc/cutlab/study.journal", "cannot be written: /proc: takes no new files (a virtual file system); "

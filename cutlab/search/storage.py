@@ -297,6 +297,10 @@ def check_form(url: str) -> None:
         if name == "sqlite" and not url.startswith("sqlite:///"):
             raise CutlabError(f"the search storage {url} has too few slashes: a SQLite file is sqlite:///PATH "
                               "(three slashes, then a relative path; four for an absolute one, sqlite:////abs/file.db)")
+        if name == "sqlite" and _in_memory(url):
+            raise CutlabError(f"the search storage {url} is a database in memory: each worker process would have its "
+                              "own, and it is gone when the command ends (nothing to resume, no report); give a file, "
+                              "sqlite:///PATH, or drop --storage for the study folder's journal")
         if name == "sqlite" and (file := url.removeprefix("sqlite:///")).startswith("~"):  # SQLite made a folder ~
             raise CutlabError(f"the search storage {url}: SQLite takes ~ as written, a folder named ~ here; write the "
                               f"path out: sqlite:///{Path(file).expanduser()}")
@@ -308,6 +312,13 @@ def check_form(url: str) -> None:
            "file": "the journal file's path itself, without file://"}.get(name, FORMS)
     raise CutlabError(f"unknown search storage scheme {scheme.group(0)} (the rest of the address is not shown: it "
                       f"may hold a password); use {fix}")
+
+
+def _in_memory(url: str) -> bool:
+    """An SQLite address of a database held in memory: no path (``sqlite:///``), ``:memory:`` or a URI's
+    ``mode=memory``. Before: accepted, and the heartbeat thread's traceback (no such table) ended in an empty report."""
+    path, _, query = url.removeprefix("sqlite:///").partition("?")
+    return not path or ":memory:" in path or re.search(r"(?i)(^|&)mode=memory(&|$)", query) is not None
 
 
 def _journal_path(url: str) -> Path:
