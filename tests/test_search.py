@@ -107,6 +107,11 @@ def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_to
     # an unset variable: the trials went to the preset's study, or to a local journal, not the one meant
     (["--study", ""], "--study is empty; give one, or leave it out for the preset's study"),
     (["--storage", ""], "--storage is empty; give one, or leave it out for $CUTLAB_STORAGE"),
+    # a flag and its key at odds: the flag won in silence (3 trials, the study a)
+    (["--n-trials", "3", "search.n_trials=5"], "--n-trials 3 and search.n_trials=5 set the same setting to different "
+     "values; give one of them"),
+    (["--study", "a", "search.study=b"], "--study a and search.study=b set the same setting to different values"),
+    (["search.study=b", "--study-name", "a"], "--study a and search.study=b set the same setting to different values"),
     # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
     (["train.alhpa=1"], "Could not override 'train.alhpa'; did you mean train.alpha? check the key against conf/"),
     (["runs"], "'runs' is not a setting: settings are KEY=VALUE"),  # Hydra's "Error parsing override 'runs'"
@@ -130,6 +135,12 @@ def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(t
         error = capsys.readouterr().err.strip().splitlines()
         assert len(error) == 1 and error[0].startswith("cutlab-search: error: ") and message in error[0], error
         assert not (tmp_path / "runs").exists()
+
+
+def test_a_flag_and_its_search_key_given_the_same_value_are_one_setting(tmp_path, capsys, monkeypatch):
+    stderr = search_in_process(["search=dust_video", "--n-trials", "3", "search.n_trials=03", "search.study=a",
+                                "--study", "a", "--dry-run", *TINY], tmp_path, monkeypatch, capsys)
+    assert "study a (dust_video): 3 trials per arm in total" in stderr
 
 
 def test_a_seeds_arm_whose_last_seed_is_past_the_largest_stops_the_search_in_one_line(tmp_path, capsys, monkeypatch):

@@ -124,7 +124,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys, space_corners
     from cutlab.search.folder import check_study_folder
-    from cutlab.search.preset import load_preset
+    from cutlab.search.preset import load_preset, with_flags
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
@@ -134,8 +134,7 @@ def build_plan(args: argparse.Namespace):
     refuse_blank("--study", args.study, "give one, or leave it out for the preset's study")  # not another study
     refuse_blank("--storage", args.storage, "give one, or leave it out for $CUTLAB_STORAGE, else the study's journal")
     name, dotlist, overrides = split_overrides(args.overrides)
-    flags = {"n_trials": args.n_trials, "study": args.study}
-    dotlist += [f"{key}={value}" for key, value in flags.items() if value is not None]
+    dotlist = with_flags(dotlist, {"--n-trials": args.n_trials, "--study": args.study})
     preset = load_preset(name, dotlist)
     if args.storage:  # set after parsing: a parse error must never quote the address
         preset = dataclasses.replace(preset, storage=args.storage)

@@ -125,6 +125,32 @@ def load_preset(name: str, dotlist: list[str] = ()) -> Preset:
     return parse_preset(data, path.stem)
 
 
+def with_flags(dotlist: list[str], flags: dict[str, Any]) -> list[str]:
+    """``dotlist`` with the given flags' values (``{"--n-trials": 3}`` as ``n_trials=3``) added last. A flag and its
+    ``search.KEY=`` given different values stop in one line. Before: the flag won in silence (--n-trials 3
+    search.n_trials=5 ran 3 trials, --study a search.study=b the study a)."""
+    added = []
+    for flag, value in flags.items():
+        if value is None:
+            continue
+        key = flag.lstrip("-").replace("-", "_")
+        given = [item for item in dotlist if item.partition("=")[0].strip() == key]  # the last one given wins
+        if given and _read(given[-1]) != _read(f"{key}={value}"):
+            raise CutlabError(f"{flag} {value} and search.{given[-1]} set the same setting to different values; "
+                              "give one of them")
+        added.append(f"{key}={value}")
+    return [*dotlist, *added]
+
+
+def _read(item: str) -> Any:
+    """The value of ``KEY=VALUE`` as the preset reads it (``3`` and ``03`` alike); one YAML cannot read, as written
+    (load_preset names it)."""
+    try:
+        return next(iter(OmegaConf.to_container(OmegaConf.from_dotlist([item])).values()))
+    except Exception:
+        return item.partition("=")[2]
+
+
 def _dotlist_item(raw, item: str) -> DictConfig:
     """``search.KEY=VALUE`` (here without ``search.``) as a config to merge; a value YAML cannot read, in one line."""
     try:
