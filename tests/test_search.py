@@ -112,6 +112,9 @@ def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_to
      "values; give one of them"),
     (["--study", "a", "search.study=b"], "--study a and search.study=b set the same setting to different values"),
     (["search.study=b", "--study-name", "a"], "--study a and search.study=b set the same setting to different values"),
+    # the search would have preferred the worst runs (RMSE is better lower), until its first complete trial stopped it
+    (["search.direction=maximize"], "search.direction=maximize goes against the objective: its metric rmse is better "
+     "lower, so the search would prefer the worst runs; drop it: auto (the default) picks minimize"),
     # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
     (["train.alhpa=1"], "Could not override 'train.alhpa'; did you mean train.alpha? check the key against conf/"),
     (["runs"], "'runs' is not a setting: settings are KEY=VALUE"),  # Hydra's "Error parsing override 'runs'"
@@ -141,6 +144,12 @@ def test_a_flag_and_its_search_key_given_the_same_value_are_one_setting(tmp_path
     stderr = search_in_process(["search=dust_video", "--n-trials", "3", "search.n_trials=03", "search.study=a",
                                 "--study", "a", "--dry-run", *TINY], tmp_path, monkeypatch, capsys)
     assert "study a (dust_video): 3 trials per arm in total" in stderr
+
+
+def test_a_direction_the_objective_agrees_with_is_taken(tmp_path, capsys, monkeypatch):
+    stderr = search_in_process(["search=dust_video", "search.direction=minimize", "--dry-run", *TINY], tmp_path,
+                               monkeypatch, capsys)
+    assert "20 trials per arm in total, minimize the runs' validation selection_metric" in stderr
 
 
 def test_a_seeds_arm_whose_last_seed_is_past_the_largest_stops_the_search_in_one_line(tmp_path, capsys, monkeypatch):

@@ -124,7 +124,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_space_keys, space_corners
     from cutlab.search.folder import check_study_folder
-    from cutlab.search.preset import load_preset, with_flags
+    from cutlab.search.preset import load_preset, resolved_direction, with_flags
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
@@ -157,9 +157,8 @@ def build_plan(args: argparse.Namespace):
             except CutlabError as error:
                 raise CutlabError(f"search={preset.name}: a trial with {' '.join(sample)} would be refused: "
                                   f"{error}") from None
-    kind = task_kind(base)
-    higher = objective_of(kind).higher_is_better  # the objective declares its metric's direction
-    direction = preset.direction if preset.direction != "auto" else ("maximize" if higher else "minimize")
+    objective = objective_of(task_kind(base))  # the objective declares its metric's direction
+    direction = resolved_direction(preset.direction, objective.metric_name, objective.higher_is_better)
     runs_dir = runs_dir_path(base.paths.runs_dir)
     check_runs_dir(runs_dir)  # a file, not writable, a ~ not expanded: one line, not a traceback
     runs_dir = runs_dir.resolve()

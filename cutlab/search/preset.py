@@ -151,6 +151,18 @@ def _read(item: str) -> Any:
         return item.partition("=")[2]
 
 
+def resolved_direction(direction: str, metric: str, higher: bool) -> str:
+    """The study's direction: ``auto`` as the objective's metric goes, and an explicit one only where it agrees.
+    Before: search.direction=maximize was accepted for RMSE, a search that preferred the worst runs (its first
+    complete trial then stopped it)."""
+    right = "maximize" if higher else "minimize"
+    if direction not in ("auto", right):
+        raise CutlabError(f"search.direction={direction} goes against the objective: its metric {metric} is better "
+                          f"{'higher' if higher else 'lower'}, so the search would prefer the worst runs; drop it: "
+                          f"auto (the default) picks {right}")
+    return right
+
+
 def _dotlist_item(raw, item: str) -> DictConfig:
     """``search.KEY=VALUE`` (here without ``search.``) as a config to merge; a value YAML cannot read, in one line."""
     try:
