@@ -115,6 +115,11 @@ def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_to
     # the search would have preferred the worst runs (RMSE is better lower), until its first complete trial stopped it
     (["search.direction=maximize"], "search.direction=maximize goes against the objective: its metric rmse is better "
      "lower, so the search would prefer the worst runs; drop it: auto (the default) picks minimize"),
+    # a key the search draws: the plan listed it for every trial, and each trial's drawn value replaced it
+    (["train.alpha=0.3"], "train.alpha=0.3 sets a key every trial draws: search=dust_video searches train.alpha float "
+     "[0.05, 0.5]; drop train.alpha=0.3, or give a preset whose space leaves train.alpha out"),
+    (["search=fair_comparison", "++train.lr=0.01"], "++train.lr=0.01 sets a key every trial draws: arm constrained of "
+     "search=fair_comparison searches train.lr log_float [0.0001, 0.01]; drop ++train.lr=0.01"),
     # a mistyped key: one line, as python -m cutlab says it, not Hydra's advice to add it with '+'
     (["train.alhpa=1"], "Could not override 'train.alhpa'; did you mean train.alpha? check the key against conf/"),
     (["runs"], "'runs' is not a setting: settings are KEY=VALUE"),  # Hydra's "Error parsing override 'runs'"
@@ -144,6 +149,13 @@ def test_a_flag_and_its_search_key_given_the_same_value_are_one_setting(tmp_path
     stderr = search_in_process(["search=dust_video", "--n-trials", "3", "search.n_trials=03", "search.study=a",
                                 "--study", "a", "--dry-run", *TINY], tmp_path, monkeypatch, capsys)
     assert "study a (dust_video): 3 trials per arm in total" in stderr
+
+
+def test_a_seeds_arms_first_seed_is_given_with_seed(tmp_path, capsys, monkeypatch):
+    """seed= is no searched key: the seeds arm's trial i trains with seed + i."""
+    stderr = search_in_process(["search=fair_comparison", "seed=7", "--n-trials", "3", "--dry-run", *TINY], tmp_path,
+                               monkeypatch, capsys)
+    assert "arm erm [train=erm]: seeds 7..9" in stderr
 
 
 def test_a_direction_the_objective_agrees_with_is_taken(tmp_path, capsys, monkeypatch):

@@ -122,7 +122,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
     from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
-    from cutlab.search.compose import check_space_keys, space_corners
+    from cutlab.search.compose import check_fixed_keys, check_space_keys, space_corners
     from cutlab.search.folder import check_study_folder
     from cutlab.search.preset import load_preset, resolved_direction, with_flags
     from cutlab.search.storage import check_form, default_storage_url
@@ -144,6 +144,7 @@ def build_plan(args: argparse.Namespace):
     # where the workers run is not part of any trial's config: launcher overrides stay out of the trials' overrides
     overrides = [o for o in overrides if not is_launcher_override(o)]
     for arm in preset.arms:
+        check_fixed_keys(arm, overrides, preset.name)  # a trial's drawn value would replace the command's
         cfg = compose_run_config([*arm.overrides, *overrides])
         check_space_keys(cfg, arm.space)
         if not str(cfg.model.get("_target_") or "cutlab.").startswith("cutlab."):  # a model of one's own: every
@@ -170,6 +171,8 @@ def build_plan(args: argparse.Namespace):
 
 
 def describe(plan, workers: int) -> str:
+    from cutlab.search.compose import param_text
+
     preset = plan.preset
     lines = [f"study {preset.study} ({preset.name}): {preset.n_trials} trials per arm in total, {plan.direction} "
              f"the runs' validation selection_metric, {workers} worker(s)",
@@ -179,7 +182,7 @@ def describe(plan, workers: int) -> str:
     for arm in preset.arms:
         label = arm.name or "search"
         what = (f"seeds {plan.base_seed}..{plan.base_seed + preset.n_trials - 1}" if arm.seeds
-                else "; ".join(_describe_param(p) for p in arm.space))
+                else "; ".join(param_text(p) for p in arm.space))
         fixed = " ".join(_arm_overrides(arm.overrides, plan.base_overrides)) or "no fixed overrides"
         lines.append(f"  arm {label} [{fixed}]: {what}")
     return "\n".join(lines)
@@ -205,12 +208,6 @@ def slurm_description(plan, workers: int) -> str:
     return (f"workers: {workers} task(s) of one SLURM job array; the sbatch script (profile {profile.name}):\n"
             + sbatch_script(profile, folder, f"search-{plan.study_dir.name}", workers, sys.executable)
             + cluster_check_line(profile))
-
-
-def _describe_param(param) -> str:
-    if param.type == "categorical":
-        return f"{param.key} in {list(param.choices)}"
-    return f"{param.key} {param.type} [{param.low:g}, {param.high:g}]"
 
 
 def worker_argv(args: argparse.Namespace, index: int) -> list[str]:

@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.groups import GROUPS, choices
 from cutlab.errors import CutlabError
-from cutlab.search.preset import Param, as_override
+from cutlab.search.preset import Arm, Param, as_override
 
 _MISSING = object()
 
@@ -28,6 +28,27 @@ def check_space_keys(cfg: DictConfig, space: tuple[Param, ...]) -> None:
             raise CutlabError(f"search space key {param.key!r} is not in the config tree"
                               + (f"; keys under {section or 'the root'}: {', '.join(map(str, nearby))}" if nearby else "")
                               + " (see conf/ or `python -m cutlab --cfg job`)")
+
+
+def check_fixed_keys(arm: Arm, overrides: list[str], preset: str) -> None:
+    """The command's ``overrides`` set no key ``arm`` searches (a seeds arm's ``seed=`` is its first seed: not one).
+    Before: the plan listed train.alpha=0.3 for every trial, and each trial's drawn value, given after it, replaced
+    it in silence."""
+    searched = {param.key: param for param in arm.space}
+    for override in overrides:
+        key = override.lstrip("+~").partition("=")[0]
+        if key in searched:
+            which = f"arm {arm.name} of search={preset}" if arm.name else f"search={preset}"
+            raise CutlabError(f"{override} sets a key every trial draws: {which} searches {param_text(searched[key])}; "
+                              f"drop {override}, or give a preset whose space leaves {key} out "
+                              "(search=path/to/space.yaml)")
+
+
+def param_text(param: Param) -> str:
+    """A searched key as the plan shows it: ``train.lr log_float [0.0001, 0.01]``."""
+    if param.type == "categorical":
+        return f"{param.key} in {list(param.choices)}"
+    return f"{param.key} {param.type} [{param.low:g}, {param.high:g}]"
 
 
 def space_corners(space: tuple[Param, ...]) -> list[list[str]]:
