@@ -26,7 +26,7 @@ def search(args: list[str], tmp: Path, monkeypatch, capsys) -> tuple[int, list[s
     return code, [line for line in error.splitlines() if line.startswith("cutlab-search: error:")]
 
 
-@pytest.mark.parametrize("name", [".ask.lock", "search_report.json", "optuna.journal"])
+@pytest.mark.parametrize("name", [".ask.lock", "search_report.json", "optuna.journal", "storage.txt"])
 def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept(tmp_path, monkeypatch, capsys, name):
     """Before: ``.ask.lock -> thesis.tex`` had thesis.tex truncated to 0 bytes and ``search_report.json -> notes``
     had the report written over notes, by a search that exited 0; ``optuna.journal -> notes`` had a record appended
@@ -42,6 +42,55 @@ def test_a_study_folder_file_that_links_elsewhere_is_refused_and_its_target_kept
         assert f"{study_dir / name} is a symbolic link (to {victim})" in lines[0] and "remove it" in lines[0], lines
     assert victim.read_text() == "my thesis\n" and (study_dir / name).is_symlink()
     assert not list(study_dir.glob("trial-*"))
+
+
+@pytest.mark.parametrize("first", ["sqlite", "journal"])
+def test_a_study_name_reused_with_another_storage_is_refused_and_the_first_studys_results_kept(tmp_path, monkeypatch,
+                                                                                              capsys, first):
+    """Before: the second storage's study took the folder: its report replaced the first's, and its trial 0, which
+    drew the same parameters, took the first study's complete trial-0000 as its own result without training."""
+    study_dir = tmp_path / "runs" / "search" / "dust_video"
+    monkeypatch.chdir(tmp_path)
+    database = ["--storage", "sqlite:///study.db"]  # relative: the same file from any spelling of its path
+    recorded, journal = f"sqlite:///{tmp_path / 'study.db'}", study_dir / "optuna.journal"
+    given, other = (database, []) if first == "sqlite" else ([], database)
+    code, lines = search(given, tmp_path, monkeypatch, capsys)
+    assert code == 0, lines
+    assert (study_dir / "storage.txt").read_text() == f"{recorded if first == 'sqlite' else journal}\n"
+    report, summary = (study_dir / "search_report.json").read_bytes(), (study_dir / "trial-0000" / "summary.json")
+    done = summary.stat().st_mtime_ns
+    resume = f"--storage {recorded} to resume this one" if first == "sqlite" else \
+        "drop --storage (and $CUTLAB_STORAGE, search.storage) to resume this one, in its folder's journal"
+    for dry_run in (["--dry-run"], []):
+        code, lines = search([*other, *dry_run], tmp_path, monkeypatch, capsys)
+        assert code == 2 and len(lines) == 1, lines
+        assert lines[0] == (f"cutlab-search: error: the study folder {study_dir} holds the study dust_video of the "
+                            f"storage {recorded if first == 'sqlite' else journal}, and this command's storage is "
+                            f"{journal if first == 'sqlite' else recorded}: "
+                            f"a study folder holds one study's trials; give --study NEW for a new study, or {resume}")
+    assert (study_dir / "search_report.json").read_bytes() == report and summary.stat().st_mtime_ns == done
+    assert not (tmp_path / "study.db" if first == "journal" else journal).exists()
+    # the same storage spelt otherwise, from another folder, resumes it; a folder from before the record (none) takes
+    # the storage it is given, and records it
+    monkeypatch.chdir(study_dir)
+    again = ["--storage", "sqlite:///../../../study.db"] if first == "sqlite" else ["--storage", "optuna.journal"]
+    for record in (True, False):
+        if not record:
+            (study_dir / "storage.txt").unlink()
+        code, lines = search(again, tmp_path, monkeypatch, capsys)
+        assert code == 0 and (study_dir / "storage.txt").read_text().strip() == (recorded if first == "sqlite"
+                                                                                  else str(journal)), lines
+    assert (study_dir / "search_report.json").read_bytes() == report and summary.stat().st_mtime_ns == done
+
+
+def test_a_storage_is_recorded_without_its_password_and_its_path_made_absolute(tmp_path, monkeypatch):
+    from cutlab.search.holder import storage_identity
+
+    monkeypatch.chdir(tmp_path)
+    assert storage_identity("postgresql+psycopg2://me:s3cr@t@db:5432/optuna") == "postgresql://me:***@db:5432/optuna"
+    assert storage_identity("study.journal") == storage_identity(f"journal:{tmp_path}/x/../study.journal") == \
+        str(tmp_path / "study.journal")
+    assert storage_identity("sqlite:///a.db?timeout=5") == f"sqlite:///{tmp_path / 'a.db'}?timeout=5"
 
 
 @pytest.mark.timeout(120)

@@ -124,6 +124,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_fixed_keys, check_space_keys, space_corners
     from cutlab.search.folder import check_study_folder
+    from cutlab.search.holder import check_holder
     from cutlab.search.preset import load_preset, resolved_direction, with_flags
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
@@ -167,6 +168,7 @@ def build_plan(args: argparse.Namespace):
     check_study_folder(study_dir)  # its lock or report a link: refused before a trial runs (also with --dry-run)
     storage = preset.storage or default_storage_url(study_dir)
     check_form(storage)  # a mistyped address stops here, before anything runs (also with --dry-run)
+    check_holder(study_dir, storage)  # the folder of a study that another storage holds: not this one's
     return Plan(preset, tuple(overrides), study_dir, storage, direction, int(base.seed), launcher)
 
 

@@ -1,4 +1,5 @@
-"""The study folder's own files (``<runs_dir>/search/<study>``): its ask lock and its report, never a link's target.
+"""The study folder's own files (``<runs_dir>/search/<study>``): its ask lock, its report and its storage record
+(holder.py), never a link's target.
 
 A study folder from elsewhere (copied, unpacked, shared) may hold ``.ask.lock -> ~/thesis.tex``: opening the lock
 for writing truncated the link's target, and the report was written through its link. Each is refused in one line
@@ -19,6 +20,7 @@ from cutlab.run.records import not_a_file
 
 ASK_LOCK = ".ask.lock"
 REPORT = "search_report.json"
+HOLDER = "storage.txt"  # the storage that holds the folder's study (holder.py)
 #: what a full disk leaves to do: the search's progress is in its journal
 SEARCH_GOES_ON = "the search goes on where it stopped, its finished trials kept"
 FIX = "remove it and run the same command again"
@@ -35,6 +37,7 @@ def check_study_folder(study_dir: Path) -> None:
     """Before anything runs (also with --dry-run): a report link found only at the end would cost the whole search."""
     refuse_foreign(study_dir / ASK_LOCK, "the study's lock file")
     refuse_foreign(study_dir / REPORT, "the study's report")
+    refuse_foreign(study_dir / HOLDER, "the study's storage record")
 
 
 @contextmanager

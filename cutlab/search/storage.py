@@ -254,7 +254,7 @@ def open_storage(url: str, heartbeat: dict):
     retry = RetryCallback(max_retry=heartbeat.get("max_retry", 3))
     check_form(url)
     if not url.startswith(DATABASES):
-        path = _journal_path(url)
+        path = journal_path(url)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             backend = JournalFile(str(path), JournalLock(str(path)))
@@ -291,7 +291,7 @@ def check_form(url: str) -> None:
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*):", url)
     if scheme is None or url.startswith("journal:") or len(scheme.group(1)) == 1 and "://" not in url:
         # a journal file's path (C:\\... is a drive letter, not a scheme)
-        return _check_journal_path(_journal_path(url))
+        return _check_journal_path(journal_path(url))
     name = scheme.group(1).lower()
     if url.startswith(DATABASES):
         if name == "sqlite" and not url.startswith("sqlite:///"):
@@ -321,7 +321,7 @@ def _in_memory(url: str) -> bool:
     return not path or ":memory:" in path or re.search(r"(?i)(^|&)mode=memory(&|$)", query) is not None
 
 
-def _journal_path(url: str) -> Path:
+def journal_path(url: str) -> Path:
     return Path(url[len("journal:"):] if url.startswith("journal:") else url).expanduser()
 
 

@@ -36,6 +36,7 @@ from cutlab.errors import CutlabError
 from cutlab.hangup import output_gone
 from cutlab.config.compose import compose_run_config, hydra_quoted
 from cutlab.search.folder import study_lock
+from cutlab.search.holder import record_holder
 from cutlab.search.preset import Arm, Param, Preset, as_override
 from cutlab.search.storage import ERROR, RetryCallback, open_storage
 from cutlab.search.verdict import constraint_values, trial_attrs
@@ -101,6 +102,7 @@ def open_study(plan: Plan, arm: Arm, storage, worker_index: int = 0) -> optuna.S
     # under the ask lock: workers started together once read the record between another's writes of it (its
     # "preset" without its "overrides") and stopped, saying the study was started with other overrides
     with study_lock(plan.study_dir):
+        record_holder(plan.study_dir, plan.storage_url)  # before the study's record: a folder holds one study
         return _open_study(plan, arm, storage, worker_index)
 
 
