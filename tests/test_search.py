@@ -179,6 +179,18 @@ def test_a_seeds_arm_whose_last_seed_is_past_the_largest_stops_the_search_in_one
         assert not (tmp_path / "runs").exists()
 
 
+def test_wandb_run_id_given_to_a_search_is_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """Before: every trial took it as its W&B id, and W&B merges what one id logs into one run."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("WANDB_RUN_ID", "fixedid1")
+    assert main(["search=dust_video", "--dry-run", *TINY, "wandb.mode=offline"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "cutlab-search: error: WANDB_RUN_ID=fixedid1 names one W&B run, and every run of this search would log into "
+        "it; unset it: each run gets a W&B id of its own (wandb_id in its summary.json)"]
+
+
 def test_a_preset_file_that_is_not_yaml_is_named_in_one_line_with_its_line_and_column(tmp_path, capsys):
     from cutlab.search.__main__ import main
 

@@ -83,17 +83,12 @@ def _check_folders_hydra_makes(plan: Plan) -> None:
 
 
 def _check_wandb_run_id(plan: Plan) -> None:
-    """WANDB_RUN_ID names one W&B run: every run of the sweep took it as its W&B id, and W&B merges what is logged
-    under one id into one run, each run's steps over the other's. A single run may take it."""
     from omegaconf import OmegaConf
 
-    run_id = os.environ.get("WANDB_RUN_ID", "").strip()
-    if not run_id or len(plan.runs) < 2:
-        return
-    if OmegaConf.select(OmegaConf.create(plan.config_yaml), "wandb.mode") == "disabled":
-        return
-    raise CutlabError(f"WANDB_RUN_ID={run_id} names one W&B run, and every run of this sweep would log into it; "
-                      "unset it: each run gets a W&B id of its own (wandb_id in its summary.json)")
+    from cutlab.config.checks import check_wandb_run_id
+
+    if os.environ.get("WANDB_RUN_ID"):  # the sweep's config read only then
+        check_wandb_run_id(len(plan.runs), OmegaConf.select(OmegaConf.create(plan.config_yaml), "wandb.mode"), "sweep")
 
 
 def _profile(plan: Plan):

@@ -119,7 +119,7 @@ def build_plan(args: argparse.Namespace):
     """Check the preset, compose every arm's config and a sample trial's, and name the study folder."""
     from omegaconf import OmegaConf
 
-    from cutlab.config.checks import check_config, check_runs_dir, runs_dir_path
+    from cutlab.config.checks import check_config, check_runs_dir, check_wandb_run_id, runs_dir_path
     from cutlab.config.launcher import check_launcher_node, is_launcher_override
     from cutlab.config.compose import compose_run_config
     from cutlab.search.compose import check_fixed_keys, check_space_keys, space_corners
@@ -159,6 +159,7 @@ def build_plan(args: argparse.Namespace):
             except CutlabError as error:
                 raise CutlabError(f"search={preset.name}: a trial with {' '.join(sample)} would be refused: "
                                   f"{error}") from None
+    check_wandb_run_id(preset.n_trials * len(preset.arms), str(base.wandb.mode), "search")
     objective = objective_of(task_kind(base))  # the objective declares its metric's direction
     direction = resolved_direction(preset.direction, objective.metric_name, objective.higher_is_better)
     runs_dir = runs_dir_path(base.paths.runs_dir)
