@@ -349,7 +349,7 @@ def _check_wandb_variables(mode: str) -> None:
 
 def check_wandb_run_id(runs: int, mode: str, what: str) -> None:
     """WANDB_RUN_ID names one W&B run: each of ``runs`` runs (a sweep's, a search's trials: ``what``) took it as its
-    W&B id, and W&B merges what one id logs into one run, each run's steps over the other's. A single run may take it."""
+    W&B id, and W&B merges what one id logs into one run, each run's steps over the other's. One run may take it."""
     run_id = os.environ.get("WANDB_RUN_ID", "").strip()
     if run_id and runs > 1 and mode != "disabled":
         raise CutlabError(f"WANDB_RUN_ID={run_id} names one W&B run, and every run of this {what} would log into it; "
