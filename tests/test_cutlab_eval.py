@@ -208,6 +208,9 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
     ("config_word", "config.yaml is not a run config: it holds a str, not a mapping; copy the run folder again"),
     ("config_other", "config.yaml is not a run config: it has no data, model, train, eval, paths section; copy the"),
     ("read_only", "evaluations (read-only file system): copy the run somewhere writable and evaluate the copy"),
+    # Hydra's "Ambiguous value", answered with "check the key against conf/" as if the key were misspelt
+    ("two_data", "data=synthetic,video_folder gives several values, which is a sweep: this command takes one value "
+                 "per key, so give one (and run it once per value)"),
 ])
 def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
     from cutlab.transfer.cli import main
@@ -231,6 +234,8 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
         args = [str(copy), "data=imdb"]
     elif case == "patch":
         args.append("data.patch=8")
+    elif case == "two_data":
+        args = [str(copy), "data=synthetic,video_folder"]
     elif case == "model_override":
         args.append("model=ut")
     elif case == "added_data_key":  # evaluated the default data before, with no word of the misspelt key

@@ -132,6 +132,8 @@ def test_a_step_optuna_would_refuse_stops_the_search_in_one_line_with_dry_run_to
     (["search.n_trials=[1"], "search.n_trials=[1: the value is not valid YAML (while parsing a flow sequence begun at "
      "column 1: expected ',' or ']', but got '<stream end>'); write it whole"),
     (["search.n_trials=${oops}"], "Interpolation key 'oops' not found"),
+    # Hydra's "Ambiguous value", answered with "check the key against conf/"
+    (["gamma=0,1"], "gamma=0,1 gives several values, which is a sweep: this command takes one value per key"),
 ])
 def test_a_bad_setting_stops_the_search_in_one_line_before_anything_is_written(tmp_path, capsys, monkeypatch,
                                                                                arguments, message):

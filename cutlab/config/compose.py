@@ -135,8 +135,10 @@ def compose_run_config(overrides: list[str], checked_by_caller: tuple[str, ...] 
     except CutlabError:
         raise
     except Exception as error:  # Hydra's own messages name the bad override
+        several = several_values(error, "this command takes one value per key, so give one (and run it once per "
+                                        "value)")  # Hydra's "Ambiguous value", answered with "check the key"
         reason = composition_message(error) if isinstance(error, (HydraException, OmegaConfBaseException)) else error
-        raise CutlabError(f"cutlab overrides {' '.join(overrides)!r} do not compose: {reason}") from None
+        raise CutlabError(several or f"cutlab overrides {' '.join(overrides)!r} do not compose: {reason}") from None
     return cfg
 
 
