@@ -4,6 +4,10 @@ refused at the door leaves no folder."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -37,7 +41,12 @@ def test_cfg_job_of_several_values_says_it_is_a_sweep(tmp_path, swept):
     (["-m", "--resolve", "gamma=0,1"], "--resolve and -m do not go together"),
     (["--resolve", "--plan", "-m", "gamma=0,1"], "--resolve and --plan do not go together"),
     (["--shell-completion"], "--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
-                             "python -m cutlab --shell-completion install=bash"),
+                             "cutlab --shell-completion install=bash"),
+    # Hydra's completion of python SCRIPT.py: it took over every python command's, and completed nothing here
+    (["-sc", "install=bash"], "python -m cutlab cannot complete itself (Hydra's completion knows python SCRIPT.py, "
+                              "not python -m, and would take over every python command's): install the cutlab "
+                              "command's, eval \"$(cutlab --shell-completion install=bash)\""),
+    (["-sc", "query=bash"], "query=SHELL is what the installed completion calls, with the shell's COMP_LINE set"),
     (["--cfg", "job", "--info"], "--cfg and --info do not go together: give one of them"),
     # Hydra ignored --package without --cfg: the whole default run started
     (["-p", "train"], "--package picks the part of the config --cfg prints: add --cfg (python -m cutlab --cfg job "
@@ -50,12 +59,24 @@ def test_cfg_job_of_several_values_says_it_is_a_sweep(tmp_path, swept):
     (["--info", "config", "train.alhpa=1"], "the command's config cannot be composed: Could not override"),
     (["--help", "-m", "seed=0,1"], "seed=0,1 gives several values, which is a sweep: --help shows one run's config"),
     (["--info", "all", "seed=0,1"], "seed=0,1 gives several values, which is a sweep: --info shows one run's config"),
-], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone", "cfg-with-info",
+], ids=["resolve-alone", "resolve-with-m", "resolve-with-plan", "shell-completion-alone", "completion-install-m",
+        "completion-query", "cfg-with-info",
         "package-alone", "package-with-plan", "help-bad-key", "hydra-help-bad-key", "info-bad-key", "help-sweep",
         "info-sweep"])
 def test_a_looking_flag_without_what_it_needs_is_one_line(tmp_path, args, expected):
     # Hydra's ValueError tracebacks; --resolve --plan was argparse's "unrecognized arguments: --plan"
     assert last_line(cutlab(args, tmp_path / "runs", check=False)).startswith(f"cutlab: error: {expected}")
+
+
+def test_the_cutlab_commands_completion_installs_for_cutlab_and_completes_its_groups():
+    """What the refusal of python -m cutlab's completion points to works: installed for the cutlab command (not for
+    every python command), and its query completes cutlab's own groups."""
+    command = str(Path(sys.executable).parent / "cutlab")
+    installed = subprocess.run([command, "-sc", "install=bash"], capture_output=True, text=True, check=True).stdout
+    assert installed.strip().splitlines()[-1].endswith("-F hydra_bash_completion cutlab"), installed[-500:]
+    env = {**os.environ, "COMP_LINE": "cutlab mod", "COMP_POINT": "10"}
+    query = subprocess.run([command, "-sc", "query=bash"], capture_output=True, text=True, env=env, check=True)
+    assert "model=" in query.stdout.split(), query.stdout
 
 
 @pytest.mark.parametrize("override", ['hydra.sweeper.params={gamma:"0.05,0.07"}', "+hydra.sweeper.params.gamma=0,0.09",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import copy
 import difflib
+import os
 import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -199,7 +201,15 @@ def _check_looking_flags(args) -> None:
     subcommands = [o for o in args.overrides if o.partition("=")[0] in ("install", "uninstall", "query")]
     if args.shell_completion and len(subcommands) != 1:
         raise CutlabError("--shell-completion takes one of install=SHELL, uninstall=SHELL or query=SHELL, e.g. "
-                          "python -m cutlab --shell-completion install=bash")
+                          "cutlab --shell-completion install=bash")
+    subcommand = subcommands[0].partition("=")[0] if args.shell_completion else None
+    if subcommand == "install" and Path(sys.argv[0]).name == "__main__.py":  # python -m cutlab
+        raise CutlabError("python -m cutlab cannot complete itself (Hydra's completion knows python SCRIPT.py, not "
+                          "python -m, and would take over every python command's): install the cutlab command's, "
+                          "eval \"$(cutlab --shell-completion install=bash)\"")
+    if subcommand == "query" and "COMP_LINE" not in os.environ:  # Hydra's KeyError traceback
+        raise CutlabError("query=SHELL is what the installed completion calls, with the shell's COMP_LINE set; install "
+                          "it instead: eval \"$(cutlab --shell-completion install=bash)\"")
 
 
 # Hydra's Optuna and Ax sweepers read interval(); its basic sweeper, which -m runs on, cannot
