@@ -112,6 +112,9 @@ def test_a_run_refused_under_hydras_job_logging_leaves_no_folder(tmp_path):
                            "'auto'); correct or unset it, or log without W&B (wandb.mode=disabled)"),
     ("WANDB_INIT_TIMEOUT=abc", "WANDB_INIT_TIMEOUT=abc: W&B cannot read it (input should be a valid number, unable to "
                                "parse string as a number); correct or unset it"),
+    # replaced in silence by the W&B name cutlab gives the run
+    ("WANDB_NAME=mine", "WANDB_NAME=mine: cutlab names each W&B run from its settings, and run_name=NAME puts NAME "
+                        "first (and names the run's folder); unset WANDB_NAME"),
 ])
 def test_a_wandb_variable_wandb_cannot_read_is_one_line_before_the_runs_folder(tmp_path, variable, expected):
     # pydantic's ValidationError traceback as the run's W&B service started, config.yaml and history.csv written

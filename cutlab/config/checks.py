@@ -332,6 +332,9 @@ def _check_wandb_variables(mode: str) -> None:
     paid only where such a variable is set)."""
     if not any(name.startswith("WANDB_") for name in os.environ):
         return
+    if name := os.environ.get("WANDB_NAME", "").strip():  # replaced in silence by the name cutlab gives each run
+        raise CutlabError(f"WANDB_NAME={name}: cutlab names each W&B run from its settings, and run_name=NAME puts "
+                          "NAME first (and names the run's folder); unset WANDB_NAME")
     import pydantic
     import wandb
 
