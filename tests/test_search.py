@@ -193,6 +193,48 @@ def test_wandb_run_id_given_to_a_search_is_refused_before_anything_runs(tmp_path
         "it; unset it: each run gets a W&B id of its own (wandb_id in its summary.json)"]
 
 
+@pytest.mark.parametrize("preset, message", [
+    ({"n_trials": 2, "overrides": ["train.alpha=0.3"], "space": {"train.alpha": {"type": "float", "low": 0.1,
+                                                                                 "high": 0.5}}},
+     "search.overrides sets train.alpha=0.3, and the space searches train.alpha: each trial's drawn value would "
+     "replace it; drop one of the two from the preset"),
+    ({"n_trials": 2, "arms": {"c": {"overrides": ["train=constrained", "train.lr=0.001"],
+                                    "space": {"train.lr": {"type": "log_float", "low": 1e-4, "high": 1e-2}}}}},
+     "search.arms.c.overrides sets train.lr=0.001, and the space searches train.lr"),
+], ids=["space", "arm"])
+def test_a_preset_that_fixes_a_key_it_searches_is_refused_in_one_line(tmp_path, capsys, preset, message):
+    """Before: each trial's drawn value, given after the preset's fixed one, replaced it in silence."""
+    import yaml
+
+    from cutlab.search.__main__ import main
+
+    path = tmp_path / "fixed.yaml"
+    path.write_text(yaml.safe_dump(preset))
+    assert main([f"search={path}", "--dry-run", *TINY]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and error[0].startswith(f"cutlab-search: error: {message}"), error
+
+
+def test_search_storage_on_the_command_line_wins_over_cutlab_storage_and_differs_from_storage_refused(
+        tmp_path, capsys, monkeypatch):
+    """Before: $CUTLAB_STORAGE, --storage's default, replaced a search.storage= of the command line in silence, and
+    --storage beside a different search.storage= won in silence."""
+    from cutlab.search.__main__ import main
+
+    monkeypatch.setenv("CUTLAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("CUTLAB_STORAGE", f"sqlite:///{tmp_path / 'environment.db'}")
+    journal = tmp_path / "typed.journal"
+    assert main(["search=dust_video", f"search.storage={journal}", "--dry-run", *TINY]) == 0
+    assert f"  storage: {journal}" in capsys.readouterr().err.splitlines()
+    assert main(["search=dust_video", "--dry-run", *TINY]) == 0  # the variable where the command names none
+    assert f"  storage: sqlite:///{tmp_path / 'environment.db'}" in capsys.readouterr().err.splitlines()
+    assert main(["search=dust_video", "--storage", str(tmp_path / "flag.journal"), f"search.storage={journal}",
+                 "--dry-run", *TINY]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "cutlab-search: error: --storage and search.storage= name two different storages; give one of them (neither "
+        "is shown here: an address may hold a password)"]
+
+
 def test_a_preset_file_that_is_not_yaml_is_named_in_one_line_with_its_line_and_column(tmp_path, capsys):
     from cutlab.search.__main__ import main
 

@@ -59,7 +59,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--launcher", dest="old_launcher", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--slurm-profile", dest="old_profile", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--n-trials", type=int, default=None, help="the study's TOTAL number of trials (= search.n_trials)")
-    parser.add_argument("--storage", default=os.environ.get(STORAGE_ENV) or None, help="JOURNAL_FILE | sqlite:///PATH "
+    parser.add_argument("--storage", default=None, help="JOURNAL_FILE | sqlite:///PATH "
                         f"| postgresql://... (Optuna's forms; = search.storage; default ${STORAGE_ENV}, for passwords)")
     parser.add_argument("--study", "--study-name", default=None, help="study name (= search.study; Optuna's "
                         "--study-name; default: the preset's)")
@@ -125,7 +125,7 @@ def build_plan(args: argparse.Namespace):
     from cutlab.search.compose import check_fixed_keys, check_space_keys, space_corners
     from cutlab.search.folder import check_study_folder
     from cutlab.search.holder import check_holder
-    from cutlab.search.preset import load_preset, resolved_direction, with_flags
+    from cutlab.search.preset import given_storage, load_preset, resolved_direction, with_flags
     from cutlab.search.storage import check_form, default_storage_url
     from cutlab.search.worker import Plan
     from cutlab.config.groups import task_kind
@@ -137,8 +137,9 @@ def build_plan(args: argparse.Namespace):
     name, dotlist, overrides = split_overrides(args.overrides)
     dotlist = with_flags(dotlist, {"--n-trials": args.n_trials, "--study": args.study})
     preset = load_preset(name, dotlist)
-    if args.storage:  # set after parsing: a parse error must never quote the address
-        preset = dataclasses.replace(preset, storage=args.storage)
+    storage = given_storage(args.storage, dotlist, os.environ.get(STORAGE_ENV) or None)
+    if storage:  # set after parsing: a parse error must never quote the address
+        preset = dataclasses.replace(preset, storage=storage)
     base = compose_run_config(overrides)
     launcher = OmegaConf.to_container(base.launcher, resolve=True)
     check_launcher_node(launcher)

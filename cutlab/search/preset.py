@@ -142,6 +142,18 @@ def with_flags(dotlist: list[str], flags: dict[str, Any]) -> list[str]:
     return [*dotlist, *added]
 
 
+def given_storage(flag: str | None, dotlist: list[str], environment: str | None) -> str | None:
+    """The storage the command names: --storage, else search.storage= (the preset takes it from ``dotlist``: None
+    here), else $CUTLAB_STORAGE (``environment``). Before: the variable, as --storage's default, replaced a
+    search.storage= of the command line in silence, and --storage and search.storage= given apart, the flag won.
+    Neither address is quoted: either may hold a password."""
+    typed = [item.partition("=")[2].strip() for item in dotlist if item.partition("=")[0].strip() == "storage"]
+    if flag and typed and typed[-1] != flag:
+        raise CutlabError("--storage and search.storage= name two different storages; give one of them (neither is "
+                          "shown here: an address may hold a password)")
+    return flag if flag or typed else environment
+
+
 def _read(item: str) -> Any:
     """The value of ``KEY=VALUE`` as the preset reads it (``3`` and ``03`` alike); one YAML cannot read, as written
     (load_preset names it)."""
@@ -207,7 +219,8 @@ def parse_preset(data: dict, name: str) -> Preset:
         raise CutlabError(f"search preset {name} needs exactly one of 'space' (one study) or 'arms' "
                           f"(several studies); e.g. space: {{{EXAMPLE}}}")
     if "space" in data:
-        arms = (Arm(None, _overrides(data.get("overrides"), "overrides"), parse_space(data["space"], "space")),)
+        common = _overrides(data.get("overrides"), "overrides")
+        arms = (_searched_apart(Arm(None, common, parse_space(data["space"], "space")), common),)
     else:
         if not isinstance(data["arms"], dict) or not data["arms"]:
             raise CutlabError(f"search preset {name}: arms must map arm names to {{overrides, space}} or {{overrides, seeds: true}}")
@@ -266,7 +279,20 @@ def _arm(name: str, spec, common: tuple[str, ...]) -> Arm:
     if seeds == ("space" in spec):
         raise CutlabError(f"search arm {name!r} needs either a space or seeds: true (one trial per seed)")
     space = () if seeds else parse_space(spec["space"], f"arms.{name}.space")
-    return Arm(str(name), common + _overrides(spec.get("overrides"), f"arms.{name}.overrides"), space, seeds)
+    arm = Arm(str(name), common + _overrides(spec.get("overrides"), f"arms.{name}.overrides"), space, seeds)
+    return _searched_apart(arm, common)
+
+
+def _searched_apart(arm: Arm, common: tuple[str, ...]) -> Arm:
+    """``arm`` when its fixed overrides (``common`` to every arm, then its own) set no key its space searches.
+    Before: the trial's drawn value, given after them, replaced the preset's fixed one in silence."""
+    searched = {param.key for param in arm.space}
+    for override in arm.overrides:
+        if (key := override.lstrip("+~").partition("=")[0]) in searched:
+            where = "overrides" if override in common else f"arms.{arm.name}.overrides"
+            raise CutlabError(f"search.{where} sets {override}, and the space searches {key}: each trial's drawn value "
+                              "would replace it; drop one of the two from the preset")
+    return arm
 
 
 def parse_space(space, where: str) -> tuple[Param, ...]:
