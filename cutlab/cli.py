@@ -19,7 +19,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from cutlab.config.compose import check_overrides, check_shown_config
+from cutlab.config.compose import check_overrides, check_shown_config, forced_as_plain
 from cutlab.config.paths import CONFIG_MODULE
 from cutlab.config.resolvers import register_resolvers
 from cutlab.config.searchpath import register_sweeps
@@ -194,6 +194,9 @@ def main() -> None:
     try:
         command = parse_command(argv)
         check_overrides(argv)
+        if command is not None and (plain := forced_as_plain(command)):  # ++seed=1 runs in seed=1's folder
+            command.overrides = [plain.get(override, override) for override in command.overrides]
+            argv = [plain.get(argument, argument) for argument in argv]
         if command is not None and (command.multirun or command.plan):
             # a sweep: planned first (bad keys fail before any run), then run by its launcher
             from cutlab.launch.sweep import hydra_sweep_dir, run_sweep, with_sweep_group

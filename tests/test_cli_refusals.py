@@ -148,3 +148,13 @@ def test_an_unset_variable_in_a_given_value_is_one_line_naming_it(tmp_path, args
                          "not found\"; set CUTLAB_TEST_UNSET, or give ${oc.env:CUTLAB_TEST_UNSET} a default: "
                          "${oc.env:CUTLAB_TEST_UNSET,DEFAULT}"), line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_forced_override_of_a_key_the_config_has_names_the_folder_as_the_plain_one(tmp_path):
+    # ++seed=1 and seed=1 set the same value, but the folder was named as typed: the same run trained twice
+    runs = tmp_path / "runs"
+    cutlab(["++seed=1", "wandb.mode=disabled", *TINY], runs)
+    (folder,) = [path.name for path in runs.iterdir() if not path.name.startswith("_")]
+    assert "seed=1" in folder.split(",") and "++" not in folder, folder
+    planned = cutlab(["--plan", "-m", "++seed=1,2", "wandb.mode=disabled", *TINY], runs).stdout.splitlines()
+    assert f"0 complete    {folder}" in planned, planned

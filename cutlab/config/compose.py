@@ -82,6 +82,36 @@ def check_overrides(overrides: list[str], checked_by_caller: tuple[str, ...] = (
         check_folder_overrides(overrides)
 
 
+def forced_as_plain(command) -> dict[str, str]:
+    """``++KEY=VALUE`` of a key the config already has, as ``KEY=VALUE`` (Hydra sets it alike): Hydra names the run's
+    folder from the overrides as typed, so ``++seed=1`` and ``seed=1`` trained one run twice, in two folders. Returns
+    {as typed: plain}; a group, Hydra's own keys, a key the config lacks, and a command that does not compose (its
+    checks say why) are left as typed."""
+    forced = [override for override in command.overrides if override.startswith("++")]
+    if not forced:
+        return {}
+    from hydra.errors import HydraException
+    from hydra.types import RunMode
+    from omegaconf.errors import OmegaConfBaseException
+
+    rest = [override for override in command.overrides if not override.startswith("++")]
+    mode = RunMode.MULTIRUN if command.multirun or command.plan else RunMode.RUN
+    try:
+        with main_hydra(command.config_dir) as hydra:
+            cfg = hydra.compose_config(command.config_name or "config", rest, run_mode=mode,
+                                       with_log_configuration=False)
+    except (HydraException, OmegaConfBaseException):
+        return {}
+    groups, absent = set(cfg.hydra.runtime.choices), object()
+    plain = {}
+    for override in forced:
+        key = override[2:].partition("=")[0]
+        if key.partition(".")[0] not in ("hydra", *groups) and "@" not in key and "/" not in key and \
+                OmegaConf.select(cfg, key, default=absent, throw_on_resolution_failure=False) is not absent:
+            plain[override] = override[2:]
+    return plain
+
+
 def check_is_override(argument: str) -> None:
     """A word that is no Hydra override (KEY=VALUE, +KEY=VALUE, ~KEY): one line saying what it seems to be, where
     Hydra would say only "Error parsing override" (a run folder given to resume it, half of an unquoted value)."""
