@@ -213,6 +213,18 @@ def test_a_job_array_that_sbatch_refuses_stops_in_one_line_naming_sbatchs_reason
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert result.stderr.splitlines()[-1].startswith("cutlab: error: sbatch refused the job array (")
     assert "Invalid --begin specification" in result.stderr.splitlines()[-1]
+    # nothing was submitted, so no sweep record: its command and plan, with no outcome, read as a killed submitter's
+    assert list((tmp_path / "runs" / "_sweeps").iterdir()) == []
+
+
+def test_slurm_conf_naming_no_file_is_said_at_once_in_one_line(cluster, tmp_path):
+    """sinfo retried the missing file for 30 s, and the line then blamed an unreachable controller."""
+    conf = tmp_path / "no_such" / "slurm.conf"
+    result = cutlab(["-m", "gamma=0,0.09", "launcher=slurm", f"launcher.profile={profile(tmp_path)}"],
+                    tmp_path / "runs", check=False, timeout=60, env={"SLURM_CONF": str(conf)})
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"cutlab: error: SLURM_CONF={conf} names no file: SLURM's commands read the cluster's configuration from it; "
+        "point it at the cluster's slurm.conf, or unset it for SLURM's own default"), result.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ threads are the job's CPUs where SLURM does not bind the job to them."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -128,3 +129,85 @@ def test_after_ctrl_c_a_run_whose_task_still_waits_in_the_queue_is_busy_not_subm
     finally:
         queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
         subprocess.run(["scancel", *queued], check=False)
+
+
+def test_a_closed_terminal_stops_the_waiting_and_leaves_the_queued_task_to_its_job(cluster, tmp_path):
+    """SIGHUP to the submitting command (its terminal closed, an ssh session dropped) while its task waits to start:
+    it died without a word and its record named no job, so the same command planned the run new and submitted it a
+    second time. Now it stops as on SIGTERM, the run recorded busy with its job, which the same command leaves it to."""
+    runs = tmp_path / "runs"
+    grid = ["gamma=0", *SHORT]
+    later = profile(tmp_path, additional_parameters="{begin: now+1hour}")
+    sweep = start_slurm_sweep(grid, later, tmp_path)
+    array_of(runs, sweep)
+    sweep.send_signal(signal.SIGHUP)
+    _, stderr = sweep.communicate(timeout=60)
+    try:
+        assert sweep.returncode == 75 and "Traceback" not in stderr, stderr[-3000:]
+        [outcome] = sweep_outcome(runs)["runs"]
+        task = outcome["job_id"]
+        assert outcome["status"] == "busy" and scontrol(task)["JobState"] == "PENDING", outcome
+        assert f"[cutlab] slurm: SIGHUP: stopped waiting; 1 of the 1 tasks go on on the cluster (scancel {task}" \
+            in stderr, stderr[-3000:]
+        planned = cutlab(["--plan", "-m", *grid, "launcher=slurm", f"launcher.profile={later}"], runs).stdout
+        assert f" busy        {RUN} (written now by SLURM job {task}, still queued: not run again)" in planned, planned
+    finally:
+        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
+        subprocess.run(["scancel", *queued], check=False)
+
+
+def test_a_submitter_killed_once_sbatch_answered_leaves_its_jobs_recorded_and_they_are_not_submitted_again(
+        cluster, tmp_path):
+    """SIGKILL to the submitting command (a lost login node, the OOM killer) while its task waits: the jobs were
+    recorded only as it ended, so the same command planned the run new and submitted it a second time. Now the
+    record names each run's job as sbatch answers. The wait's line says where a task is (checked here at the
+    source: squeue's state and reason for the task, as the wait prints them every minute no task ends)."""
+    from cutlab.launch.slurm import _in_queue, queue_text
+
+    runs = tmp_path / "runs"
+    grid = ["gamma=0", *SHORT]
+    later = profile(tmp_path, additional_parameters="{begin: now+1hour}")
+    sweep = start_slurm_sweep(grid, later, tmp_path)
+    array_of(runs, sweep)
+    deadline = time.time() + 60
+    while not (sweep_outcome_folder(runs) / "outcome.json").exists():
+        assert sweep.poll() is None and time.time() < deadline, sweep.communicate()[1][-3000:]
+        time.sleep(0.1)
+    sweep.kill()
+    sweep.communicate(timeout=60)
+    try:
+        [outcome] = sweep_outcome(runs)["runs"]
+        task = outcome["job_id"]
+        assert outcome["status"] == "busy" and scontrol(task)["JobState"] == "PENDING", outcome
+        assert queue_text(_in_queue([task]), [task]) == "1 pending (BeginTime)"
+        again = cutlab(["-m", *grid, "launcher=slurm", f"launcher.profile={later}"], runs, check=False)
+        assert again.returncode == 1 and "0 to run with launcher=slurm, 1 busy" in again.stderr, again.stderr[-3000:]
+        assert "submitted" not in again.stderr
+        assert subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
+                              check=True).stdout.split() == [task]
+    finally:
+        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
+        subprocess.run(["scancel", *queued], check=False)
+
+
+def test_a_later_record_that_found_the_run_busy_by_its_lock_keeps_the_job_an_earlier_record_named(tmp_path):
+    """A sweep that found the run's folder locked by the task running it recorded it busy with no job: read last,
+    that record dropped the job the first sweep had left the run to, so once SLURM requeued that task (a time limit,
+    a preemption) the same command planned the run anew and submitted it a second time. A later record of the run
+    done or failed still ends the job's claim."""
+    from cutlab.launch.queued import _left_to_jobs
+
+    records = tmp_path / "_sweeps"
+
+    def record(name: str, status: str, job_id: str | None, when: float) -> None:
+        folder = records / f"{name}-20261207T0000{when:02.0f}.000000Z"
+        folder.mkdir(parents=True)
+        (folder / "outcome.json").write_text(json.dumps({"runs": [{"run_id": "r", "status": status,
+                                                                   "job_id": job_id}]}))
+        os.utime(folder / "outcome.json", (when, when))
+
+    record("sweep-a", "busy", "7_0", 1)
+    record("sweep-a", "busy", None, 2)
+    assert _left_to_jobs(tmp_path, {"r"}) == {"r": ("7_0", "cutlab-sweep-a")}
+    record("sweep-a", "complete", None, 3)
+    assert _left_to_jobs(tmp_path, {"r"}) == {}

@@ -29,7 +29,9 @@ def queued_jobs(runs_dir: Path, run_ids: set[str]) -> dict[str, str]:
 
 
 def _left_to_jobs(runs_dir: Path, run_ids: set[str]) -> dict[str, tuple[str, str]]:
-    """``run_id -> (job id, job name)`` of the runs the sweep records left busy to a job; the latest record wins."""
+    """``run_id -> (job id, job name)`` of the runs the sweep records left busy to a job; the latest record wins, but
+    a record that found the run busy without naming a job (its folder locked by the task running it) keeps the job an
+    earlier record named: dropping it, the same command submitted the run again once SLURM requeued that task."""
     records = [path for path in (runs_dir / SWEEP_RECORDS).glob(f"*/{OUTCOME_FILE}") if not_a_file(path) is None]
     left: dict[str, tuple[str, str]] = {}
     for path in sorted(records, key=_modified):
@@ -38,7 +40,7 @@ def _left_to_jobs(runs_dir: Path, run_ids: set[str]) -> dict[str, tuple[str, str
             if run.get("run_id") in run_ids:
                 if run.get("status") == "busy" and isinstance(run.get("job_id"), str):
                     left[run["run_id"]] = (run["job_id"], job_name)
-                else:
+                elif run.get("status") != "busy":
                     left.pop(run["run_id"], None)
     return left
 

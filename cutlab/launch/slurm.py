@@ -16,18 +16,21 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from cutlab.core.progress import counted
+from cutlab.core.progress import counted, duration
 from cutlab.errors import CutlabError
+from cutlab.hangup import repeated_hang_up, stop_signals
 from cutlab.launch.job import RunCommand
 from cutlab.launch.outcome import Outcome, ended, opened_tally, outcome_of
 from cutlab.launch.slurm_profile import SlurmProfile
 from cutlab.run.records import stopped_at_checkpoint
 
 POLL_S = 1.0
+WAIT_LINE_EVERY_S = 60.0  # a wait in which no task ends says this often where the tasks are (queued, held, running)
 VANISHED_AFTER_S = 15.0  # a task absent from squeue this long with no result file has died without one ...
 RESULT_VISIBLE_S = 120.0  # ... unless SLURM says it COMPLETED: NFS may show a new file up to 60 s late (acdirmax)
 CANCELLED_UNSTARTED = "cancelled before it started (SLURM state CANCELLED); run the same command again to run it"
@@ -53,8 +56,9 @@ def submit(commands: list[RunCommand], profile: SlurmProfile, folder: Path, job_
         reason = "; ".join(said[-2:]) or "no reason given"
         raise CutlabError(f"sbatch refused the job array ({reason}); nothing was submitted: change the "
                           "launcher.KEY= setting it names (--plan shows the sbatch script)") from None
+    at_once = min(profile.array_parallelism, len(jobs))  # submitit's --array=0-N%K caps K at the array's size
     print(f"[cutlab] slurm: submitted {counted(len(jobs), 'run')} as job array {jobs[0].job_id.split('_')[0]} "
-          f"(at most {profile.array_parallelism} at a time; logs in {folder})", file=sys.stderr, flush=True)
+          f"(at most {at_once} at a time; logs in {folder})", file=sys.stderr, flush=True)
     return jobs, stopped_by
 
 
@@ -63,22 +67,25 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
     """Wait for every task, reporting each as it ends; a failed task never stops the others. ``on_poll``: called at
     every poll, for what the tasks do between their ends (a search's trials).
 
-    Ctrl-C or SIGTERM stops the waiting, not the tasks: they go on on the cluster (``scancel`` stops them), and each
-    one still running is ``busy`` in the outcomes, left to its job. ``stopped_by``: such signals that came while
-    ``submit`` held them; ``refused``: the sweep's runs its plan refused, submitted as no task, counted failed in its
-    tally and outcomes. Returns the outcomes and that signal's name (None when every task ended)."""
+    Ctrl-C, SIGTERM or SIGHUP stops the waiting, not the tasks: they go on on the cluster (``scancel`` stops them),
+    and each one still running is ``busy`` in the outcomes, left to its job. ``stopped_by``: such signals that came
+    while ``submit`` held them; ``refused``: the sweep's runs its plan refused, submitted as no task, counted failed
+    in its tally and outcomes. A minute in which no task ends gets a line saying where they are (queued and why,
+    running). Returns the outcomes and that signal's name (None when every task ended)."""
     pending = dict(zip([job.job_id for job in jobs], zip(jobs, commands)))
     outcomes: list[Outcome] = list(refused)
     done = opened_tally("slurm", len(jobs), "job", outcomes)  # n/N ended and the time left, as each array task ends
     missing_since: dict[str, float] = {}
     states: dict[str, str | None] = {}
+    began = said = time.monotonic()  # said: the last line; a wait in which no task ends says where they are
 
     def final_state(job_id: str) -> str | None:  # asked once: a COMPLETED task is waited for, polled each second
         if job_id not in states:
             states[job_id] = slurm_state(job_id)
         return states[job_id]
 
-    def poll() -> None:  # each task that ended leaves ``pending`` for ``outcomes``
+    def poll() -> dict[str, str] | None:  # each task that ended leaves ``pending`` for ``outcomes``; squeue's answer
+        nonlocal said
         queued = _in_queue(list(pending))
         for job_id, (job, command) in list(pending.items()):
             if queued is not None and job_id in queued:  # not ended: a result file is a requeued task's last start's
@@ -97,10 +104,16 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
             del pending[job_id]
             outcomes.append(outcome)
             done.update(ended(outcomes), outcome.line())
+            said = time.monotonic()
+        return queued
 
     with _note_signals(stopped_by) as stopped_by:
         while pending and not stopped_by:
-            poll()
+            queued = poll()
+            if pending and time.monotonic() - said >= WAIT_LINE_EVERY_S:
+                said = time.monotonic()
+                print(f"[cutlab] slurm: waiting, {duration(said - began)} since submission: {len(jobs) - len(pending)} "
+                      f"of {len(jobs)} tasks ended; {queue_text(queued, list(pending))}", file=sys.stderr, flush=True)
             if pending and not stopped_by:
                 if on_poll:
                     on_poll()
@@ -111,15 +124,20 @@ def wait(jobs, commands: list[RunCommand], on_poll: Callable[[], None] | None = 
     print(f"[cutlab] slurm: {stopped_by[0]}: stopped waiting; {len(pending)} of the {len(jobs)} tasks go on on the "
           f"cluster (scancel {arrays} stops them); the same command later skips the runs they finish",
           file=sys.stderr, flush=True)
-    left = [Outcome(command.run_id, "busy", job_id=job_id, error=f"left running on the cluster as job {job_id} "
-                    f"(scancel {job_id} stops it)") for job_id, (_, command) in pending.items()]
-    return outcomes + left, stopped_by[0]
+    return outcomes + [left_to(job_id, command) for job_id, (_, command) in pending.items()], stopped_by[0]
+
+
+def left_to(job_id: str, command: RunCommand) -> Outcome:
+    """The run left to its task on the cluster (busy, with the job that runs it: the plan of the same command reads
+    it there, and leaves the run to that job while squeue holds it)."""
+    return Outcome(command.run_id, "busy", job_id=job_id, error=f"left running on the cluster as job {job_id} (scancel "
+                   f"{job_id} stops it)")
 
 
 @contextmanager
 def _note_signals(received_before: list[str] | None = None, second_stops: bool = False) -> Iterator[list[str]]:
-    """Within the block, Ctrl-C and SIGTERM only add their name to the yielded list (main thread only), which starts
-    with ``received_before``. ``second_stops``: the first is held (said in one line) and a second one raises
+    """Within the block, Ctrl-C, SIGTERM and SIGHUP only add their name to the yielded list (main thread only), which
+    starts with ``received_before``. ``second_stops``: the first is held (said in one line) and a second one raises
     KeyboardInterrupt at once, for a block that could hang (sbatch with no controller to answer it)."""
     received: list[str] = list(received_before or [])
     if threading.current_thread() is not threading.main_thread():
@@ -127,6 +145,8 @@ def _note_signals(received_before: list[str] | None = None, second_stops: bool =
         return
 
     def note(signum, frame) -> None:
+        if repeated_hang_up(signum):  # SIGHUP: the terminal closed; its lines now go to /dev/null
+            return
         if second_stops and received:
             raise KeyboardInterrupt
         received.append(signal.Signals(signum).name)
@@ -134,7 +154,8 @@ def _note_signals(received_before: list[str] | None = None, second_stops: bool =
             print(f"[cutlab] slurm: {received[-1]}: stopping once sbatch has answered, so that the jobs it submits are "
                   "recorded (Ctrl-C again stops at once)", file=sys.stderr, flush=True)
 
-    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too: a closed terminal killed the waiting command without a word, its queued tasks recorded nowhere
+    previous = {sig: signal.signal(sig, note) for sig in stop_signals(signal.SIGINT, signal.SIGTERM)}
     try:
         yield received
     finally:
@@ -186,14 +207,29 @@ def slurm_state(job_id: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _in_queue(job_ids: list[str]) -> set[str] | None:
-    """The given array tasks SLURM still holds (pending, running, requeued); None if squeue did not answer."""
+def queue_text(queued: dict[str, str] | None, job_ids: list[str]) -> str:
+    """Where the tasks ``job_ids`` are, as squeue said (``queued``): ``1 running, 2 pending (BeginTime)``."""
+    if queued is None:
+        return ("squeue does not answer (is the SLURM controller up?); the tasks' results are read as they come, and "
+                "Ctrl-C stops the waiting, not the tasks")
+    where = Counter(queued.get(job_id, "ending") for job_id in job_ids)
+    return ", ".join(f"{count} {state}" for state, count in sorted(where.items()))
+
+
+def _in_queue(job_ids: list[str]) -> dict[str, str] | None:
+    """The given array tasks SLURM still holds (pending, running, requeued), each with its state in words
+    (``running``, ``pending (Resources)``); None if squeue did not answer."""
     arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
     try:
-        out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i", "--jobs", ",".join(arrays)],
+        out = subprocess.run(["squeue", "--noheader", "--array", "--format=%i %T %r", "--jobs", ",".join(arrays)],
                              capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
-        return set() if "Invalid job id" in out.stderr else None
-    return {line.strip() for line in out.stdout.splitlines() if line.strip()}
+        return {} if "Invalid job id" in out.stderr else None
+    queued = {}
+    for line in out.stdout.splitlines():
+        job_id, state, reason = (line.split(maxsplit=2) + ["", ""])[:3]
+        if job_id:  # a running task's reason is "None"
+            queued[job_id] = state.lower() + (f" ({reason.strip()})" if reason.strip() not in ("", "None") else "")
+    return queued

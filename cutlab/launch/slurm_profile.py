@@ -212,6 +212,10 @@ def check_cluster(profile: SlurmProfile) -> None:
         if shutil.which(tool) is None:
             raise CutlabError(f"launcher=slurm needs SLURM's {tool} on PATH; run on a cluster's login node, or use "
                               "launcher=local (parallel processes on this machine)")
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():  # sinfo retried it for 60 s, and the line blamed the controller
+        raise CutlabError(f"SLURM_CONF={conf} names no file: SLURM's commands read the cluster's configuration from "
+                          "it; point it at the cluster's slurm.conf, or unset it for SLURM's own default")
     try:
         out = subprocess.run(["sinfo", "--noheader", "--format=%R"], capture_output=True, text=True, timeout=30)
     except subprocess.TimeoutExpired:

@@ -119,7 +119,16 @@ def _launch(plan: Plan, launcher: str, profile, record: Path) -> int:
     else:
         from cutlab.launch import slurm
 
-        jobs, stopped_by = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
+        try:
+            jobs, stopped_by = slurm.submit(commands, profile, record / "submitit", f"cutlab-{plan.name}")
+        except CutlabError:  # sbatch refused it: nothing was submitted, so no record, which would look like a sweep
+            shutil.rmtree(record, ignore_errors=True)  # whose submitter was killed
+            raise
+        # each run's job, recorded as sbatch answers: a submitter killed (SIGKILL, a lost login node) before it
+        # wrote its outcome left no trace of them, and the same command submitted its queued runs again
+        left = refused + busy_outcomes(plan) + [slurm.left_to(job.job_id, c) for job, c in zip(jobs, commands)]
+        finish_record(record, [o.as_dict() for o in left], skipped_total(plan.completed, left),
+                      time.perf_counter() - started)
         outcomes, stopped_by = slurm.wait(jobs, commands, stopped_by=stopped_by, refused=refused)
     elapsed = time.perf_counter() - started
     outcomes += busy_outcomes(plan)
