@@ -340,7 +340,7 @@ def _as_typed(overrides: list[str]) -> list[str]:
 def _state(run_dir: Path, job: dict, here: bool) -> tuple[str, int, str | None, str | None]:
     """The run's status from its summary.json; ``refused`` (with why) when its folder holds another configuration or
     files that are not a run record, or when its config has a value the run's own checks refuse (gamma=-1): running
-    it says the same in one line, and it is never counted as complete; so is a file or dead link where its folder goes."""
+    it says the same in one line, and it is never counted as complete; so is a file or dead link at its folder."""
     try:
         check_config(OmegaConf.create(job), folders=here)  # SLURM's jobs may run where the data are, not here
         check_run_folder(run_dir)

@@ -83,6 +83,7 @@ def _check_folders_hydra_makes(plan: Plan) -> None:
 
 
 def _check_wandb_run_id(plan: Plan) -> None:
+    """WANDB_RUN_ID refused for a sweep of several logged runs (cutlab.config.checks.check_wandb_run_id)."""
     from omegaconf import OmegaConf
 
     from cutlab.config.checks import check_wandb_run_id
