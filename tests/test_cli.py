@@ -827,13 +827,15 @@ def test_wandbs_run_group_and_tags_variables_reach_the_wandb_run(tmp_path):
 
     runs = tmp_path / "runs"
     cutlab(["-m", *TINY_RUN, "L=1", "eval.gamma_test=[0]", "progress=false", "wandb.mode=offline"], runs,
-           env={"WANDB_TAGS": "ablation,v2", "WANDB_RUN_GROUP": "exp1"})
+           env={"WANDB_TAGS": "ablation,v2", "WANDB_RUN_GROUP": "exp1", "WANDB_ENTITY": "lab"})
     ((run_dir, sessions),) = find_offline_runs(runs).items()
     run = [record["run"] for session in sessions for record in read_transaction_log(session)
            if record.get("type") == "run"][-1]
     verdict = json.loads((run_dir / "summary.json").read_text())["verdict"]
-    assert (run["run_group"], run["tags"]) == ("exp1", ["ablation", "v2", verdict])
-    assert "group: exp1" in (run_dir / "config.yaml").read_text()
+    assert (run["run_group"], run["tags"], run["entity"]) == ("exp1", ["ablation", "v2", verdict], "lab")
+    # and the run's own record says so: it said entity: null, tags: [] while W&B took the variables
+    recorded = yaml.safe_load((run_dir / "config.yaml").read_text())["wandb"]
+    assert (recorded["group"], recorded["tags"], recorded["entity"]) == ("exp1", ["ablation", "v2"], "lab")
 
 
 def test_a_wandb_mode_cutlab_does_not_run_is_named_by_its_variable(monkeypatch):

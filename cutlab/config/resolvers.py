@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from omegaconf import OmegaConf
+from omegaconf import ListConfig, OmegaConf
 
 from cutlab.config.naming import run_name
 from cutlab.config.neutral import FOLDER_NEUTRAL_KEYS
@@ -39,6 +39,13 @@ def wandb_variable(name: str, default):
     return WANDB_MODE_ALIASES.get(value.lower(), value.lower()) if name == "MODE" else value
 
 
+def wandb_tags() -> ListConfig:
+    """``${cutlab_wandb_tags:}``: W&B's $WANDB_TAGS (comma-separated, as W&B splits it), else none; so the run's
+    config.yaml records the tags W&B gives the run (it said ``tags: []`` while W&B used the variable's). A ListConfig:
+    OmegaConf.resolve cannot put a plain list where the interpolation was."""
+    return OmegaConf.create([tag.strip() for tag in os.environ.get("WANDB_TAGS", "").split(",") if tag.strip()])
+
+
 def register_resolvers() -> None:
     if not OmegaConf.has_resolver("cutlab_run_name"):
         OmegaConf.register_new_resolver("cutlab_run_name", run_name)
@@ -48,6 +55,8 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("cutlab_absolute", os.path.abspath)
     if not OmegaConf.has_resolver("cutlab_wandb"):
         OmegaConf.register_new_resolver("cutlab_wandb", wandb_variable)
+    if not OmegaConf.has_resolver("cutlab_wandb_tags"):
+        OmegaConf.register_new_resolver("cutlab_wandb_tags", wandb_tags)
     if not OmegaConf.has_resolver("cutlab_if_deep"):
         OmegaConf.register_new_resolver("cutlab_if_deep", if_deep)
     # paths.data_dir / paths.models_dir: the same functions cutlab-reproduce calls, so both read one rule
