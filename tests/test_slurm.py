@@ -94,6 +94,12 @@ def ctrl_c(process: subprocess.Popen) -> tuple[str, str]:
     return task, process.communicate(timeout=60)[1]
 
 
+def cancel_queued() -> None:
+    """scancel every job the test's cluster still holds (a test that left its job queued on purpose)."""
+    queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
+    subprocess.run(["scancel", *queued], check=False)
+
+
 def scontrol(job: str) -> dict[str, str]:
     out = subprocess.run(["scontrol", "show", "job", "--oneliner", job], capture_output=True, text=True, check=True).stdout
     return dict(item.split("=", 1) for item in out.split() if "=" in item)
@@ -334,8 +340,7 @@ def test_ctrl_c_while_the_sweep_submits_waits_for_sbatch_and_records_the_job_it_
                 "stops them)") in stderr, stderr[-3000:]
         assert scontrol(task)["JobState"] in ("PENDING", "RUNNING"), "the job submitted goes on"
     finally:  # whatever was submitted, recorded or not
-        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
-        subprocess.run(["scancel", *queued], check=False)
+        cancel_queued()
 
 
 @pytest.mark.slow

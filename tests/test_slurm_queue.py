@@ -18,7 +18,8 @@ from conftest import ROOT
 from helpers.cli import cutlab
 from helpers.contract import cutlab_env
 from helpers.sweeps import sweep_outcome
-from test_slurm import LONG_RUN, cluster, profile, scontrol, start_slurm_sweep, sweep_outcome_folder, wait_for_steps
+from test_slurm import (LONG_RUN, cancel_queued, cluster, profile, scontrol, start_slurm_sweep, sweep_outcome_folder,
+                        wait_for_steps)
 
 __all__ = ["cluster"]  # the fixture: a single-node SLURM for this module
 
@@ -127,8 +128,7 @@ def test_after_ctrl_c_a_run_whose_task_still_waits_in_the_queue_is_busy_not_subm
         assert subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
                               check=True).stdout.split() == [task]
     finally:
-        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
-        subprocess.run(["scancel", *queued], check=False)
+        cancel_queued()
 
 
 def test_a_closed_terminal_stops_the_waiting_and_leaves_the_queued_task_to_its_job(cluster, tmp_path):
@@ -152,8 +152,7 @@ def test_a_closed_terminal_stops_the_waiting_and_leaves_the_queued_task_to_its_j
         planned = cutlab(["--plan", "-m", *grid, "launcher=slurm", f"launcher.profile={later}"], runs).stdout
         assert f" busy        {RUN} (written now by SLURM job {task}, still queued: not run again)" in planned, planned
     finally:
-        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
-        subprocess.run(["scancel", *queued], check=False)
+        cancel_queued()
 
 
 def test_a_submitter_killed_once_sbatch_answered_leaves_its_jobs_recorded_and_they_are_not_submitted_again(
@@ -186,8 +185,7 @@ def test_a_submitter_killed_once_sbatch_answered_leaves_its_jobs_recorded_and_th
         assert subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True,
                               check=True).stdout.split() == [task]
     finally:
-        queued = subprocess.run(["squeue", "--noheader", "--format=%i"], capture_output=True, text=True).stdout.split()
-        subprocess.run(["scancel", *queued], check=False)
+        cancel_queued()
 
 
 def test_a_later_record_that_found_the_run_busy_by_its_lock_keeps_the_job_an_earlier_record_named(tmp_path):

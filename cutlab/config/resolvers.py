@@ -43,7 +43,7 @@ def wandb_tags() -> ListConfig:
     """``${cutlab_wandb_tags:}``: W&B's $WANDB_TAGS (comma-separated, as W&B splits it), else none; so the run's
     config.yaml records the tags W&B gives the run (it said ``tags: []`` while W&B used the variable's). A ListConfig:
     OmegaConf.resolve cannot put a plain list where the interpolation was."""
-    return OmegaConf.create([tag.strip() for tag in os.environ.get("WANDB_TAGS", "").split(",") if tag.strip()])
+    return OmegaConf.create([tag.strip() for tag in wandb_variable("TAGS", "").split(",") if tag.strip()])
 
 
 def register_resolvers() -> None:

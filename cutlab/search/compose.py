@@ -6,7 +6,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from cutlab.config.groups import GROUPS, choices
 from cutlab.errors import CutlabError
-from cutlab.search.preset import Arm, Param, as_override
+from cutlab.search.preset import Arm, Param, as_override, first_searched
 
 _MISSING = object()
 
@@ -34,14 +34,12 @@ def check_fixed_keys(arm: Arm, overrides: list[str], preset: str) -> None:
     """The command's ``overrides`` set no key ``arm`` searches (a seeds arm's ``seed=`` is its first seed: not one).
     Before: the plan listed train.alpha=0.3 for every trial, and each trial's drawn value, given after it, replaced
     it in silence."""
-    searched = {param.key: param for param in arm.space}
-    for override in overrides:
-        key = override.lstrip("+~").partition("=")[0]
-        if key in searched:
-            which = f"arm {arm.name} of search={preset}" if arm.name else f"search={preset}"
-            raise CutlabError(f"{override} sets a key every trial draws: {which} searches {param_text(searched[key])}; "
-                              f"drop {override}, or give a preset whose space leaves {key} out "
-                              "(search=path/to/space.yaml)")
+    if found := first_searched(overrides, arm.space):
+        override, param = found
+        which = f"arm {arm.name} of search={preset}" if arm.name else f"search={preset}"
+        raise CutlabError(f"{override} sets a key every trial draws: {which} searches {param_text(param)}; drop "
+                          f"{override}, or give a preset whose space leaves {param.key} out "
+                          "(search=path/to/space.yaml)")
 
 
 def param_text(param: Param) -> str:

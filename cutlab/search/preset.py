@@ -134,7 +134,7 @@ def with_flags(dotlist: list[str], flags: dict[str, Any]) -> list[str]:
         if value is None:
             continue
         key = flag.lstrip("-").replace("-", "_")
-        given = [item for item in dotlist if item.partition("=")[0].strip() == key]  # the last one given wins
+        given = _typed(dotlist, key)  # the last one given wins
         if given and _read(given[-1]) != _read(f"{key}={value}"):
             raise CutlabError(f"{flag} {value} and search.{given[-1]} set the same setting to different values; "
                               "give one of them")
@@ -147,11 +147,16 @@ def given_storage(flag: str | None, dotlist: list[str], environment: str | None)
     here), else $CUTLAB_STORAGE (``environment``). Before: the variable, as --storage's default, replaced a
     search.storage= of the command line in silence, and --storage and search.storage= given apart, the flag won.
     Neither address is quoted: either may hold a password."""
-    typed = [item.partition("=")[2].strip() for item in dotlist if item.partition("=")[0].strip() == "storage"]
+    typed = [item.partition("=")[2].strip() for item in _typed(dotlist, "storage")]
     if flag and typed and typed[-1] != flag:
         raise CutlabError("--storage and search.storage= name two different storages; give one of them (neither is "
                           "shown here: an address may hold a password)")
     return flag if flag or typed else environment
+
+
+def _typed(dotlist: list[str], key: str) -> list[str]:
+    """The ``KEY=VALUE`` items of ``dotlist`` (``search.`` already taken off) that set ``key``, in the order given."""
+    return [item for item in dotlist if item.partition("=")[0].strip() == key]
 
 
 def _read(item: str) -> Any:
@@ -286,13 +291,22 @@ def _arm(name: str, spec, common: tuple[str, ...]) -> Arm:
 def _searched_apart(arm: Arm, common: tuple[str, ...]) -> Arm:
     """``arm`` when its fixed overrides (``common`` to every arm, then its own) set no key its space searches.
     Before: the trial's drawn value, given after them, replaced the preset's fixed one in silence."""
-    searched = {param.key for param in arm.space}
-    for override in arm.overrides:
-        if (key := override.lstrip("+~").partition("=")[0]) in searched:
-            where = "overrides" if override in common else f"arms.{arm.name}.overrides"
-            raise CutlabError(f"search.{where} sets {override}, and the space searches {key}: each trial's drawn value "
-                              "would replace it; drop one of the two from the preset")
+    if found := first_searched(arm.overrides, arm.space):
+        override, param = found
+        where = "overrides" if override in common else f"arms.{arm.name}.overrides"
+        raise CutlabError(f"search.{where} sets {override}, and the space searches {param.key}: each trial's drawn "
+                          "value would replace it; drop one of the two from the preset")
     return arm
+
+
+def first_searched(overrides, space: tuple[Param, ...]) -> tuple[str, Param] | None:
+    """The first of ``overrides`` that sets a key ``space`` searches, with that key's Param: each trial's drawn value,
+    given after the fixed overrides, would replace it."""
+    searched = {param.key: param for param in space}
+    for override in overrides:
+        if (key := override.lstrip("+~").partition("=")[0]) in searched:
+            return override, searched[key]
+    return None
 
 
 def parse_space(space, where: str) -> tuple[Param, ...]:
