@@ -40,7 +40,8 @@ def largest_violation(violations, interval) -> tuple[float, list[float] | str] |
     if not violations or not isinstance(interval, dict) or not interval.get("layers"):
         return None
     if not interval["low"]:
-        return max(violations[layer] for layer in interval["layers"]), f"{interval['count']} {interval['resampled']}s"
+        count, unit = interval["count"], interval["resampled"]
+        return max(violations[layer] for layer in interval["layers"]), f"{count} {unit}{'s' * (count != 1)}"
     entries = zip(interval["layers"], interval["low"], interval["high"])
     return max(((violations[layer], [low, high]) for layer, low, high in entries), key=lambda pair: pair[0])
 

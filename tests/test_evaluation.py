@@ -186,6 +186,18 @@ def test_violation_intervals_are_a_percentile_bootstrap_of_the_relative_violatio
     assert without_epsilon["layers"] == [1, 2, 3] and len(without_epsilon["low"]) == 3
 
 
+def test_too_few_ungrouped_samples_get_no_interval():
+    """Text of one's own with a few reviews: one validation review gave a "90 % interval" of width 0 ([+11.4, +11.4]);
+    below MIN_INTERVAL_GROUPS samples there is none, as below that many clips."""
+    from cutlab.core.evaluation import MIN_INTERVAL_GROUPS
+
+    constraints = Constraints(alpha=0.25, epsilon=2.0, form="ratio")
+    for count in (1, MIN_INTERVAL_GROUPS - 1):
+        found = violation_intervals(torch.rand(count, 4) + 0.5, constraints, resamples=50)
+        assert (found["low"], found["high"], found["count"], found["resampled"]) == ([], [], count, "sample")
+    assert len(violation_intervals(torch.rand(MIN_INTERVAL_GROUPS, 4) + 0.5, constraints, resamples=50)["low"]) == 4
+
+
 def test_grouped_samples_are_resampled_by_group():
     """With groups (video clips), whole groups are resampled: against a numpy cluster bootstrap of the same formula
     (sums over the drawn groups' samples), wider than resampling samples when samples within a group are alike,

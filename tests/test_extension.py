@@ -143,6 +143,16 @@ class NoneFirst(TemporalSmoother):
 class LayersNotDepth(TemporalSmoother):  # its own name for the depth
     def __init__(self, step: float = 0.3, layers: int = 3) -> None:
         super().__init__(layers, step)
+
+
+class AssertsInInit(TemporalSmoother):  # as torch's own layers check their sizes (nn.MultiheadAttention's heads)
+    def __init__(self, depth: int, step: float = 0.3) -> None:
+        assert step < 0.2, "step must stay below 0.2"
+        super().__init__(depth, step)
+
+
+def make_smoother(depth, step=0.3):  # builds a model, but says nothing of what it returns
+    return TemporalSmoother(depth, step)
 '''
 
 
@@ -175,9 +185,21 @@ class LayersNotDepth(TemporalSmoother):  # its own name for the depth
     # not train.constraint_gradient=block, which the user never set
     ("smoothing.TemporalSmoother", "deep_from_layers: 2\n", "model=smoother's yaml sets deep_from_layers: 2, so at "
                                                              "L=2 each constraint trains its own block"),
+    # was a 41-line traceback (only ValueError and TypeError were said)
+    ("mistakes.AssertsInInit", "", "model=smoother cannot be built: an assertion failed: step must stay below 0.2"),
+    # trained without a word, then cutlab-eval refused to rebuild it, advising to copy the run folder again
+    ("mistakes.make_smoother", "", "model._target_=mistakes.make_smoother is a function not declared to return a "
+                                   "LayerwiseModel"),
+    # trained at L=2 while its config.yaml recorded model.depth: 6 beside L: 2
+    ("smoothing.TemporalSmoother", "depth: 6\n", "model=smoother's yaml sets depth: 6, but a model's depth is the "
+                                                 "run's L (here L=2); remove depth from the model's yaml and pass L=6"),
+    # a copy of conf/model/ut.yaml keeping its name: the tables set its runs in UT's cells, beside the paper's UT
+    ("smoothing.TemporalSmoother", "NAME ut", "model.name=ut is cutlab's own model (cutlab.core.models.UT), but this "
+                                              "model's _target_ is smoothing.TemporalSmoother"),
 ], ids=["without-phi0", "wrong-shape", "ignores-depth", "not-layerwise", "misspelled-key", "misspelled-class",
         "missing-module", "import-error-inside", "syntax-error-inside", "attribute-error-inside", "not-callable",
-        "no-paper", "no-task", "none-in-list", "no-depth-parameter", "deep-without-unroll-local"])
+        "no-paper", "no-task", "none-in-list", "no-depth-parameter", "deep-without-unroll-local", "assert-in-init",
+        "unannotated-function", "depth-in-yaml", "named-as-cutlabs"])
 def test_a_model_of_ones_own_with_a_mistake_is_refused_in_one_line_leaving_no_folder(tmp_path, target, extra, expected):
     """Each mistake a user makes with their own model stops the run in one line naming it, where it once trained on
     silently (a shape that broadcasts, a misspelled key) or ended in a traceback."""
@@ -207,7 +229,9 @@ def _refused_in_one_line(tmp_path, target: str, extra: str, expected: str):
     (outside / "attribute.py").write_text("import os\nos.nonexistent_attr\n")
     (outside / "smoothing.py").write_text(MODULE + "\nNOT_A_CLASS = 1\n")
     config = CONFIG.replace("smoothing.TemporalSmoother", target)
-    if extra.startswith("DROP "):
+    if extra.startswith("NAME "):
+        config = config.replace("name: smoother", f"name: {extra.split()[1]}")
+    elif extra.startswith("DROP "):
         key = extra.split()[1]
         config = "\n".join(line for line in config.splitlines()
                            if not line.startswith(f"{key}:") and not (key == "paper" and line.startswith("  ")))

@@ -147,7 +147,7 @@ def test_video_folder_flat_layout_holds_out_the_last_clips(tmp_path):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=3)
     for video in ("cam2.avi", "cam10.avi"):  # one clip left: nothing to hold out ("an integer in [1, 0]" before)
         (root / video).unlink()
-    with pytest.raises(CutlabError, match=r"holds one clip \(cam1\), and a flat folder needs at least two"):
+    with pytest.raises(CutlabError, match=r"holds one clip \(cam1\), and a flat folder needs at least three"):
         load_video_clips("video_folder", str(root), cache_dir=None, progress=False, test_clips=1)
 
 
@@ -164,6 +164,18 @@ def test_video_folder_says_which_folders_it_skips_as_holding_no_frames(tmp_path,
     assert capsys.readouterr().err.splitlines() == [
         f"[cutlab] data.root: skipped 2 folder(s) of {root} without frame images (empty, nested): a clip is a video "
         "file or a folder of frames"]
+
+
+def test_video_folder_says_it_skips_frames_lying_directly_in_its_root(tmp_path, capsys):
+    """Frames beside the clips were ignored without a word, and the next line counted the clips as too few."""
+    root = tmp_path / "flat"
+    write_jpgs(root, make_frames(3, 64, 48, seed=1), name=lambda i: f"{i}.png")
+    write_jpgs(root / "cam1", make_frames(3, 64, 48, seed=2), name=lambda i: f"{i}.png")
+    with pytest.raises(CutlabError, match=r"holds one clip \(cam1\), and a flat folder needs at least three"):
+        load_video_clips("video_folder", str(root), cache_dir=None, image_size=32, progress=False, test_clips=1)
+    assert capsys.readouterr().err.splitlines() == [
+        f"[cutlab] data.root: skipped 3 frame image(s) lying directly in {root}: a clip's frames go in a folder of "
+        "their own (one folder a clip)"]
 
 
 def test_video_folder_reads_your_own_npz_in_ucsds_layout(tmp_path):

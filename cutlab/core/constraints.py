@@ -83,7 +83,8 @@ class Constraints:
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha < 1.0:
             raise CutlabError(f"train.alpha must lie in (0, 1), got {self.alpha}; the paper's 1-alpha of 0.75 is alpha=0.25")
-        if self.epsilon is not None and self.epsilon <= 0:
+        # epsilon=auto measures 0 exactly where Phi_0 is the clean input itself (reference_at_target: degenerate)
+        if self.epsilon is not None and (self.epsilon < 0 or self.epsilon == 0 and not self.reference_at_target):
             raise CutlabError(f"train.epsilon must be > 0 or null (off), got {self.epsilon}")
         check_detach_prev(self.detach_prev)
         if self.form not in CONSTRAINT_FORMS:

@@ -8,3 +8,8 @@ class NonFiniteLoss(CutlabError):
 
 class OutOfMemory(CutlabError):
     """An allocation failed as the run trained or evaluated: the message names the settings to lower."""
+
+
+# A loss that is NaN or infinite before any training step: no parameter has moved, so the learning rates are not why
+NOT_FINITE_AS_INITIALISED = ("the model's forward returns NaN or inf as initialised (or the input data hold NaNs); "
+                             "check the model's forward and its initialisation")

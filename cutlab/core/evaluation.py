@@ -155,11 +155,13 @@ def _check_finite(mean_loss: torch.Tensor, gammas: list[float]) -> None:
     bad = ~torch.isfinite(mean_loss)
     if bool(bad.any()):
         g, layer = (int(i) for i in bad.nonzero()[0])
-        raise NonFiniteLoss(
+        error = NonFiniteLoss(
             f"the held-out loss of layer {layer} at gamma_test={gammas[g]:g} is {float(mean_loss[g, layer])}: the model's "
             "parameters diverged (or its forward returns NaN or inf); lower the primal learning rate (train.lr=...) or "
             "the dual one (train.dual_lr=...), set gradient clipping (train.grad_clip=1.0), or check the input data "
             "for NaNs")
+        error.layer, error.value = layer, float(mean_loss[g, layer])  # for a caller that words it otherwise
+        raise error
 
 
 STRICTLY_FEASIBLE = "feasible"
@@ -221,7 +223,8 @@ def misses(constraints: Constraints, layer_losses: torch.Tensor, slacks: torch.T
 
 INTERVAL_LEVEL = 0.9
 BOOTSTRAP_RESAMPLES = 1000
-MIN_INTERVAL_GROUPS = 10  # fewer groups (Ped2's 2 validation clips): no interval rather than a misleading one
+# fewer groups (Ped2's 2 validation clips), or samples (a text set of a few rows): no interval, not a misleading one
+MIN_INTERVAL_GROUPS = 10
 
 
 def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, groups: SampleGroups | None = None,
@@ -234,9 +237,10 @@ def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, g
     its bound by sampling alone (over 1000 IMDb test reviews a last layer's violation has a standard deviation of
     about 3 %). Samples are resampled as independent unless ``groups`` says which belong together: then whole
     groups are (a cluster bootstrap; windows of one video clip show one scene, and on Ped2's test clips resampling
-    windows gives intervals about a third as wide). With fewer than MIN_INTERVAL_GROUPS groups there is no interval
-    (empty "low" and "high"; "count" says how many groups there were): a bootstrap over a handful of clips cannot
-    say how another draw of clips would fall. The evaluation noise is held as drawn (the run's seed fixes it), so the
+    windows gives intervals about a third as wide). With fewer than MIN_INTERVAL_GROUPS groups (or samples, where
+    there are no groups) there is no interval (empty "low" and "high"; "count" says how many there were): a
+    bootstrap over a handful of clips cannot say how another draw of clips would fall, and over one sample it is
+    that sample's value, an interval of width 0. The evaluation noise is held as drawn (the run's seed fixes it), so the
     interval does not cover another draw of it. Seeded, so a record is reproducible. Inactive slots (l_0 without
     epsilon) are left out; a degenerate one (a zero right-hand side) gets [inf, inf].
     """
@@ -252,7 +256,7 @@ def violation_intervals(sample_losses: torch.Tensor, constraints: Constraints, g
         sizes, unit = torch.bincount(member, minlength=count).to(losses.dtype), groups.unit
     layers = [int(layer) for layer in torch.nonzero(constraints.active_mask(losses.shape[1])).flatten()]
     described = {"layers": layers, "resampled": unit, "count": len(totals)}
-    if groups is not None and len(totals) < MIN_INTERVAL_GROUPS:
+    if len(totals) < MIN_INTERVAL_GROUPS:
         return {**described, "low": [], "high": []}
     generator = torch.Generator().manual_seed(seed)
     draws = []

@@ -33,7 +33,7 @@ import torch
 
 from cutlab.core.constraints import Constraints, value_with_gradient_of
 from cutlab.core.nupi import NuPI
-from cutlab.core.errors import CutlabError, NonFiniteLoss
+from cutlab.core.errors import NOT_FINITE_AS_INITIALISED, CutlabError, NonFiniteLoss
 
 Resilience = Literal["off", "slack", "weight_decay"]
 Cadence = Literal["batch", "epoch"]
@@ -175,15 +175,9 @@ class PrimalDual:
     needs is ``state_dict()`` of this object plus the primal optimiser and the model.
     """
 
-    def __init__(
-        self,
-        parameters: list[torch.nn.Parameter],
-        primal_optimizer: torch.optim.Optimizer,
-        layers: int,
-        constraints: Constraints | None = None,
-        dual: DualSettings | None = None,
-        grad_clip: float | None = None,
-    ) -> None:
+    def __init__(self, parameters: list[torch.nn.Parameter], primal_optimizer: torch.optim.Optimizer, layers: int,
+                 constraints: Constraints | None = None, dual: DualSettings | None = None,
+                 grad_clip: float | None = None) -> None:
         if constraints is not None and dual is None:
             raise CutlabError("constrained training needs dual settings (train.dual_lr, ...)")
         self.parameters = list(parameters)
@@ -257,6 +251,9 @@ class PrimalDual:
         layer_losses = loss_matrix.mean(dim=0)
         if not torch.isfinite(layer_losses).all():
             bad = int((~torch.isfinite(layer_losses)).nonzero()[0])
+            if not self.primal_optimizer.state:  # no step has changed the parameters yet
+                raise NonFiniteLoss(f"the loss of layer {bad} is {layer_losses[bad].item()} before any training step: "
+                                    f"{NOT_FINITE_AS_INITIALISED}")
             raise NonFiniteLoss(f"the loss of layer {bad} became {layer_losses[bad].item()}; {self._divergence_fix()}")
         objective = layer_losses[-1]
         if self.constraints is not None:

@@ -10,6 +10,8 @@ from typing import Callable
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from cutlab.core.data.video import check_video_loader
+from cutlab.core.errors import NOT_FINITE_AS_INITIALISED, NonFiniteLoss
 from cutlab.core.evaluation import Evaluation, buffers_kept, evaluate
 from cutlab.core.perturbation import Perturbation
 from cutlab.core.precision import DEFAULT_PRECISION
@@ -127,7 +129,12 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
     ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
     # the batches are train.batch_size samples (the Evaluator above), so that is the setting a failed allocation names
     with settings_named_on_out_of_memory("the untrained model's evaluation (train.epsilon=auto)", "train.batch_size"):
-        initial = evaluator(first, [float(cfg.gamma)])
+        try:
+            initial = evaluator(first, [float(cfg.gamma)])
+        except NonFiniteLoss as error:  # the untrained model: nothing diverged, whatever the general line says
+            raise NonFiniteLoss(f"model={cfg.model.name}: layer {error.layer}'s loss is {error.value} on the first "
+                                "training windows, before any training step (train.epsilon=auto measures it): "
+                                f"{NOT_FINITE_AS_INITIALISED}") from None
         epsilon = float(initial.mean_loss[0, 0])
         largest = float(initial.mean_loss[0].max())
         if cfg.train.constrained and epsilon <= SUSPICIOUSLY_SMALL * largest:
@@ -146,6 +153,8 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
 def check_before_building(cfg: DictConfig) -> None:
     """What refuses a run from its config and its model's class alone, before its folder is announced; found as the
     task was built, it came after the data were prepared (reference_of measures the rest)."""
+    if cfg.data.get("task") == "video":  # before the run is announced
+        check_video_loader(cfg.data.name)
     build = check_model_settings(cfg.model, cfg.L)
     ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
     no_noise = float(cfg.gamma) == 0 and float(cfg.noise_mean) == 0  # perturb returns the clean input itself
@@ -167,21 +176,24 @@ def constraints_of(cfg: DictConfig, epsilon: float | None, reference_at_target: 
                        gradient=cfg.train.get("constraint_gradient", "full"), reference_at_target=reference_at_target)
 
 
-def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None) -> PrimalDual:
+def build_primal_dual(cfg: DictConfig, model: torch.nn.Module, epsilon: float | None,
+                      reference_at_target: bool = False) -> PrimalDual:
     train = cfg.train
     parameters = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(parameters, lr=train.lr)
     constraints = dual = None
     if train.constrained:
-        constraints = constraints_of(cfg, epsilon)
+        constraints = constraints_of(cfg, epsilon, reference_at_target)
         dual = DualSettings.of(train)
     return PrimalDual(parameters, optimizer, cfg.L + 1, constraints, dual, train.grad_clip)
 
 
-def build_trainer(cfg: DictConfig, task: Task, epsilon: float | None, device: torch.device) -> Trainer:
+def build_trainer(cfg: DictConfig, task: Task, epsilon: float | None, device: torch.device,
+                  reference_at_target: bool = False) -> Trainer:
+    """``epsilon`` and ``reference_at_target`` as reference_of measures them."""
     train = cfg.train
     return Trainer(
-        task.model, task.objective, build_primal_dual(cfg, task.model, epsilon), task.train_set,
+        task.model, task.objective, build_primal_dual(cfg, task.model, epsilon, reference_at_target), task.train_set,
         Schedule(train.epochs, train.batch_size, train.warmup_epochs, train.max_steps_per_epoch),
         task.prepare, perturbation_of(cfg, task), device, precision_of(cfg),
     )

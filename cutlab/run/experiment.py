@@ -36,12 +36,14 @@ from cutlab.run.progress import ProgressReporter, announce_start, print_line
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
-    CHECKPOINT, CONFIG, HISTORY, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter, SkippedSummary,
+    CHECKPOINT, CONFIG, HISTORY, MODEL_SOURCE, PROVENANCE, RECORD_VERSION, RUN_UID, SUMMARY, HistoryWriter,
+    SkippedSummary,
     linked, read_mapping, read_summary, write_atomic, write_json,
 )
 from cutlab.run.results import evaluate_and_write, validation_grid
 from cutlab.run.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task
+from cutlab.tasks.models import model_source
 
 log = logging.getLogger("cutlab")
 
@@ -142,7 +144,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     task = build_task(cfg)
     task.model.to(device)
     reference = recorded_reference(checkpoint) if checkpoint else reference_of(cfg, task, device)
-    trainer = build_trainer(cfg, task, reference[0], device)
+    trainer = build_trainer(cfg, task, reference[0], device, reference_at_target=reference[1])
     unused = trainer.primal_dual.dual.unused() if trainer.primal_dual.dual is not None else []
     if unused:
         print_line(f"this run ignores {', '.join(unused)}")
@@ -161,7 +163,8 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
         write_json(run_dir / PROVENANCE, {**provenance(cfg.seed, device), RUN_UID: uuid.uuid4().hex,
-                                          "data_files": data_fingerprint(resolved)})
+                                          "data_files": data_fingerprint(resolved),
+                                          MODEL_SOURCE: model_source(str(cfg.model._target_))})
     return task, trainer, reference
 
 

@@ -38,6 +38,8 @@ CHECKPOINT = "checkpoint.pt"
 #: provenance.json's key for the run's own identity, drawn once when its folder is first written (kept when it
 #: resumes): a folder copied whole from another run holds the same one, so the analysis counts the two as one run
 RUN_UID = "run_uid"
+#: provenance.json's key for the file and sha256 of a model of the user's own (cutlab.tasks.models.model_source)
+MODEL_SOURCE = "model_source"
 
 
 def linked(path: Path) -> str | None:

@@ -8,13 +8,16 @@ A model of the user's own is their module and their yaml in a folder on Hydra's 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
 import traceback
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from cutlab.config.paths import CONFIG_DIR
 from cutlab.core.models import LayerwiseModel
 from cutlab.core.models.base import supports_local_prev
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
@@ -45,6 +48,7 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
         raise CutlabError(f"model={model_cfg.get('name')} has key(s) {', '.join(unread)} that {target} does not take "
                           f"(its parameters: {', '.join(parameters) or 'none'}); fix the spelling in the model's yaml "
                           "or remove them")
+    _check_supplied(model_cfg, supplied)
     values, given = _config_arguments(model_cfg, parameters)
     given.update({key: value for key, value in supplied.items() if key in parameters})
     if "model_cfg" in parameters:
@@ -64,6 +68,10 @@ def instantiate_model(model_cfg: DictConfig, **supplied) -> LayerwiseModel:
             model = build(**given)
     except (ValueError, TypeError) as error:  # a model refuses a value (or a type) of its own config
         raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
+    except AssertionError as error:  # torch's own layers check their sizes with assert (nn.MultiheadAttention's heads)
+        said = " ".join(str(error).split()) or raised_at(error)  # a bare assert says only where it failed
+        raise CutlabError(f"model={model_cfg.get('name')} cannot be built: an assertion failed: {said}; fix that "
+                          "model.* key") from None
     if not isinstance(model, LayerwiseModel):
         raise CutlabError(f"model._target_={target} built a {type(model).__name__}, not a LayerwiseModel; subclass "
                           "cutlab.core.models.LayerwiseModel (its forward returns the L+1 representations Phi_0..Phi_L)")
@@ -125,9 +133,16 @@ def check_model_settings(model_cfg: DictConfig, depth: int):
     below the line that named the run's folder. Returns what builds the model (None where model._target_ is unset:
     instantiate_model says so)."""
     target = model_cfg.get("_target_")
+    _check_not_named_as_cutlabs(model_cfg)
     build = locate_target(str(target)) if target else None
+    _check_supplied(model_cfg, {"depth": depth})
     if not callable(build):
         return build
+    if inspect.isfunction(build) and not builds_a_model(str(target)):
+        # it would train, and cutlab-eval then refuse to call it (cutlab.transfer.runs.check_model_target)
+        raise CutlabError(f"model._target_={target} is a function not declared to return a LayerwiseModel, and "
+                          "cutlab-eval rebuilds a finished run only from a LayerwiseModel class or such a function; "
+                          f"annotate its return type: def {build.__name__}(...) -> LayerwiseModel")
     signature = inspect.signature(build)
     _, given = _config_arguments(model_cfg, signature.parameters)
     _check_annotated_types(model_cfg.get("name"), build, given)
@@ -140,6 +155,40 @@ def check_model_settings(model_cfg: DictConfig, depth: int):
         except ValueError as error:
             raise CutlabError(f"model={model_cfg.get('name')} cannot be built: {error}; fix that model.* key") from None
     return build
+
+
+def _check_not_named_as_cutlabs(model_cfg: DictConfig) -> None:
+    """A model of the user's own whose yaml keeps the ``name:`` of one of cutlab's (a copy of conf/model/ut.yaml
+    with another _target_): the tables key a model by its name, so its runs would join that model's cells, beside
+    the paper's numbers for it."""
+    name, target = model_cfg.get("name"), model_cfg.get("_target_")
+    builtin = _builtin_model_targets().get(name)
+    if builtin is not None and target is not None and str(target) != builtin:
+        raise CutlabError(f"model.name={name} is cutlab's own model ({builtin}), but this model's _target_ is "
+                          f"{target}; the tables would count its runs as {name}'s: give your yaml a name of its own "
+                          "(name: ...)")
+
+
+@functools.cache
+def _builtin_model_targets() -> dict[str, str]:
+    """{name: _target_} of cutlab's own model configs (conf/model/)."""
+    configs = [OmegaConf.load(path) for path in sorted((CONFIG_DIR / "model").glob("*.yaml"))]
+    return {str(config.name): str(config._target_) for config in configs if "name" in config and "_target_" in config}
+
+
+def _check_supplied(model_cfg: DictConfig, supplied: dict) -> None:
+    """What the run gives the model (``depth`` = L, the task's ``patch``, ``num_labels``, ...) replaces the same key
+    of the model's yaml; a yaml value that differs would be ignored without a word while the run's config.yaml
+    recorded both."""
+    for key, given in supplied.items():
+        mine = OmegaConf.select(model_cfg, key, throw_on_missing=False) if key in model_cfg else None
+        if given is None or mine is None or mine == given:
+            continue
+        if key == "depth":
+            raise CutlabError(f"model={model_cfg.get('name')}'s yaml sets depth: {mine}, but a model's depth is the "
+                              f"run's L (here L={given}); remove depth from the model's yaml and pass L={mine}")
+        raise CutlabError(f"model={model_cfg.get('name')}'s yaml sets {key}: {mine}, but the run's data give the model "
+                          f"{key}={given}; remove {key} from the model's yaml (or set it to the data's)")
 
 
 # what a parameter annotated with one of these takes from a yaml value, as said in the one line that refuses another
@@ -201,6 +250,24 @@ def builds_a_model(target: str) -> bool:
     except Exception:  # an annotation that names what its module cannot resolve: not declared to build a model
         return False
     return inspect.isclass(returned) and issubclass(returned, LayerwiseModel)
+
+
+def model_source(target: str) -> dict | None:
+    """{"file", "sha256"} of the module file that defines ``target``, a model of the user's own: the record's
+    source_digest covers cutlab's own models, and nothing else identified the code that built the weights (an
+    edited module gave cutlab-eval other numbers on the run's own data, kept as done). None for cutlab's own models
+    and a target without a source file."""
+    import hashlib
+
+    import cutlab
+
+    try:
+        path = Path(inspect.getsourcefile(locate_target(target)) or "").resolve()
+    except TypeError:  # a builtin: no source file
+        return None
+    if not path.is_file() or path.is_relative_to(Path(cutlab.__file__).resolve().parent):
+        return None
+    return {"file": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
 
 
 def locate_target(target: str):

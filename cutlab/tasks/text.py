@@ -36,7 +36,9 @@ def read_splits(cfg: DictConfig):
     """(train, validation, test) example lists: validation is carved from the shuffled training pool."""
     data = cfg.data
     if data.name not in READERS:
-        raise CutlabError(f"data.name={data.name} has no text reader; text data are {', '.join(READERS)}")
+        raise CutlabError(f"data.name={data.name} has no text reader; text data are {', '.join(READERS)}, and a data "
+                          "config of your own keeps the name of the reader that reads it (name: imdb for JSON lines "
+                          "of text and label)")
     reader = READERS[data.name]
     if data.name == "imdb":  # its JSON lines may hold more classes than sentiment's two; MNLI has its three
         reader = partial(read_imdb, num_labels=data.num_labels)

@@ -25,7 +25,7 @@ def build_video_task(cfg: DictConfig) -> Task:
                                  **options)
     train_clips, val_clips = split_validation(clips.train, data.val_clips)
     return Task(
-        model=model_for(cfg),
+        model=model_for(cfg, patch=data.patch),  # the patch size its tokens have, to a model that takes one
         objective=DenoisingObjective(),
         train_set=FrameWindows(train_clips, data.frames, data.stride),
         val_set=FrameWindows(val_clips, data.frames, data.stride),

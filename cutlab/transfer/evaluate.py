@@ -76,7 +76,7 @@ def load_weights(task: Task, cfg: DictConfig, checkpoint: dict, run_name: str):
     selected = checkpoint.get("iterate_selection") or {}
     try:
         task.model.load_state_dict(trainer["model"])
-        primal_dual = build_primal_dual(cfg, task.model, checkpoint["epsilon"])
+        primal_dual = build_primal_dual(cfg, task.model, *recorded_reference(checkpoint))
         primal_dual.load_state_dict(trainer["primal_dual"])
         slacks = primal_dual.effective_slacks()
         if selected.get("best_state") is not None:

@@ -50,6 +50,14 @@ class VideoClips:
     source: str  # human-readable description of where they came from
 
 
+def check_video_loader(name: str) -> None:
+    """``data.name`` must name one of LOADERS: a data config's file may have any name, its ``name:`` may not."""
+    if name not in LOADERS:
+        raise CutlabError(f"data.name={name!r} is not a video loader cutlab has ({', '.join(DATASETS)}); a data "
+                          "config of your own keeps the name of the loader that reads it: name: video_folder, with "
+                          "root: the folder of your footage")
+
+
 def load_video_clips(
     name: str, root: str | None, cache_dir: str | None, image_size: int = 160, progress: bool = True, **options
 ) -> VideoClips:
@@ -59,8 +67,7 @@ def load_video_clips(
     ShanghaiTech and video_folder take their folders (see each module). ``cache_dir`` (or None) keeps
     preprocessed copies; ``options`` are set-specific (video_folder: ``test_clips``).
     """
-    if name not in LOADERS:
-        raise CutlabError(f"data.name={name!r} is not a known video set; use one of {', '.join(DATASETS)}")
+    check_video_loader(name)
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 1:
         raise CutlabError(f"data.image_size={image_size!r} is not a positive integer; set it to e.g. 160")
     module, function = LOADERS[name].split(":")

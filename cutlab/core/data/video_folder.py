@@ -53,8 +53,8 @@ def load_video_folder(root, cache_dir: str | None, image_size: int, progress: bo
         clips = find_clips(folder)
         if len(clips) < 2:
             raise CutlabError(f"data.root: {folder} holds one clip ({next(iter(clips))}), and a flat folder needs at "
-                              "least two: one to train on and data.test_clips held out for testing; add clips, or "
-                              "split them into train/ and test/")
+                              "least three: one to train on, data.val_clips held out for validation and "
+                              "data.test_clips for testing; add clips, or split them into train/ and test/")
         if isinstance(test_clips, bool) or not isinstance(test_clips, int) or not 1 <= test_clips < len(clips):
             raise CutlabError(
                 f"data.test_clips={test_clips!r} must be an integer in [1, {len(clips) - 1}] for the {len(clips)} clips "
@@ -84,6 +84,10 @@ def find_clips(folder: Path) -> dict[str, ClipSource]:
             clips[sub.name] = frames
         else:
             skipped.append(sub.name)
+    loose = frame_files(folder)
+    if loose:  # frames beside the clips are no clip of their own: said, or the clips counted look too few
+        print(f"[cutlab] data.root: skipped {len(loose)} frame image(s) lying directly in {folder}: a clip's frames go "
+              "in a folder of their own (one folder a clip)", file=sys.stderr)
     if not clips:
         raise CutlabError(f"data.root: {folder} has no video files or frame folders (it {describe(folder)}); {HINT}")
     if skipped:  # said, since in a flat folder they would change which clips are held out if they counted
