@@ -162,8 +162,10 @@ class Meter:
     def _print(self, text: str) -> None:
         if self.bar is not None:
             tqdm.write(f"{self.prefix}{text}", file=self.stream)
-        else:
-            print(f"{self.prefix}{text}", file=self.stream, flush=True)
+        else:  # one write: print writes the newline apart, and a signal's exception between the two joined the
+            # command's last line to this one (a SIGTERM as the synthetic clips were generated)
+            self.stream.write(f"{self.prefix}{text}\n")
+            self.stream.flush()
 
     def close(self) -> None:
         if self.bar is not None:

@@ -51,7 +51,8 @@ def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None,
 
 
 def print_line(text: str) -> None:
-    print(f"{PREFIX}{text}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"{PREFIX}{text}\n")  # one write, the newline with it (Meter._print)
+    sys.stderr.flush()
 
 
 def announce_start(run_dir: Path, resuming: bool, wandb_mode: str) -> None:
