@@ -300,6 +300,7 @@ def test_missing_and_empty_folders_exit_2(tmp_path, capsys):
     assert not (tmp_path / "r").exists()  # nothing written on bad input
 
 
+@pytest.mark.slow  # a level no figure draws: test_analysis_marks' test_a_figure_skipped_at_a_gamma_train_... by default
 def test_a_gamma_train_no_run_was_trained_at_is_one_line_naming_the_levels(golden_runs, tmp_path, capsys):
     """--gamma-train 7 (or -1, nan) drew every single-level figure empty and skipped it, without a word."""
     code, err = run_main(str(golden_runs), "--out", str(tmp_path / "r"), "--gamma-train", "7", capsys=capsys)

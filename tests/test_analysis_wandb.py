@@ -221,6 +221,7 @@ def test_a_killed_and_resumed_run(tmp_path):
         assert list(table.history["step"]) == [3, 4]
 
 
+@pytest.mark.slow  # W&B's summary of a resumed run: test_offline_wandb_files_give_the_same_records runs by default
 def test_a_preempted_and_resumed_runs_summary_loses_the_preemption(tmp_path):
     """SIGTERM mid-training writes an ``error`` into summary.json and the W&B summary; the same command then ends
     the run complete, without it. W&B's summary lost it too: a resumed offline session does not see the earlier

@@ -51,6 +51,7 @@ def test_a_default_run_includes_a_sample_of_the_slow_tests_chosen_by_its_seed(tm
     assert len(passed(run_sample(tmp_path, "-m", "slow or not slow", seed="commit-a"))) == 6, "-m decides alone"
 
 
+@pytest.mark.slow  # the sample itself: test_a_default_run_includes_a_sample_of_the_slow_tests_... runs by default
 def test_parallel_workers_run_the_same_sample_and_name_it(tmp_path):
     """`make test` runs the suite on pytest-xdist workers: each collects alone, so each must choose the same sample
     (xdist stops a run whose workers collected different tests), and the controller names it."""

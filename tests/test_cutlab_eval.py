@@ -585,6 +585,7 @@ def test_ctrl_c_as_a_runs_config_is_read_stops_the_evaluation_not_that_run(train
     assert not (folder / "a" / "evaluations").exists() and not (folder / "b" / "evaluations").exists()
 
 
+@pytest.mark.slow  # a relative root's label: test_old_and_new_records_of_one_relative_root_... runs by default
 def test_a_relative_data_root_names_the_folder_it_was_typed_in(trained, tmp_path):
     """data.root=footage from two folders names two data sets: the second used to be 'complete; skipped' on the
     first's record (which held 'footage'), and cutlab-eval then read whichever footage/ was under its working folder."""

@@ -193,6 +193,7 @@ def test_a_plan_on_the_cluster_warns_of_a_partition_it_lacks_and_says_when_the_c
     assert "warning" not in present.stdout and not runs.exists()
 
 
+@pytest.mark.slow  # a profile refused before sbatch: test_a_profile_naming_a_missing_partition_... runs by default
 def test_a_profile_asking_more_than_any_node_has_is_refused_in_one_line_not_left_pending(cluster, tmp_path):
     """More CPUs than the node has: this cluster (EnforcePartLimits=NO) accepts the job and leaves it pending for
     ever (PartitionConfig); more memory or a GPU: sbatch refuses it. Each stops before submitting, naming the key."""

@@ -176,6 +176,7 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
 
 
+@pytest.mark.slow  # a sweep's own record: test_rerunning_a_sweep_skips_complete_runs_and_keeps_... runs by default
 def test_each_in_process_sweep_keeps_hydras_multirun_yaml_in_its_own_record(tmp_path):
     """Hydra writes multirun.yaml into its sweep folder, which was paths.runs_dir for every sweep: each sweep into the
     same folder rewrote the last one's (two started together kept one; an earlier one was moved aside under its file's
@@ -199,6 +200,7 @@ def test_each_in_process_sweep_keeps_hydras_multirun_yaml_in_its_own_record(tmp_
     assert len(records) == 2 and swept == {"gamma=0", "gamma=0.09"}
 
 
+@pytest.mark.slow  # the plan's text: test_the_table3_plan_matches_its_golden_file runs by default
 def test_a_sweep_records_the_plan_it_printed_with_its_parallel_slots(tmp_path):
     """plan.txt in the sweep's record is ``--plan``'s text: the wall-time estimate over the launcher's slots (it was
     once written for 1 slot whatever launcher.max_parallel said)."""
