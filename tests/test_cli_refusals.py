@@ -158,3 +158,18 @@ def test_a_forced_override_of_a_key_the_config_has_names_the_folder_as_the_plain
     assert "seed=1" in folder.split(",") and "++" not in folder, folder
     planned = cutlab(["--plan", "-m", "++seed=1,2", "wandb.mode=disabled", *TINY], runs).stdout.splitlines()
     assert f"0 complete    {folder}" in planned, planned
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--bogus-flag", "seed=1"], "unrecognized arguments: --bogus-flag; --help lists the flags"),
+    (["--plan", "-m", "seed=0,1", "--bogus-flag"], "unrecognized arguments: --bogus-flag; --help lists the flags"),
+    (["--info", "seed=0"], "argument --info/-i: invalid choice: 'seed=0' (choose from 'all', 'config', 'defaults', "
+                           "'defaults-tree', 'plugins', 'searchpath'); give one before the overrides (--info config "
+                           "KEY=VALUE); --help lists the flags"),
+], ids=["unknown-flag", "unknown-flag-with-plan", "info-without-its-choice"])
+def test_a_flag_hydras_parser_refuses_is_one_line(tmp_path, args, expected):
+    # Hydra's parser printed its usage (a dozen lines, the program named __main__.py), and with --plan named cutlab's
+    # own flag among the unrecognized ones
+    result = cutlab(args, tmp_path / "runs", check=False)
+    assert result.returncode == 2 and result.stderr.strip() == f"cutlab: error: {expected}", result.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()

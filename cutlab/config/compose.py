@@ -186,11 +186,16 @@ def check_shown_config(argv: list[str]) -> None:
     from hydra.types import RunMode
     from omegaconf.errors import OmegaConfBaseException
 
+    said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            args = get_args_parser().parse_args(argv)
-    except SystemExit:  # a flag Hydra's parser refuses: Hydra says so itself, once
-        return
+        with contextlib.redirect_stderr(said):
+            args = get_args_parser().parse_args([arg for arg in argv if arg != "--plan"])  # --plan is cutlab's
+    except SystemExit as stop:  # a flag Hydra's parser refuses: its usage (a dozen lines) named the script __main__.py
+        if stop.code in (0, None):  # --version: Hydra prints it itself
+            return
+        reason = said.getvalue().strip().splitlines()[-1].partition("error: ")[2]
+        hint = " before the overrides (--info config KEY=VALUE)" if "argument --info" in reason else ""
+        raise CutlabError(f"{reason}{'; give one' + hint if hint else ''}; --help lists the flags") from None
     _check_looking_flags(args)
     shown = next((flag for flag, on in (("--cfg", args.cfg is not None), ("--info", args.info is not None),
                                         ("--help", args.help), ("--hydra-help", args.hydra_help)) if on), None)
