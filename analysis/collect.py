@@ -40,6 +40,7 @@ from .run_folders import AnalysisError, find_run_dirs, quiet_meter
 from .run_numbers import headline, summary_columns
 from cutlab.config.data_settings import settings_apart, named_with
 from cutlab.config.groups import shipped_root_apart
+from cutlab.run.lock import live_holder
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
@@ -212,6 +213,10 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
         if row.get("gamma_test_grid") is None:
             row["gamma_test_grid"] = tuple(sorted(set(evaluation.loc[evaluation["split"] == "test", "gamma_test"])))
     row["state"], row["problem"] = _classify(summary, summary_problem, config_problem, eval_problem)
+    if row["state"] == "partial":
+        row["problem"] = _still_training(run_dir) or row["problem"]
+        if row.get("steps") is None and history is not None and len(history):  # stopped, or training now
+            row["steps"] = int(history["step"].max())  # its steps so far, as "What ran" counts them
     if bad_values:  # a record cutlab did not write this way (edited, or another program's): never a result
         row["state"], row["problem"] = "unsupported", ("; ".join(bad_values) + ": correct the record file "
                                                        "or move the run folder out of the analysed folders")
@@ -228,6 +233,13 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], pd.DataFrame | None, pd.Dat
         row["problem"] = (f"{HISTORY} lacks training steps {lost} of {summary['steps']}: it was cut or replaced after "
                           "the run; restore it, or train the run again into a new folder")
     return row, evaluation, history
+
+
+def _still_training(run_dir: Path) -> str | None:
+    """Why a run folder that is not finished is no result where a process trains it now (its folder's lock held):
+    its command again would be refused at that lock, which the stopped runs' advice says to run."""
+    holder = live_holder(run_dir)
+    return f"being trained now by {holder}: not finished yet; analyse it once that process ends" if holder else None
 
 
 def _read_config(run_dir: Path) -> tuple[dict, str | None]:

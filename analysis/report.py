@@ -24,6 +24,7 @@ import pandas as pd
 from cutlab.atomic import write_atomic
 
 from .collect import RunTable
+from .copies import summed_once
 from .figures import STEMS, FigureResult, make_figures
 from .html_report import write_html
 from .markdown import inert
@@ -151,10 +152,8 @@ def _what_ran(frame: pd.DataFrame, runs: RunTable, gamma_train: float | None) ->
             + f"{int((group['state'] == 'failed').sum())} | "
             f"{int(group['state'].isin(['partial', 'unsupported']).sum())} | "
             f"{int((group['state'] == 'pruned').sum())} | "
-            f"{int(pd.to_numeric(group['steps'], errors='coerce').fillna(0).sum())} | "
-            f"{_duration(pd.to_numeric(group['wall_time_s'], errors='coerce').fillna(0).sum())} |")
-    steps = int(pd.to_numeric(frame["steps"], errors="coerce").fillna(0).sum())
-    wall = pd.to_numeric(frame["wall_time_s"], errors="coerce").fillna(0).sum()
+            f"{int(summed_once(group, 'steps'))} | {_duration(summed_once(group, 'wall_time_s'))} |")
+    steps, wall = int(summed_once(frame, "steps")), summed_once(frame, "wall_time_s")
     lines += [*unknown, "", f"In all: {steps} training steps, {_duration(wall)} of training and evaluation wall time "
               "(summed over runs; failed and partial runs count their steps so far)."]
     lines += [line for line in [provenance_line(frame[frame["usable"]])] if line]

@@ -288,8 +288,8 @@ def test_a_run_folder_copied_whole_is_counted_once_and_named(finished, tmp_path)
     runs = collect_runs(tmp_path / "runs").runs
     assert list(runs.loc[runs["usable"], "run"]) == ["a"]
     assert [f"{run}: {problem}" for run, problem in zip(runs["run"], runs["problem"]) if run != "a"] == [
-        f"{name}: a copy of run a (the same run_uid in its provenance.json), counted once, as a; move the copy out of "
-        "the analysed folders" for name in ("b", "c")]
+        f"{name}: a copy of run a (the same run_uid in its provenance.json, or the same W&B run), counted once, as a; "
+        "move the copy out of the analysed folders" for name in ("b", "c")]
     for name in ("a", "b", "c"):  # records written before the identity existed
         record = tmp_path / "runs" / name / "provenance.json"
         record.write_text(json.dumps({k: v for k, v in json.loads(record.read_text()).items() if k != "run_uid"}))

@@ -10,6 +10,7 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from pathlib import Path
 
 from cutlab.atomic import DiskFull, is_disk_full
@@ -36,11 +37,13 @@ def live_holder(run_dir: Path) -> str | None:
     """The process writing ``run_dir`` now (``process P on HOST``), or None: a probe of its lock that takes nothing
     (a run folder whose summary says running may have a live writer, such as an earlier sweep's SLURM job, or none)."""
     path = Path(run_dir) / LOCK
-    try:
-        descriptor = os.open(path, os.O_RDONLY)
+    try:  # a link or a FIFO in a folder from elsewhere is no lock: never followed, never waited on
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return _holder(descriptor)
