@@ -275,7 +275,8 @@ def test_report_on_a_real_cutlab_sweep(tmp_path):
             low, high = (interval[end][interval["layers"].index(layer)] for end in ("low", "high"))
             shown = f"{100 * every[layer]:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]"
         else:
-            shown = f"{100 * every[layer]:+.1f} % ({interval['count']} clips: no interval)"
+            clips = f"{interval['count']} clip{'s' * (interval['count'] != 1)}"  # "1 clip", "2 clips"
+            shown = f"{100 * every[layer]:+.1f} % ({clips}: no interval)"
         assert cells[14] == shown.replace("-", "−"), row
     for stem in ("fig02_rmse_vs_gamma_test", "fig07_layerwise_loss", "fig12_descent_ratios", "dual_variables",
                  "constraint_satisfaction"):
