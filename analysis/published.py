@@ -44,9 +44,11 @@ def load_published(name: str) -> pd.DataFrame:
     return frame
 
 
-def published_value(name: str, model: str, dataset: str, L: int, gamma_train: float, constrained: bool
+def published_value(name: str, model: str, dataset: str | None, L: int, gamma_train: float, constrained: bool
                     ) -> PublishedValue | None:
-    """The paper's number for this cell and arm, or None where the paper has no such cell."""
+    """The paper's number for this cell and arm, or None where the paper has no such cell. ``dataset``: the data set's
+    name, None where a run's data settings are not the shipped ones (tables._paper_data): the paper has no cell for
+    a reduced test set, whatever it is called."""
     paper_dataset = PAPER_DATASET.get(dataset)
     if paper_dataset is None:
         return None

@@ -177,8 +177,7 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
         row: dict = {"model": model, "dataset": dataset, "L": int(layers), "gamma_train": float(gamma_train),
                      "precision": precision, "steps": steps}
         paper_L = None
-        # Ped2 read from another root is still Ped2 (collect.label_data_settings); a frame made by hand has no roots
-        published_as = cell["dataset_any_root"].iloc[0] if "dataset_any_root" in cell else dataset
+        published_as = _paper_data(cell, dataset)
         for arm in ARMS:
             chosen = cell[cell["arm"] == arm]
             best = chosen.iloc[0] if len(chosen) else None
@@ -207,6 +206,15 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
     table = Table(spec, frame)
     table.notes = _notes(table, runs)
     return table
+
+
+def _paper_data(cell: pd.DataFrame, dataset: str) -> str | None:
+    """The data set whose paper numbers stand beside ``cell``: only data as shipped (Sec. 4's test sets), from any
+    root (an official UCSDped2 folder is Ped2; collect.label_data_settings); None for another stride or subset,
+    which tests on other windows or reviews. A frame made by hand has no data settings: its label is its data set."""
+    if "data_defaults" not in cell:
+        return dataset
+    return cell["dataset_any_root"].iloc[0] if cell["data_defaults"].astype(bool).all() else None
 
 
 def build_tables(runs: RunTable) -> list[Table]:

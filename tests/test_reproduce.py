@@ -37,7 +37,9 @@ def test_smoke_reproduction_writes_tables_figures_and_report_and_resumes(tmp_pat
     table = pd.read_csv(out / "report" / "tables" / "table3_video_mean_rmse.csv")
     assert set(table["model"]) == {"dust", "ut"} and set(table["L"]) == {2, 3} and len(table) == 8
     text = pd.read_csv(out / "report" / "tables" / "table4_text_accuracy_auc.csv")
-    assert set(text["model"]) == {"ut_text"} and set(text["dataset"]) == {"imdb"} and len(text) == 2
+    # the smoke scale's 100 reviews of 64 tokens are named, never read as the paper's IMDb
+    assert set(text["model"]) == {"ut_text"} and len(text) == 2 and set(text["dataset"]) == {
+        "imdb (max_length=64, test_file=imdb_test_tiny100.jsonl, train_file=imdb_train_tiny100.jsonl, val_size=20)"}
     for name in ("table3_video_mean_rmse", "table4_text_accuracy_auc"):
         for suffix in ("md", "tex"):
             assert (out / "report" / "tables" / f"{name}.{suffix}").stat().st_size > 200
