@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from .collect import RunTable
 from . import figure_marks
 from .figure_marks import line_style
-from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, three_gammas, with_settings
+from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, seed_of, three_gammas, with_settings
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_level, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
@@ -183,15 +183,8 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
         if len(held):
             group = group[group[other] == held.iloc[0]]
         if group[param].nunique() >= 2:
-            groups.append(group.assign(_seed=_seed_of(group)))
+            groups.append(group.assign(_seed=seed_of(group)))
     return sorted(groups, key=lambda group: cell_order(group.iloc[0]))
-
-
-def _seed_of(runs: pd.DataFrame) -> pd.Series:
-    """Each run's seed, its own name where the record has none: the unit the error bars of Figs 5, 14, 15 are over.
-    Two runs of one seed at one point (a sweep run again elsewhere) are one seed's sample, not two."""
-    own = "run:" + runs["run"].astype(str)
-    return (runs["seed"].astype(object).where(runs["seed"].notna(), own) if "seed" in runs else own).map(str)
 
 
 def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureResult:
@@ -238,7 +231,7 @@ def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureRes
                             **{**ARM_STYLE["constrained"], "label": "constrained (mean ± std)"})
                 if len(erm):
                     erm_values = pd.Series([_at(runs.curve(r), gamma_test) for r in erm["run"]])
-                    erm_values = erm_values.groupby(_seed_of(erm).to_numpy()).mean().to_numpy()  # one value a seed
+                    erm_values = erm_values.groupby(seed_of(erm).to_numpy()).mean().to_numpy()  # one value a seed
                     mean, std = erm_values.mean(), erm_values.std(ddof=1) if len(erm_values) > 1 else 0.0
                     ax.axhline(mean, color=ARM_STYLE["erm"]["color"], linestyle="--",
                                label=f"ERM (n={len(erm_values)})")

@@ -114,16 +114,18 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
 
     ``selection_metric`` is minimised or maximised as each run's ``selection_mode`` says; under
     ``feasible-first`` the verdict ranks first (``VERDICT_PRIORITY``). Ties go to the first run by name, so
-    the choice is deterministic. Adds ``n_runs`` (complete runs in the group) and ``n_infeasible`` (how many
-    of them ended infeasible) and ``varied``: the config keys in which the group's runs differ, with how many
-    values each (``"train.alpha ×3, train.dual_lr ×2"``; empty when they differ in the seed alone).
+    the choice is deterministic. Adds ``n_runs`` (complete runs in the group, a repeat counted once: ``repeats``),
+    ``n_repeats``, ``n_infeasible`` (how many of the runs counted ended infeasible) and ``varied``: the config keys
+    in which the group's runs differ, with how many values each (``"train.alpha ×3, train.dual_lr ×2"``; empty when
+    they differ in the seed alone).
     """
     if rule not in SELECTION_RULES:
         raise ValueError(f"unknown selection rule {rule!r}; use one of {', '.join(SELECTION_RULES)}")
     keys = keys or ARM_CELL
     usable = with_settings(runs[runs["usable"]])
     if usable.empty:
-        return usable.assign(n_runs=pd.Series(dtype=int), n_infeasible=pd.Series(dtype=int), varied=pd.Series(dtype=str))
+        return usable.assign(n_runs=pd.Series(dtype=int), n_repeats=pd.Series(dtype=int),
+                             n_infeasible=pd.Series(dtype=int), varied=pd.Series(dtype=str))
     sign = np.where(usable["selection_mode"] == "max", -1.0, 1.0)
     # a run without a selection metric can still be reported, but never beats one that has it
     usable["_score"] = (sign * usable["selection_metric"].astype(float)).fillna(math.inf)
@@ -132,17 +134,42 @@ def select_best(runs: pd.DataFrame, keys: list[str] | None = None, rule: str = V
     usable = usable.sort_values(["_priority", "_score", "run"], kind="stable")
     grouped = usable.groupby(keys, dropna=False, sort=False)
     best = grouped.head(1).copy()
-    counts = grouped.size().rename("n_runs").reset_index()
-    infeasible = grouped["verdict"].apply(lambda v: int((v == "infeasible").sum())).rename("n_infeasible").reset_index()
+    # a repeat (after the best-ranked of its configuration and seed) is no other seed or trial of the cell
+    usable["_counted"] = ~pd.concat([repeats(group) for _, group in grouped]).reindex(usable.index)
+    counted = usable.groupby(keys, dropna=False, sort=False)[["_counted", "verdict"]]
+    counts = counted.apply(lambda g: pd.Series({
+        "n_runs": int(g["_counted"].sum()), "n_repeats": int((~g["_counted"]).sum()),
+        "n_infeasible": int((g["_counted"] & (g["verdict"] == "infeasible")).sum())})).reset_index()
     varied = grouped.apply(_varied, include_groups=False).rename("varied").reset_index()
-    best = best.merge(counts, on=keys, how="left").merge(infeasible, on=keys, how="left")
-    best = best.merge(varied, on=keys, how="left")
+    best = best.merge(counts, on=keys, how="left").merge(varied, on=keys, how="left")
     return sort_cells(best.drop(columns=["_score", "_priority"]))
 
 
+def seed_of(runs: pd.DataFrame) -> pd.Series:
+    """Each run's seed, its own name where the record has none: the unit the error bars of Figs 5, 14, 15 are over.
+    Two runs of one seed at one point (a sweep run again elsewhere) are one seed's sample, not two."""
+    own = "run:" + runs["run"].astype(str)
+    return (runs["seed"].astype(object).where(runs["seed"].notna(), own) if "seed" in runs else own).map(str)
+
+
+def repeats(group: pd.DataFrame) -> pd.Series:
+    """True for each run of ``group`` (one cell, arm and setting) that repeats an earlier run's configuration and seed
+    (``seed_of``): the same sweep run again, on another machine or into another folder, is one sample, not two. A
+    frame without configs (``cfg.*``: one made by hand) cannot say two runs are one configuration: none repeats."""
+    if not any(column.startswith("cfg.") for column in group.columns):
+        return pd.Series(False, index=group.index)
+    identity = pd.DataFrame({column: group[column].map(repr) for column in _trial_counts(group)}, index=group.index)
+    return identity.assign(_seed=seed_of(group)).duplicated()
+
+
 def _varied(group: pd.DataFrame) -> str:
-    """The config keys (``cfg.*`` columns) with more than one value among ``group``'s runs, e.g.
-    ``"train.alpha ×3, train.dual_lr ×2"``, leaving out ``NOT_TRIAL_KEYS``; a key a record lacks is no difference."""
+    """The config keys with more than one value among ``group``'s runs, e.g. ``"train.alpha ×3, train.dual_lr ×2"``."""
+    return ", ".join(f"{column.removeprefix('cfg.')} ×{count}" for column, count in _trial_counts(group).items())
+
+
+def _trial_counts(group: pd.DataFrame) -> dict[str, int]:
+    """The ``cfg.*`` columns with more than one value among ``group``'s runs, and how many, leaving out
+    ``NOT_TRIAL_KEYS``; a key a record lacks is no difference."""
     counts = {}
     for column in group.columns:
         key = column.removeprefix("cfg.")
@@ -150,8 +177,8 @@ def _varied(group: pd.DataFrame) -> str:
             continue
         count = group[column].dropna().map(repr).nunique()
         if count > 1:
-            counts[key] = count
-    return ", ".join(f"{key} ×{count}" for key, count in counts.items())
+            counts[column] = count
+    return counts
 
 
 def with_settings(runs: pd.DataFrame) -> pd.DataFrame:

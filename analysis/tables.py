@@ -204,7 +204,7 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
     for column in ("paper_L", "steps"):  # integer columns even where the paper has no cell, or a record no steps
         frame[column] = frame[column].astype("Int64")
     table = Table(spec, frame)
-    table.notes = _notes(table, runs)
+    table.notes = _notes(table, runs, int(selected["n_repeats"].sum()))
     return table
 
 
@@ -241,14 +241,19 @@ def _columns(spec: TableSpec, arms: list[str]) -> list[str]:
             + ["paper_L", "gamma_test_grid", "precision", "steps"])
 
 
-def _notes(table: Table, runs: RunTable) -> list[str]:
-    """Footnotes: how entries were chosen, and each mark that the table uses."""
+def _notes(table: Table, runs: RunTable, repeats: int = 0) -> list[str]:
+    """Footnotes: how entries were chosen, and each mark that the table uses. ``repeats``: runs not counted, repeating
+    another run's configuration and seed (selection.repeats)."""
     spec, frame = table.spec, table.frame
     if frame.empty:
         return []
     notes = [f"Each entry is the run {CHOSEN_BY[runs.selection]} among the cell's complete runs on the same "
              f"γ_test grid (seeds and search trials; counts under '{table._runs_heading()}'): {spec.what}. "
              "Δ = ours − paper."]
+    if repeats:  # as Figs 5, 14, 15 count seeds: a repeat is no other seed or trial
+        notes.append(f"{repeats} run(s) repeat the configuration and seed of another run of their cell (the same "
+                     f"sweep run again, on another machine or into another folder): counted once under "
+                     f"'{table._runs_heading()}'.")
     several_budgets = table.several_budgets
     pooled = [f"{_row_label(row, several_budgets)}, {ARM_LABELS[arm]}: {row[f'{arm}_varied']}"
               for _, row in frame.iterrows() for arm in table.arms if row[f"{arm}_varied"]]

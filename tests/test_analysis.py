@@ -441,7 +441,8 @@ def test_a_run_of_another_budget_is_its_own_row_and_trials_are_named_not_counted
             "precision": "fp32", "cfg.train.alpha": 0.25, "cfg.seed": 0, "test_mean_metric": 10.0, "state": "complete"}
     runs = pd.DataFrame([{**base, "run": "short", "steps": 60, "selection_metric": 2.0},
                          {**base, "run": "short_alpha", "steps": 60, "cfg.train.alpha": 0.1, "selection_metric": 2.5},
-                         {**base, "run": "short_seed", "steps": 60, "cfg.seed": 1, "selection_metric": 2.7},
+                         {**base, "run": "short_seed", "steps": 60, "seed": 1, "cfg.seed": 1,
+                          "selection_metric": 2.7},
                          {**base, "run": "long", "steps": 400, "selection_metric": 1.0, "test_mean_metric": 8.0},
                          {**base, "run": "erm", "steps": 60, "arm": "erm", "selection_metric": 3.0,
                           "verdict": "unconstrained"}])

@@ -48,3 +48,21 @@ def test_a_text_run_on_a_subset_of_the_test_reviews_is_named_so_and_has_no_paper
     row = build_table(collect_runs(tmp_path), TABLE4).frame.iloc[0]
     assert row["dataset"] == "imdb (max_length=32, test_subset=16)"
     assert math.isnan(row["paper_constrained"]) and math.isnan(row["diff_constrained"])
+
+
+def test_a_run_repeated_with_the_same_configuration_and_seed_counts_once_in_the_table(tmp_path):
+    # one configuration and seed trained into two folders counted as two runs under "runs (c/e)" (said to count
+    # seeds and search trials), while the report's Fig 5 caption counted the same run as one seed's repeat
+    from analysis.collect import collect_runs
+    from analysis.tables import TABLE3, build_table
+
+    cell = dict(model="dust", dataset="synthetic", L=2, gamma=0.09, constrained=True)
+    write_run(tmp_path / "runs", "seed0", **cell, seed=0, test=12.0, selection=12.0)
+    write_run(tmp_path / "runs", "seed0_again", **cell, seed=0, test=12.0, selection=12.0)
+    write_run(tmp_path / "runs", "seed1", **cell, seed=1, test=12.5, selection=12.5)
+    write_run(tmp_path / "runs", "alpha0.3", **cell, seed=0, alpha=0.3, test=13.0, selection=13.0)
+    table = build_table(collect_runs(tmp_path / "runs"), TABLE3)
+    assert table.frame.iloc[0]["constrained_n_runs"] == 3  # seeds 0 and 1, and the α trial: the repeat once
+    assert "| dust | synthetic | 2 | 0.09 | 0–1 (3) | 12.000 | — | 3/0 |" in table.to_markdown()
+    assert "1 run(s) repeat the configuration and seed of another run of their cell" in table.to_markdown()
+
