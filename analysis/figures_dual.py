@@ -25,7 +25,8 @@ from .figure_kit import (
 def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResult:
     """The multipliers lambda_l over training (history.csv), one panel per constrained run, partial ones too.
 
-    At most ``limit`` panels: the runs the tables report first, then failed and partial runs, then the rest.
+    At most ``limit`` panels: the runs the tables report first (those not strictly feasible before the others), then
+    failed and partial runs, then the rest; the caption says how many are not shown.
     """
     result = FigureResult("dual_variables", TITLES["dual_variables"])
     frame = runs.runs[(runs.runs["constrained"] == True) & runs.runs["has_history"].astype(bool)]  # noqa: E712
@@ -34,11 +35,7 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
     if frame.empty:
         result.skipped = "no constrained run with a history.csv holding multipliers (lambda_l)"
         return result
-    # the runs the tables report first, then the failed and partial ones (what a user debugs), then the rest
-    selected = set(select_best(runs.runs, rule=runs.selection)["run"])
-    frame = sort_cells(frame)
-    priority = [0 if r in selected else 1 if s != "complete" else 2 for r, s in zip(frame["run"], frame["state"])]
-    frame = frame.assign(_priority=priority).sort_values("_priority", kind="stable").drop(columns="_priority")
+    frame = _by_priority(frame, set(select_best(runs.runs, rule=runs.selection)["run"]))
     hidden = len(frame) - limit
     frame = frame.head(limit)
     result.caption = ("Multipliers λ_l per training step from history.csv (λ_0 belongs to the reference constraint "
@@ -77,6 +74,20 @@ def dual_variables(runs: RunTable, out_dir: Path, limit: int = 6) -> FigureResul
         return figure
 
     return _render(draw, out_dir, result)
+
+
+def _by_priority(frame: pd.DataFrame, selected: set[str]) -> pd.DataFrame:
+    """``frame`` in the paper's cell order, the runs the tables report first, those not strictly feasible among them
+    first (a † entry's multipliers are what explain it, and cut by model order they went unseen), then the failed
+    and partial runs (what a user debugs), then the rest."""
+    def priority(run: pd.Series) -> int:
+        if run["run"] in selected:
+            return 0 if run["verdict"] != verdicts.STRICTLY_FEASIBLE else 1
+        return 2 if run["state"] != "complete" else 3
+
+    frame = sort_cells(frame)
+    ranks = [priority(run) for _, run in frame.iterrows()]
+    return frame.assign(_priority=ranks).sort_values("_priority", kind="stable").drop(columns="_priority")
 
 
 def dual_panel_title(frame: pd.DataFrame, run: pd.Series) -> str:

@@ -66,3 +66,26 @@ def test_a_run_repeated_with_the_same_configuration_and_seed_counts_once_in_the_
     assert "| dust | synthetic | 2 | 0.09 | 0–1 (3) | 12.000 | — | 3/0 |" in table.to_markdown()
     assert "1 run(s) repeat the configuration and seed of another run of their cell" in table.to_markdown()
 
+
+def test_the_dual_variables_figure_draws_reported_runs_not_strictly_feasible_first(tmp_path, monkeypatch):
+    # six strictly feasible DUST cells filled the six panels by model order, and the table's only † entry (a UT
+    # run) was not drawn; the caption said only "1 more runs are not shown"
+    from analysis import figures_dual
+    from analysis.collect import collect_runs
+
+    for L in (2, 3, 4):
+        for gamma in (0.09, 0.2):
+            write_run(tmp_path / "runs", f"dust_L{L}_g{gamma}", model="dust", dataset="synthetic", L=L, gamma=gamma,
+                      constrained=True, test=12.0, selection=12.0)
+    write_run(tmp_path / "runs", "ut_infeasible", model="ut", dataset="synthetic", L=2, gamma=0.09, constrained=True,
+              test=11.0, selection=11.0, verdict="infeasible", violated=(2,))
+    drawn, title = [], figures_dual.dual_panel_title
+
+    def recorded(frame, run):  # each panel's title names its run
+        drawn.append(run["run"])
+        return title(frame, run)
+
+    monkeypatch.setattr(figures_dual, "dual_panel_title", recorded)
+    result = figures_dual.dual_variables(collect_runs(tmp_path / "runs"), tmp_path / "out")
+    assert drawn[0] == "ut_infeasible" and len(drawn) == 6, drawn
+    assert "1 more runs are not shown." in result.caption
