@@ -31,6 +31,7 @@ import yaml
 
 from .consistency import mismatch
 from .copies import mark_copies
+from .data_labels import DATA_PREFIX, label_data_settings
 from .provenance import read_provenance
 from .selection import VALIDATION, arm_of
 from .record_files import refused_problem
@@ -38,8 +39,6 @@ from .record_values import CONFIG as CONFIG_RULES, MAX_DEPTH, SUMMARY as SUMMARY
 from .history import lost_steps, read_history
 from .run_folders import AnalysisError, find_run_dirs, quiet_meter
 from .run_numbers import headline, summary_columns
-from cutlab.config.data_settings import apart_from_default, named_with, settings_apart
-from cutlab.config.groups import shipped_data, shipped_root_apart
 from cutlab.run.lock import live_holder
 from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 
@@ -47,7 +46,6 @@ from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 SUPPORTED_RECORD_VERSIONS = (1,)
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
 STATES = ("complete", "failed", "pruned", "partial", "unsupported")
-DATA_PREFIX = "cfg.data."  # a run's data config, one column per key
 
 # Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
 CONFIG_COLUMNS = {
@@ -152,54 +150,6 @@ def collect_runs(*folders: str | os.PathLike) -> RunTable:
                     else pd.DataFrame(columns=["run", *EVAL_COLUMNS]))
     history_frame = pd.concat(histories, ignore_index=True) if histories else pd.DataFrame(columns=["run", "step"])
     return RunTable(runs, metric_frame, history_frame, roots, links=links)
-
-
-def label_data_settings(frame: pd.DataFrame) -> pd.DataFrame:
-    """Runs of one data set trained on other data settings (another ``data.root``, stride, image size, subset, ...)
-    are other cells, never seeds or trials of one: ``dataset = "name (key=value, ...)"`` names each setting that
-    differs from the data set's shipped config (cutlab-eval's rule, data_settings.apart_from_default), whatever else
-    the folder holds, and a root where the runs' roots differ or one is not the shipped one (one's own npz as
-    data=ucsd_ped2 is not the paper's Ped2). ``dataset_any_root``: the label without the root; ``data_defaults``:
-    every setting but the root is the shipped one, the only data the paper's numbers stand beside."""
-    columns = [column for column in frame.columns if column.startswith(DATA_PREFIX)]
-    frame["dataset_any_root"] = frame["dataset"]
-    frame["data_defaults"] = False
-    for name, group in frame.groupby("dataset", dropna=True):
-        data_dirs = group.get("cfg.paths.data_dir", pd.Series(None, index=group.index))
-        configs = data_configs(group, columns)
-        for index, config, among in zip(group.index, configs, settings_apart(configs)):
-            roots = [part for part in among if _key(part) == "root"] \
-                or shipped_root_apart(name, config, data_dirs[index])  # a root shared by all runs, if not shipped
-            settings = _settings_apart_from_shipped(name, config, data_dirs[index], among)
-            frame.at[index, "data_defaults"] = settings == []
-            settings = settings if settings is not None else [part for part in among if _key(part) != "root"]
-            frame.at[index, "dataset"] = named_with(name, roots + settings)
-            frame.at[index, "dataset_any_root"] = named_with(name, settings)
-    return frame
-
-
-def _settings_apart_from_shipped(name: str, config: dict, data_dir, among: list[str]) -> list[str] | None:
-    """``key=value`` for each setting of ``config`` but the root that differs from data set ``name``'s shipped config,
-    shown as ``among`` (what tells the runs apart) shows it where it does: two paths of one file name stay two; None
-    where the shipped config is unknown (a data config of the user's own)."""
-    # a record without paths.data_dir cannot compose the shipped root, but every other shipped setting
-    shipped = shipped_data(name, data_dir) or shipped_data(name, "")
-    if shipped is None:
-        return None
-    ours = {key: value for key, value in config.items() if key != "root"}
-    parts = apart_from_default(ours, {key: value for key, value in shipped.items() if key != "root"}, short=True)
-    shown = {_key(part): part for part in among}
-    return [shown.get(_key(part), part) for part in parts]
-
-
-def _key(part: str) -> str:
-    return part.partition("=")[0]  # stride of stride=100
-
-
-def data_configs(runs: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
-    """Each run's ``data.*`` config from its ``cfg.data.*`` columns (a key its record lacks is NaN there)."""
-    columns = columns if columns is not None else [c for c in runs.columns if c.startswith(DATA_PREFIX)]
-    return [{column[len(DATA_PREFIX):]: row[column] for column in columns} for _, row in runs.iterrows()]
 
 
 def _run_ids(run_dirs: list[Path]) -> list[str]:

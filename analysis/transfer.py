@@ -21,7 +21,8 @@ import matplotlib
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .collect import RunTable, data_configs
+from .collect import RunTable
+from .data_labels import data_configs
 from .consistency import evaluation_mismatch
 from .figure_kit import ARM_STYLE, GAMMA_TEST, RC, _math, _metric_label, _save
 from .figure_marks import line_style
