@@ -82,6 +82,28 @@ def test_cutlab_eval_refuses_a_model_whose_module_changed_since_training_and_eva
     assert f"mean rmse over gamma_test [0,0.5] {own:.3f}" in restored.stdout + restored.stderr
 
 
+def test_a_run_is_not_resumed_with_a_model_module_that_changed_since_it_began(tmp_path):
+    """Before: a run stopped before its summary was written resumed with the edited module (a bug fixed between the
+    two sessions) and finished with other code than it began with, saying nothing; the data are checked so already."""
+    outside, env = _project(tmp_path)
+    runs = tmp_path / "runs"
+    command = ["--config-dir", str(outside / "conf"), "model=mine", "run_name=mine", *TINY]
+    cutlab(command, runs, env=env)
+    (runs / "mine" / "summary.json").unlink()  # as a run stopped after its last checkpoint leaves it
+    module = outside / "smoothing.py"
+    module.write_text(MODULE.replace("previous + step *", "previous + 0.5 * step *"))
+    edited = cutlab(command, runs, env=env, check=False)
+    assert edited.returncode == 2 and "Traceback" not in edited.stderr, edited.stderr[-2000:]
+    (line,) = _error_lines(edited)
+    assert line.startswith("cutlab: error: model._target_=smoothing.TemporalSmoother is defined in "
+                           f"{module.resolve()}, which has changed since the run began (sha256 ") and (
+        "so resuming would finish the run with other code: restore that file as it was" in line), line
+    assert not (runs / "mine" / "summary.json").exists()
+    module.write_text(MODULE)
+    cutlab(command, runs, env=env)
+    assert json.loads((runs / "mine" / "summary.json").read_text())["status"] == "complete"
+
+
 def test_a_model_whose_phi_0_is_its_input_at_gamma_0_is_degenerate_under_the_papers_form(tmp_path):
     """Before: "train.epsilon must be > 0 or null (off), got 0.0", naming a key the user never set (epsilon=auto
     measured l_0 = 0 exactly), where UT, whose Phi_0 is its input up to round-off, ends degenerate."""
@@ -101,9 +123,9 @@ def test_a_forward_that_returns_nan_as_initialised_is_said_to_be_the_models_not_
     runs = tmp_path / "runs"
     for epsilon, expected in (("1.0", "the loss of layer 2 is nan before any training step: the model's forward "
                                       "returns NaN or inf as initialised"),
-                              ("auto", "model=smoother: layer 2's loss is nan on the first training windows, before "
-                                       "any training step (train.epsilon=auto measures it): the model's forward returns "
-                                       "NaN or inf as initialised")):
+                              ("auto", "model=smoother: layer 2's loss is nan on the first training windows, "
+                                       "before any training step (train.epsilon=auto measures it): the model's "
+                                       "forward returns NaN or inf as initialised")):
         result = cutlab(["--config-dir", str(outside / "conf"), "model=mine", f"train.epsilon={epsilon}", *TINY], runs,
                         env=env, check=False)
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]

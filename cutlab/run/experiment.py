@@ -29,7 +29,7 @@ from cutlab.run.build import (Evaluator, build_trainer, check_before_building,
                               constraints_of, perturbation_of, make_reproducible, pick_device, precision_of,
                               recorded_reference, reference_of)
 from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
-from cutlab.run.identity import check_same_data, check_same_run, data_fingerprint
+from cutlab.run.identity import check_same_data, check_same_model_source, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
 from cutlab.run.progress import ProgressReporter, announce_start, print_line
@@ -94,6 +94,7 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
         checkpoint = load_checkpoint(run_dir)
         if checkpoint is not None:
             check_same_data(run_dir, resolved)
+            check_same_model_source(run_dir, str(cfg.model._target_))
         announce_start(run_dir, checkpoint is not None, cfg.wandb.mode)
         wandb_service = ServiceStart(cfg.wandb.mode, run_dir)  # starts while the task is built; the Tracker waits
         # one block from the set-up to the end of the evaluation, closed by _train_and_record before the complete

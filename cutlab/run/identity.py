@@ -20,7 +20,8 @@ from cutlab.config.paths import with_absolute_root
 from cutlab.core.data.cache import data_files
 from cutlab.core.precision import DEFAULT_PRECISION
 from cutlab.errors import CutlabError
-from cutlab.run.records import CHECKPOINT, CONFIG, PROVENANCE, SUMMARY, read_mapping
+from cutlab.run.records import CHECKPOINT, CONFIG, MODEL_SOURCE, PROVENANCE, SUMMARY, read_mapping
+from cutlab.tasks.models import model_source
 
 MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one is kept)"
 
@@ -153,3 +154,29 @@ def check_same_data(run_dir: Path, resolved: dict) -> None:
     raise CutlabError(f"data.root={root} changed since {run_dir} began ({then.get('files')} files then, {now['files']} "
                       "now, or other sizes or modification times), so resuming would finish it on other data: restore "
                       f"the files as they were (a copy keeps their times with cp -p or rsync -a), or {MOVE_ASIDE}")
+
+
+def check_same_model_source(run_dir: Path, target: str) -> None:
+    """Refuse to resume ``run_dir`` with a model module of the user's own that changed since the run began: it would
+    finish with other code than it began with, and say nothing (cutlab-eval refuses the same: model_source_change)."""
+    changed = model_source_change(run_dir, target, "began")
+    if changed:
+        raise CutlabError(f"{changed}, so resuming would finish the run with other code: restore that file as it was "
+                          f"(its sha256 is in the run's {PROVENANCE}), or {MOVE_ASIDE}")
+
+
+def model_source_change(run_dir: Path, target: str, since: str, fix: str | None = None) -> str | None:
+    """How the module defining ``target``, a model of the user's own, changed since the run ``since`` (began, was
+    trained), as its provenance.json's MODEL_SOURCE has it; None where it did not, for cutlab's own models (their
+    code is the record's source_digest) and for runs recorded before the key. ``fix``: what reading the record
+    should advise where it cannot be read."""
+    record = read_mapping(run_dir / PROVENANCE, json.loads, (json.JSONDecodeError,), "run provenance", fix=fix) or {}
+    then = record.get(MODEL_SOURCE)
+    if not isinstance(then, dict) or not isinstance(then.get("sha256"), str):
+        return None
+    now = model_source(target)
+    if now is not None and now["sha256"] == then["sha256"]:
+        return None
+    where = now["file"] if now else then.get("file")
+    return (f"model._target_={target} is defined in {where}, which has changed since the run {since} (sha256 "
+            f"{then['sha256'][:12]} then, {now['sha256'][:12] if now else 'none'} now)")

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from cutlab.run.checkpoints import load_checkpoint
-from cutlab.run.identity import stored_config
+from cutlab.run.identity import model_source_change, stored_config
 from cutlab.run.lock import live_holder
 from cutlab.errors import CutlabError
 from cutlab.interrupted import ctrl_c_held
-from cutlab.run.records import CHECKPOINT, CONFIG, MODEL_SOURCE, PROVENANCE, SUMMARY, read_mapping, read_summary
-from cutlab.tasks.models import builds_a_model, model_source
+from cutlab.run.records import CHECKPOINT, CONFIG, PROVENANCE, SUMMARY, read_summary
+from cutlab.tasks.models import builds_a_model
 
 #: subfolders that never hold runs: evaluation records, W&B's files, sweep records, caches
 NOT_RUNS = {"evaluations", "wandb", "_sweeps", "__pycache__"}
@@ -92,21 +91,13 @@ def check_model_target(run_dir: Path, config: DictConfig) -> None:
 
 
 def check_model_source(run_dir: Path, config: DictConfig) -> None:
-    """A model of the user's own is rebuilt from its module as it is now; the run's provenance.json records the
-    file's sha256 as it was trained (MODEL_SOURCE), and other code would give other numbers for the same weights."""
-    record = read_mapping(run_dir / PROVENANCE, json.loads, (json.JSONDecodeError,), "run provenance",
-                          fix="copy the run folder again from where it was trained") or {}
-    trained = record.get(MODEL_SOURCE)
-    if not isinstance(trained, dict) or not isinstance(trained.get("sha256"), str):
-        return  # cutlab's own model (its code is in source_digest), or a run recorded before the key
-    now = model_source(str(config.model._target_))
-    if now is None or now["sha256"] != trained["sha256"]:
-        where = now["file"] if now else trained.get("file")
-        raise CutlabError(f"{run_dir.name}: model._target_={config.model._target_} is defined in {where}, which has "
-                          f"changed since the run was trained (sha256 {trained['sha256'][:12]} then, "
-                          f"{now['sha256'][:12] if now else 'none'} now), so other code would evaluate its weights; "
-                          "restore that file as it was trained (its sha256 is in the run's provenance.json), or "
-                          "train the run again")
+    """A model of the user's own is rebuilt from its module as it is now: other code than the run was trained with
+    would give other numbers for the same weights (cutlab.run.identity.model_source_change)."""
+    changed = model_source_change(run_dir, str(config.model._target_), "was trained",
+                                  fix="copy the run folder again from where it was trained")
+    if changed:
+        raise CutlabError(f"{run_dir.name}: {changed}, so other code would evaluate its weights; restore that file as "
+                          f"it was trained (its sha256 is in the run's {PROVENANCE}), or train the run again")
 
 
 def _is_run(path: Path) -> bool:
