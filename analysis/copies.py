@@ -65,5 +65,7 @@ def summed_once(runs: pd.DataFrame, column: str) -> float:
 
 def _has_evaluations(path) -> bool:
     """Whether the run folder holds any of cutlab-eval's records."""
-    folder = Path(str(path)) / EVALUATIONS if isinstance(path, str) else None
-    return bool(folder and folder.is_dir() and not folder.is_symlink() and any(folder.iterdir()))
+    if not isinstance(path, str):  # a sweep's run that left no folder
+        return False
+    folder = Path(path) / EVALUATIONS
+    return folder.is_dir() and not folder.is_symlink() and any(folder.iterdir())

@@ -194,8 +194,8 @@ def check_shown_config(argv: list[str]) -> None:
         if stop.code in (0, None):  # --version: Hydra prints it itself
             return
         reason = said.getvalue().strip().splitlines()[-1].partition("error: ")[2]
-        hint = " before the overrides (--info config KEY=VALUE)" if "argument --info" in reason else ""
-        raise CutlabError(f"{reason}{'; give one' + hint if hint else ''}; --help lists the flags") from None
+        hint = "; give one before the overrides (--info config KEY=VALUE)" if "argument --info" in reason else ""
+        raise CutlabError(f"{reason}{hint}; --help lists the flags") from None
     _check_looking_flags(args)
     shown = next((flag for flag, on in (("--cfg", args.cfg is not None), ("--info", args.info is not None),
                                         ("--help", args.help), ("--hydra-help", args.hydra_help)) if on), None)

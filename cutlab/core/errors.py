@@ -3,7 +3,12 @@ class CutlabError(Exception):
 
 
 class NonFiniteLoss(CutlabError):
-    """A loss became NaN or infinite, in training or on held-out data: the parameters diverged."""
+    """A loss became NaN or infinite, in training or on held-out data: the parameters diverged. ``layer`` and
+    ``value``: which loss and what it was, where the raiser knows (a caller may word the line otherwise)."""
+
+    def __init__(self, message: str, layer: int | None = None, value: float | None = None) -> None:
+        super().__init__(message)
+        self.layer, self.value = layer, value
 
 
 class OutOfMemory(CutlabError):

@@ -155,13 +155,12 @@ def _check_finite(mean_loss: torch.Tensor, gammas: list[float]) -> None:
     bad = ~torch.isfinite(mean_loss)
     if bool(bad.any()):
         g, layer = (int(i) for i in bad.nonzero()[0])
-        error = NonFiniteLoss(
-            f"the held-out loss of layer {layer} at gamma_test={gammas[g]:g} is {float(mean_loss[g, layer])}: the model's "
+        value = float(mean_loss[g, layer])
+        raise NonFiniteLoss(
+            f"the held-out loss of layer {layer} at gamma_test={gammas[g]:g} is {value}: the model's "
             "parameters diverged (or its forward returns NaN or inf); lower the primal learning rate (train.lr=...) or "
             "the dual one (train.dual_lr=...), set gradient clipping (train.grad_clip=1.0), or check the input data "
-            "for NaNs")
-        error.layer, error.value = layer, float(mean_loss[g, layer])  # for a caller that words it otherwise
-        raise error
+            "for NaNs", layer, value)
 
 
 STRICTLY_FEASIBLE = "feasible"
