@@ -39,7 +39,7 @@ from .tables import TABLES, Table, build_tables
 from .unknown_setting import known_settings
 from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
-    percent,
+    percent, with_interval,
 )
 
 REPORT = "report.md"
@@ -283,23 +283,11 @@ def _feasibility(frame: pd.DataFrame) -> list[str]:
                      f"{_steps(run, 'steps_to_strict_feasibility')} | {_steps(run, 'steps_to_feasibility')} | "
                      f"{_int(run['steps'])} | {_alpha_column(run)} | {_ratio(run['max_layer_ratio_id'])} | "
                      f"{_yes_no(run['descends_id'])} | {_iterate(run)} | "
-                     f"{_verdict(run['test_verdict'])} | {_with_interval(run['val_largest_violation'])} | "
-                     f"{_with_interval(run['test_largest_violation'])} |")
+                     f"{_verdict(run['test_verdict'])} | {with_interval(run['val_largest_violation'])} | "
+                     f"{with_interval(run['test_largest_violation'])} |")
     if (complete["verdict"] == DEGENERATE).any():
         lines += ["", f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}."]
     return lines
-
-
-def _with_interval(largest) -> str:
-    """``+2.7 % [−2.6, +7.2]``: a relative violation and its interval in percent; ``+2.7 % (2 clips: no interval)``
-    where the split had too few groups to resample; ``?`` for an older record."""
-    if not isinstance(largest, (tuple, list)):
-        return "?"
-    value, bounds = largest
-    if isinstance(bounds, str):
-        return f"{100 * value:+.1f} % ({bounds}: no interval)".replace("-", "−")
-    low, high = bounds
-    return f"{100 * value:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]".replace("-", "−")
 
 
 def _iterate(run) -> str:

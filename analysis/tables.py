@@ -29,7 +29,8 @@ from .published import published_value
 from .selection import (ARM_LABELS, ARMS, CHOSEN_BY, DEFAULT_PRECISION, FEASIBLE_FIRST, PAPER_DUAL, cell_label,
                         select_best)
 from .verdicts import (
-    DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, SLACK_FEASIBLE, SLACK_MEANING, mark, percent,
+    DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, TEST_DIFFERS, mark,
+    percent, test_differs, with_interval,
 )
 
 DAGGER, DOUBLE_DAGGER, SECTION = MARKS[INFEASIBLE], "‡", "§"
@@ -148,7 +149,8 @@ class Table:
             cells = [model, str(r["dataset"]), str(int(r["L"])), f"{r['gamma_train']:g}",
                      _grid_label(r["gamma_test_grid"])]
             for arm in self.arms:
-                marked = f" {mark(r[f'{arm}_verdict'])}" if mark(r[f"{arm}_verdict"]) else ""
+                marks = mark(r[f"{arm}_verdict"]) + (TEST_DIFFERS if _test_differs(r, arm) else "")
+                marked = f" {marks}" if marks else ""
                 cells.append(_number(r[f"{arm}_{name}"]) + marked if _present(r[f"{arm}_{name}"]) else "—")
             cells.append("/".join(str(int(r[f"{arm}_n_runs"])) for arm in self.arms))
             for arm in ("constrained", "erm"):
@@ -191,6 +193,7 @@ def build_table(runs: RunTable, spec: TableSpec) -> Table:
                 f"{arm}_{spec.value_name}": value,
                 f"diff_{arm}": value - paper.value if paper and not math.isnan(value) else math.nan,
                 f"{arm}_verdict": best["verdict"] if best is not None else "",
+                f"{arm}_test_verdict": best.get("test_verdict") if best is not None else "",
                 f"{arm}_n_runs": int(best["n_runs"]) if best is not None else 0,
                 f"{arm}_n_infeasible": int(best["n_infeasible"]) if best is not None else 0,
                 f"{arm}_run": best["run"] if best is not None else "",
@@ -235,7 +238,7 @@ def _columns(spec: TableSpec, arms: list[str]) -> list[str]:
     name = spec.value_name
     return (["model", "dataset", "L", "gamma_train"] + [f"{arm}_{name}" for arm in arms]
             + ["paper_constrained", "paper_erm"] + [f"diff_{arm}" for arm in arms]
-            + [f"{arm}_verdict" for arm in arms]
+            + [f"{arm}_verdict" for arm in arms] + [f"{arm}_test_verdict" for arm in arms]
             + [f"{arm}_{key}" for arm in arms for key in ("n_runs", "n_infeasible")]
             + [f"{arm}_run" for arm in arms] + [f"{arm}_varied" for arm in arms]
             + ["paper_L", "gamma_test_grid", "precision", "steps"])
@@ -274,12 +277,16 @@ def _notes(table: Table, runs: RunTable, repeats: int = 0) -> list[str]:
     verdicts = frame[[f"{arm}_verdict" for arm in table.arms]]
     if (verdicts == INFEASIBLE).any(axis=None):
         notes.append(f"{DAGGER} the selected run ended **infeasible**: its descent constraints are violated on "
-                     "held-out data (the report lists the violated layers). It is shown, not hidden.")
+                     "the validation split (the report lists the violated layers). It is shown, not hidden.")
     if (verdicts == SLACK_FEASIBLE).any(axis=None):
         notes.append(f"{MARKS[SLACK_FEASIBLE]} the selected run is **{SLACK_MEANING}**; "
                      + _slack_used(table, runs) + ". Not counted as feasible.")
     if (verdicts == DEGENERATE).any(axis=None):
         notes.append(f"{MARKS[DEGENERATE]} degenerate: {DEGENERATE_MEANING}.")
+    if any(_test_differs(row, arm) for _, row in frame.iterrows() for arm in table.arms):
+        notes.append(f"{TEST_DIFFERS} the entry's verdict on the test split is not its validation verdict (the mark "
+                     "beside it; validation chose and marks the entries, the test split chose nothing): "
+                     + _test_verdicts(table, runs) + ".")
     has_paper = frame[["paper_constrained", "paper_erm"]].notna().any(axis=1)
     other_depth = has_paper & (frame["paper_L"] != frame["L"]).fillna(False)
     if other_depth.any():
@@ -301,6 +308,24 @@ def _notes(table: Table, runs: RunTable, repeats: int = 0) -> list[str]:
     return notes
 
 
+def _test_differs(row, arm: str) -> bool:
+    return test_differs(row[f"{arm}_verdict"], row.get(f"{arm}_test_verdict"))
+
+
+def _test_verdicts(table: Table, runs: RunTable) -> str:
+    """Each such entry's test verdict and its largest test violation with its interval (summary.json)."""
+    by_run = runs.runs.set_index("run")
+    parts = []
+    for _, row in table.frame.iterrows():
+        for arm in table.arms:
+            if _test_differs(row, arm):
+                largest = by_run["test_largest_violation"].get(row[f"{arm}_run"]) \
+                    if "test_largest_violation" in by_run else None
+                parts.append(f"{cell_label(row)}, {ARM_LABELS[arm]}: {NAMES[row[f'{arm}_test_verdict']]} on test "
+                             f"(largest violation {with_interval(largest)})")
+    return "; ".join(parts)
+
+
 def _slack_used(table: Table, runs: RunTable) -> str:
     """The largest relative violation the slack had to cover, per marked entry (summary.json's feasibility)."""
     by_run = runs.runs.set_index("run")["max_relative_slack_used"]
@@ -313,7 +338,7 @@ def _slack_used(table: Table, runs: RunTable) -> str:
            "right-hand side): " + "; ".join(parts)
 
 
-_TEX = {DAGGER: r"$^\dagger$", DOUBLE_DAGGER: r"$^\ddagger$", SECTION: r"$^\S$",
+_TEX = {DAGGER: r"$^\dagger$", TEST_DIFFERS: r"$^\circ$", DOUBLE_DAGGER: r"$^\ddagger$", SECTION: r"$^\S$",
         MARKS[SLACK_FEASIBLE]: r"$^\approx$", MARKS[DEGENERATE]: r"$^\emptyset$", "Φ_{l−1}": r"$\Phi_{l-1}$",
         "γ_train": r"$\gamma_\mathrm{train}$", "γ_test": r"$\gamma_\mathrm{test}$", "γ": r"$\gamma$",
         "∈": r"$\in$", "Δ": r"$\Delta$", "_": r"\_", "—": "--", "–": "--", "−": "-", "%": r"\%", "&": r"\&",

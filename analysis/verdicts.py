@@ -27,6 +27,8 @@ DEGENERATE_MEANING = ("no descent possible: Φ_{l−1} already equals the target
                       "infeasible")
 SLACK_MEANING = ("feasible only within its resilience slack, not strictly: some constraint misses its right-hand "
                  "side and is met only through the slack")
+#: beside a table entry whose verdict on the test split is not its validation verdict (the one its mark shows)
+TEST_DIFFERS = "°"
 #: one sentence for figure captions: what each mark means
 CAPTION = (f"{MARKS[INFEASIBLE]} marks a run that ended infeasible, {MARKS[SLACK_FEASIBLE]} one feasible only within "
            f"its resilience slack, {MARKS[DEGENERATE]} one where no descent was possible (degenerate).")
@@ -35,6 +37,11 @@ CAPTION = (f"{MARKS[INFEASIBLE]} marks a run that ended infeasible, {MARKS[SLACK
 def mark(verdict) -> str:
     """The verdict's mark ("" for strictly feasible, ERM, or a verdict the record does not hold)."""
     return MARKS.get(verdict, "") if isinstance(verdict, str) else ""
+
+
+def test_differs(validation, test) -> bool:
+    """Whether a run's test verdict is another than its validation verdict (both recorded)."""
+    return validation in NAMES and test in NAMES and validation != test
 
 
 def count_line(verdicts: pd.Series) -> str:
@@ -52,3 +59,15 @@ def percent(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "?"
     return f"{100 * float(value):.1f} %"
+
+
+def with_interval(largest) -> str:
+    """``+2.7 % [−2.6, +7.2]``: a relative violation and its interval in percent; ``+2.7 % (2 clips: no interval)``
+    where the split had too few groups to resample; ``?`` for an older record."""
+    if not isinstance(largest, (tuple, list)):
+        return "?"
+    value, bounds = largest
+    if isinstance(bounds, str):
+        return f"{100 * value:+.1f} % ({bounds}: no interval)".replace("-", "−")
+    low, high = bounds
+    return f"{100 * value:+.1f} % [{100 * low:+.1f}, {100 * high:+.1f}]".replace("-", "−")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from matplotlib.lines import Line2D
 
@@ -121,3 +122,30 @@ def test_latex_text_holding_a_users_special_characters_is_escaped():
         r"root=ped2 \$5-\#9 \{a\}\textasciitilde{}\textasciicircum{}\textbackslash{}x.npz"
     assert tex("γ_train ∈ {0, 0.09} **bold** Φ_{l−1} 5%") == \
         r"$\gamma_\mathrm{train}$ $\in$ \{0, 0.09\} \textbf{bold} $\Phi_{l-1}$ 5\%"
+
+
+def test_an_entry_whose_test_verdict_is_another_than_its_validation_verdict_is_marked_and_its_test_miss_said(
+        tmp_path, capsys):
+    """DUST L = 7 at γ 0.09 in the cpu re-run: strictly feasible on Ped2's 2 validation clips, infeasible on test
+    (+4.6 % at layer 5, interval [+1.0, +7.9]); the table showed it plain, as feasible as the cells that hold on test."""
+    runs = tmp_path / "runs"
+    misses = {"test_verdict": "infeasible", "test_relative_violations": [-0.5, -0.2, 0.046],
+              "test_violation_interval": {"count": 12, "resampled": "clip", "layers": [0, 1, 2],
+                                          "low": [-0.6, -0.3, 0.010], "high": [-0.4, -0.1, 0.079]}}
+    holds = {**misses, "test_verdict": "feasible", "test_relative_violations": [-0.5, -0.2, -0.1]}
+    for gamma, in_distribution in ((0.09, misses), (0.15, holds)):
+        write_run(runs, f"c{gamma}", model="dust", dataset="ucsd_ped2", L=2, gamma=gamma, constrained=True,
+                  test=15.0, selection=15.0, in_distribution=in_distribution)
+        write_run(runs, f"e{gamma}", model="dust", dataset="ucsd_ped2", L=2, gamma=gamma, constrained=False,
+                  test=16.0, selection=16.0)
+    code, err = run_main(str(runs), "--out", str(tmp_path / "report"), capsys=capsys)
+    assert code == 0, err
+    table = (tmp_path / "report" / "tables" / "table3_video_mean_rmse.md").read_text()
+    rows = {line.split(" | ")[3]: line for line in table.splitlines() if line.startswith("| dust")}
+    assert "| 15.000 ° |" in rows["0.09"] and "°" not in rows["0.15"], table
+    assert ("° the entry's verdict on the test split is not its validation verdict" in table
+            and "L=2 · γ_train=0.09, constrained: infeasible on test (largest violation +4.6 % [+1.0, +7.9])" in table
+            and "γ_train=0.15, constrained: infeasible" not in table), table
+    csv = pd.read_csv(tmp_path / "report" / "tables" / "table3_video_mean_rmse.csv")
+    assert list(csv.sort_values("gamma_train")["constrained_test_verdict"]) == ["infeasible", "feasible"]
+    assert r"15.000 $^\circ$" in (tmp_path / "report" / "tables" / "table3_video_mean_rmse.tex").read_text()
