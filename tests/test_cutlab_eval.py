@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from omegaconf import OmegaConf
 from PIL import Image
 
@@ -208,6 +209,11 @@ def test_analysis_adds_the_train_by_test_data_table_and_a_figure(evaluated, tmp_
     ("config_word", "config.yaml is not a run config: it holds a str, not a mapping; copy the run folder again"),
     ("config_other", "config.yaml is not a run config: it has no data, model, train, eval, paths section; copy the"),
     ("read_only", "evaluations (read-only file system): copy the run somewhere writable and evaluate the copy"),
+    # its training clips, reported among data the run was not trained on (the demo: 14.30 against its test's 14.65)
+    ("own_all", "--split all of the data it was trained on (data=synthetic) holds its training samples"),
+    ("own_train", "--split train of the data it was trained on (data=synthetic) holds its training samples"),
+    ("own_val_moved", "data.val_clips=3 moves samples between the splits of the data it was trained on (with "
+                      "data.val_clips=1), so its val split may hold training samples; leave it as the run had it"),
     # Hydra's "Ambiguous value", answered with "check the key against conf/" as if the key were misspelt
     ("two_data", "data=synthetic,video_folder gives several values, which is a sweep: this command takes one value "
                  "per key, so give one (and run it once per value)"),
@@ -238,6 +244,8 @@ def test_bad_input_stops_in_one_line(trained, tmp_path, capsys, case, expected):
         args = [str(copy), "data=synthetic,video_folder"]
     elif case == "model_override":
         args.append("model=ut")
+    elif case.startswith("own_"):  # the run's own data: no data=, the run's own root
+        args = [str(copy), "--split", case.split("_")[1]] + (["data.val_clips=3"] if case.endswith("moved") else [])
     elif case == "added_data_key":  # evaluated the default data before, with no word of the misspelt key
         args.append("+data.roott=/elsewhere")
     elif case == "added_key_of_own_data":
@@ -715,3 +723,14 @@ def test_gammas_the_run_never_evaluated_draw_noise_of_their_own():
     assert streams[:3] == [0, 1, 2]  # the run's own places (gamma_train after its grid)
     indices = [noise_index(batch, stream) for stream in streams for batch in range(50)]
     assert len(set(indices)) == len(indices)
+
+
+def test_every_shipped_data_key_is_known_to_move_samples_between_splits_or_not():
+    """cutlab-eval's refusal of a split that may hold training samples reads SPLIT_KEYS: a new data key must be put
+    there or here, or a key that moves samples between splits would let training samples into an evaluation."""
+    from cutlab.config.data_settings import SPLIT_KEYS
+
+    same_samples = {"name", "task", "root", "max_length", "frames", "stride", "patch", "image_size", "num_labels",
+                    "train_subset", "test_subset"}
+    keys = {key for path in (ROOT / "conf" / "data").glob("*.yaml") for key in yaml.safe_load(path.read_text())}
+    assert keys - same_samples == set(SPLIT_KEYS)

@@ -12,6 +12,11 @@ from pathlib import Path
 from typing import Any
 
 FIXED = ("name", "task")  # one data set has one name and one family: never what tells its configs apart
+#: the data keys that decide which sample falls in which split: changing one moves clips or reviews between training,
+#: validation and test. Every other key cuts the same samples otherwise (frames, stride, tokens, image size) or takes
+#: fewer of one split (train_subset, test_subset).
+SPLIT_KEYS = ("val_clips", "test_clips", "training_clips", "val_size", "subset_seed", "train_file", "test_file",
+              "subset", "val_fraction", "test_fraction", "split_seed")
 
 
 def settings_apart(configs: list[dict], short: bool = True, null_is_set: bool = False) -> list[list[str]]:

@@ -112,7 +112,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     """Evaluate one run (or find it done); the line that says what happened."""
     from cutlab.run.provenance import provenance
     from cutlab.run.build import pick_device
-    from cutlab.transfer.config import check_fits, default_data, evaluation_config
+    from cutlab.transfer.config import check_fits, check_held_out, default_data, evaluation_config
     from cutlab.transfer.evaluate import Request, evaluate_run
     from cutlab.core.data.cache import data_files
     from cutlab.transfer.record import EVALUATIONS, check_not_linked, data_label, done, evaluation_dir, write_record
@@ -121,6 +121,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     run_cfg, summary, checkpoint = finished_run(run_dir)
     cfg = evaluation_config(run_cfg, settings, overrides)
     check_fits(run_cfg, cfg, run_dir.name)
+    check_held_out(run_cfg, cfg, split, run_dir.name)
     request = Request.of(cfg, split, sigma).as_dict()
     folder = evaluation_dir(run_dir, request)
     check_not_linked(run_dir, folder)
