@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from .collect import RunTable
 from . import figure_marks
 from .figure_marks import line_style
-from .selection import ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, seed_of, three_gammas, with_settings
+from .selection import (ARMS, CHOSEN_BY, SETTING, cell_label, cell_order, seed_of, three_gammas, trial_counts,
+                        with_settings)
 from .figure_kit import (
     ARM_STYLE, FigureResult, GAMMA_TEST, MARKS_CAPTION, MAX_ROWS, METRIC_NAME, TITLES, _at, _at_level, _at_reference,
     _best_per, _count_range, _mark, _math, _metric_label, _not_shown, _panels, _render, _title, _ylabel,
@@ -169,7 +170,9 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
     """Sets of complete constrained runs of one cell and grid in which ``param`` takes two values or more.
 
     The other ablated parameter is held at its most common value in the set, so one sweep that varies
-    both alpha and the dual learning rate yields both ablations without mixing them.
+    both alpha and the dual learning rate yields both ablations without mixing them; runs that differ in any other
+    config key (the constraint form, detach_prev, ...) are sets of their own, since a point averages seeds of one
+    configuration.
     """
     other = {"alpha": "dual_lr", "dual_lr": "alpha"}[param]
     results = with_settings(runs.results)
@@ -182,9 +185,19 @@ def ablation_groups(runs: RunTable, param: str) -> list[pd.DataFrame]:
         held = group[other].mode()
         if len(held):
             group = group[group[other] == held.iloc[0]]
-        if group[param].nunique() >= 2:
-            groups.append(group.assign(_seed=seed_of(group)))
+        groups += [one.assign(_seed=seed_of(one)) for one in _configurations(group, (param, other))
+                   if one[param].nunique() >= 2]
     return sorted(groups, key=lambda group: cell_order(group.iloc[0]))
+
+
+def _configurations(group: pd.DataFrame, params: tuple[str, str]) -> list[pd.DataFrame]:
+    """``group`` split by each config key but ``params`` in which its runs differ (a key a record lacks takes the
+    value most runs have): two dual settings at one alpha were averaged into one point and captioned as repeats."""
+    varied = [column for column in trial_counts(group) if column.removeprefix("cfg.train.") not in params]
+    if not varied:
+        return [group]
+    values = [group[column].fillna(group[column].mode().iloc[0]).map(repr) for column in varied]
+    return [one for _, one in group.groupby(values, sort=False)]
 
 
 def _ablation(runs: RunTable, out_dir: Path, param: str, stem: str) -> FigureResult:

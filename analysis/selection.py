@@ -35,11 +35,11 @@ ARM_LABELS = {"constrained": "constrained", "constrained_paper": "constrained (p
 #: the paper's dual dynamics (conf/train/constrained_paper.yaml); the dual learning rate is not part of it, since
 #: the paper sets it per task and ablates it (Fig 15)
 PAPER_DUAL = {"constraint_form": "difference", "dual_optimizer": "adam", "dual_update": "simultaneous",
-              "dual_restarts": False, "detach_prev": False}
+              "dual_restarts": False, "detach_prev": False, "dual_cadence": "batch"}
 #: the run settings that make up a *dual setting* (what the feasibility study compares, one line each in the
 #: constraint-satisfaction figure)
 DUAL_SETTING_KEYS = ["constraint_form", "constraint_gradient", "detach_prev", "dual_optimizer", "dual_lr", "kappa_p",
-                     "dual_update", "dual_restarts", "penalty", "resilience"]
+                     "dual_update", "dual_cadence", "dual_restarts", "penalty", "resilience"]
 #: config keys that never make runs of one row *trials* of each other: the seed (runs differing in it alone are
 #: seeds) and the keys that do not change a result (cutlab.config.neutral: launch, logging, paths, threads)
 NOT_TRIAL_KEYS = ("seed", *RESULT_NEUTRAL_KEYS)
@@ -101,6 +101,7 @@ def dual_setting_label(row: pd.Series | dict) -> str:
     local = {"block": "block-local g_l", "layerwise": "block-local g_l and l_L"}.get(row.get("constraint_gradient"))
     parts += [local] if local else []
     parts += [value("dual_update")]
+    parts += ["a dual step per epoch"] if row.get("dual_cadence") == "epoch" else []
     parts += ["restarts"] if row.get("dual_restarts") == True else []  # noqa: E712
     penalty = row.get("penalty")
     parts += [f"augmented rho={penalty:g}"] if penalty and not _missing(penalty) else []
@@ -158,16 +159,16 @@ def repeats(group: pd.DataFrame) -> pd.Series:
     frame without configs (``cfg.*``: one made by hand) cannot say two runs are one configuration: none repeats."""
     if not any(column.startswith("cfg.") for column in group.columns):
         return pd.Series(False, index=group.index)
-    identity = pd.DataFrame({column: group[column].map(repr) for column in _trial_counts(group)}, index=group.index)
+    identity = pd.DataFrame({column: group[column].map(repr) for column in trial_counts(group)}, index=group.index)
     return identity.assign(_seed=seed_of(group)).duplicated()
 
 
 def _varied(group: pd.DataFrame) -> str:
     """The config keys with more than one value among ``group``'s runs, e.g. ``"train.alpha ×3, train.dual_lr ×2"``."""
-    return ", ".join(f"{column.removeprefix('cfg.')} ×{count}" for column, count in _trial_counts(group).items())
+    return ", ".join(f"{column.removeprefix('cfg.')} ×{count}" for column, count in trial_counts(group).items())
 
 
-def _trial_counts(group: pd.DataFrame) -> dict[str, int]:
+def trial_counts(group: pd.DataFrame) -> dict[str, int]:
     """The ``cfg.*`` columns with more than one value among ``group``'s runs, and how many, leaving out
     ``NOT_TRIAL_KEYS``; a key a record lacks is no difference."""
     counts = {}

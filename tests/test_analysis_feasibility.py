@@ -24,7 +24,7 @@ from helpers.analysis import NEW_DUAL, UPDATE, assert_image, write_run
 
 PAPER_YAML = yaml.safe_load((ROOT / "conf" / "train" / "constrained_paper.yaml").read_text())
 PAPER_DUAL = {key: PAPER_YAML[key] for key in ("constraint_form", "dual_optimizer", "dual_update", "dual_restarts",
-                                                "detach_prev")}
+                                                "detach_prev", "dual_cadence")}
 CELL = dict(model="dust", dataset="ucsd_ped2", L=3, gamma=0.09)
 # steps_to_strict_feasibility, steps_to_feasibility (None: never), largest in-distribution ratio, per run
 EXPECTED = {
@@ -351,6 +351,24 @@ def test_the_augmented_lagrangian_is_a_dual_setting_and_never_the_papers(tmp_pat
     for name in ("paper", "older"):
         assert runs.run(name)["arm"] == "constrained_paper"
         assert "augmented" not in dual_setting_label(runs.run(name))
+
+
+def test_a_dual_step_per_epoch_is_a_dual_setting_and_never_the_papers(tmp_path):
+    """train=constrained_paper train.dual_cadence=epoch (one dual step on each epoch's mean constraint values) is not
+    the paper's Algorithm 1, which steps the multipliers every batch; it was counted and captioned as the paper's
+    dual, and drawn as one line with it in the constraint-satisfaction figure."""
+    from analysis.collect import collect_runs
+    from analysis.selection import dual_setting_label
+
+    root = tmp_path / "runs"
+    write_run(root, "per_epoch", **CELL, constrained=True, test=14.0, selection=14.1,
+              train={**PAPER_DUAL, "dual_cadence": "epoch"})
+    write_run(root, "paper", **CELL, constrained=True, seed=1, test=14.0, selection=14.1, train=PAPER_DUAL)
+    runs = collect_runs(root)
+    per_epoch, paper = runs.run("per_epoch"), runs.run("paper")
+    assert (per_epoch["arm"], paper["arm"]) == ("constrained", "constrained_paper")
+    assert dual_setting_label(per_epoch) == dual_setting_label(paper).replace(
+        "simultaneous", "simultaneous · a dual step per epoch")
 
 
 def test_the_studys_median_time_to_feasibility_counts_the_cells_that_never_got_there():

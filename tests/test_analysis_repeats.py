@@ -27,6 +27,26 @@ def test_an_ablation_counts_a_seed_run_twice_as_one_seed(tmp_path):
     assert drawn[".png"] == next(path for path in once.paths if path.suffix == ".png").read_bytes()
 
 
+def test_an_ablation_point_averages_seeds_of_one_configuration_never_two_dual_settings(tmp_path):
+    # alpha 0.2 and 0.3 with the defaults and alpha 0.2 in the difference form without detach_prev: the 0.2 point was
+    # the mean of two dual settings, captioned "1 runs repeat the seed of another run at their point"
+    from analysis.collect import collect_runs
+    from analysis.figures_metric import ablation_groups, alpha_ablation
+
+    cell = dict(model="dust", dataset="synthetic", L=3, gamma=0.09, constrained=True, selection=12.0)
+    ratio = {"constraint_form": "ratio", "detach_prev": True}
+    for name, alpha, train, test in (("a0.2", 0.2, ratio, 12.0), ("a0.3", 0.3, ratio, 11.0),
+                                     ("a0.2_difference", 0.2, {"constraint_form": "difference"}, 20.0),
+                                     ("a0.3_difference", 0.3, {"constraint_form": "difference"}, 19.0),
+                                     ("a0.4_difference", 0.4, {"constraint_form": "difference"}, 18.0)):
+        write_run(tmp_path / "runs", name, **cell, alpha=alpha, train=train, test=test)
+    runs = collect_runs(tmp_path / "runs")
+    assert sorted(sorted(group["run"]) for group in ablation_groups(runs, "alpha")) == [
+        ["a0.2", "a0.3"], ["a0.2_difference", "a0.3_difference", "a0.4_difference"]]
+    figure = alpha_ablation(runs, tmp_path / "out")
+    assert "(1 seeds per point)" in figure.caption and "repeat" not in figure.caption, figure.caption
+
+
 def test_a_figure_title_never_tells_runs_apart_by_a_launch_setting():
     # the dual-variable panels of benchmarks/cpu_paper_budget read "detach_prev=True · max_parallel=2": the sweep's
     # launcher.max_parallel (how many runs at once) does not change a result, and the tables never count it a trial
