@@ -181,5 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m analysis in a clone: Ctrl-C, a full disk or a reader gone as cutlab-analysis
+    from cutlab.commands import as_command
+
+    as_command("analysis", main)

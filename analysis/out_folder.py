@@ -8,7 +8,12 @@ user typed it.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 # report.REPORT, html_report.HTML, report.TABLES_DIR, report.FIGURES_DIR, wandb_source.RECORDS_DIR (named here, so
 # that the check runs before the modules that draw, and import matplotlib, are loaded)
@@ -46,3 +51,47 @@ def symbolic_links(out: Path) -> list[Path]:
         if (out / folder).is_dir() and not (out / folder).is_symlink():
             found += [path for path in sorted((out / folder).iterdir()) if path.is_symlink()]
     return found
+
+
+STAGING_PREFIX = ".report-"
+
+
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A folder inside ``out`` where a report is built whole, removed as the block ends however it ends: an earlier
+    report in ``out`` stays as it was until the new one is moved in (``move_into_place``). Built in place, a Ctrl-C
+    midway left the earlier report.md beside new tables and figures, and one figure's PNG beside another's PDF.
+    Folders left by a process that was killed (its pid gone) are removed first."""
+    for old in out.glob(f"{STAGING_PREFIX}*"):
+        pid = old.name.removeprefix(STAGING_PREFIX).split("-")[0]
+        if old.is_dir() and not old.is_symlink() and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(old, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=out))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def move_into_place(staging: Path, out: Path, last: tuple[str, ...]) -> None:
+    """Every file built in ``staging`` renamed to its place in ``out`` (one file system: each rename is whole), the
+    files named in ``last`` (the report itself) after the tables and figures it shows, with Ctrl-C held meanwhile."""
+    from cutlab.interrupted import ctrl_c_held
+
+    files = sorted((path for path in staging.rglob("*") if path.is_file()),
+                   key=lambda path: (path.relative_to(staging).as_posix() in last, str(path)))
+    with ctrl_c_held():
+        for path in files:
+            target = out / path.relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True

@@ -1,13 +1,6 @@
 """One self-contained Markdown report of a set of runs: what ran, what failed or ended infeasible,
 the partial runs, every run's feasibility (verdict, time to feasibility, in-distribution descent),
-Tables 3 and 4, and every figure (or why it was skipped).
-
-Layout of the report folder::
-
-    REPORT_DIR/report.md                      the report (relative links to everything below)
-    REPORT_DIR/report.html                    the same report as one file, every figure embedded
-    REPORT_DIR/tables/<table>.{md,csv,tex}    Tables 3 and 4
-    REPORT_DIR/figures/<figure>.{png,pdf}     the figures
+Tables 3 and 4, and every figure (or why it was skipped), laid out as ``analysis.report_files`` says.
 
 ``write_report`` is the one entry point, for the command line and for a later reproduce command.
 """
@@ -16,7 +9,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -25,49 +17,49 @@ from cutlab.atomic import write_atomic
 
 from .collect import RunTable
 from .copies import summed_once
-from .figures import STEMS, FigureResult, make_figures
+from .figures import FigureResult, make_figures
 from .html_report import write_html
 from .markdown import inert
-from .out_folder import REPORT_HEADING
+from .out_folder import REPORT_HEADING, move_into_place, staged
+from .report_files import FIGURES_DIR, REPORT, TABLES_DIR, Report, own_files
 from .provenance import provenance_line
 from .selection import (
     ARM_LABELS, ARMS, CHOSEN_BY, VALIDATION, cell_label, cell_order, dual_setting_label, reference_gamma_train,
     sort_cells,
 )
 from .sweep_outcomes import sweep_outcomes, with_not_started
-from .tables import TABLES, Table, build_tables
+from .tables import Table, build_tables
 from .unknown_setting import known_settings
 from .verdicts import (
     DEGENERATE, DEGENERATE_MEANING, INFEASIBLE, MARKS, NAMES, SLACK_FEASIBLE, SLACK_MEANING, count_line, mark,
     percent, with_interval,
 )
 
-REPORT = "report.md"
-TABLES_DIR = "tables"
-FIGURES_DIR = "figures"
 ERROR_WIDTH = 240  # characters of an error message shown in the report
 TASK_ORDER = ("video", "text")
 METRIC_NAME = {"rmse": "RMSE", "accuracy": "accuracy"}
 
 
-@dataclass
-class Report:
-    """What ``write_report`` wrote."""
-
-    path: Path
-    tables: list[Table] = field(default_factory=list)
-    table_files: list[Path] = field(default_factory=list)
-    figures: list[FigureResult] = field(default_factory=list)
-    html: Path | None = None  # report.html beside report.md
-    evaluation_files: list[Path] = field(default_factory=list)  # the cutlab-eval section's table and figures
-
-
 def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None = None,
                  command: str | None = None) -> Report:
-    """Tables, figures and ``report.md`` for ``runs`` in ``out_dir`` (created; earlier outputs replaced)."""
+    """Tables, figures and ``report.md`` for ``runs`` in ``out_dir`` (created; earlier outputs replaced once the new
+    report is whole: it is built in a staging folder, then moved in, so a Ctrl-C or a full disk midway keeps the
+    earlier report as it was)."""
     out_dir = Path(out_dir)
-    earlier = _own_files(out_dir)  # removed only once the new report is whole: a full disk midway keeps them
+    earlier = own_files(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    with staged(out_dir) as staging:
+        report = _built(runs, staging, gamma_train, command)
+        move_into_place(staging, out_dir, last=(REPORT,))
+    report = report.moved(staging, out_dir)
+    written = {*report.table_files, *(path for figure in report.figures for path in figure.paths),
+               *report.evaluation_files}
+    for path in earlier - written:  # a figure skipped now must not survive from a past run
+        path.unlink(missing_ok=True)
+    return report
+
+
+def _built(runs: RunTable, out_dir: Path, gamma_train: float | None, command: str | None) -> Report:
     tables = build_tables(runs)
     table_files = [path for table in tables for path in table.write(out_dir / TABLES_DIR, command)]
     figures = make_figures(runs, out_dir / FIGURES_DIR, gamma_train=gamma_train)
@@ -77,22 +69,9 @@ def write_report(runs: RunTable, out_dir: str | Path, gamma_train: float | None 
     text = "\n".join([*_sections(runs, report, gamma_train, command), "",
                       *transfer_sections(runs, out_dir, TABLES_DIR, FIGURES_DIR, report.evaluation_files)])
     report.evaluation_files.sort()
-    write_atomic(report.path, text.rstrip() + "\n")  # a full disk leaves the earlier report.md, never a cut one
+    write_atomic(report.path, text.rstrip() + "\n")
     report.html = write_html(text, out_dir)  # the same report as one file, figures embedded
-    written = {*table_files, *(path for figure in figures for path in figure.paths), *report.evaluation_files}
-    for path in earlier - written:  # a figure skipped now must not survive from a past run
-        path.unlink(missing_ok=True)
     return report
-
-
-def _own_files(out_dir: Path) -> set[Path]:
-    """This module's earlier outputs in tables/ and figures/, cutlab-eval's section's (transfer.STEM) among them."""
-    from .transfer import STEM
-
-    tables = {spec.stem for spec in TABLES} | {STEM}
-    return {*(path for path in (out_dir / TABLES_DIR).glob("*") if path.stem in tables),
-            *(path for path in (out_dir / FIGURES_DIR).glob("*") if path.name.startswith(f"{STEM}_")
-              or path.suffix in (".png", ".pdf") and path.stem in STEMS)}
 
 
 def _sections(runs: RunTable, report: Report, gamma_train: float | None, command: str | None) -> list[str]:

@@ -14,11 +14,13 @@ import importlib
 import logging
 import signal
 import sys
+from typing import Callable
 
 HELP_OR_VERSION = {"-h", "--help", "--version"}  # which need no torch: they stay quick
 
 
-def _command(name: str, module: str) -> None:
+def _command(name: str, module: str | Callable[[], int]) -> None:
+    """Run the command ``name``: ``module``'s main (imported here), or a main given itself."""
     # A log handler that cannot write (W&B's debug.log on a full disk) must not print a traceback per record: W&B's
     # console capture echoed each one back into it, 20 000 lines ahead of cutlab's own one-line error.
     logging.raiseExceptions = False
@@ -35,7 +37,7 @@ def _command(name: str, module: str) -> None:
                 import torch  # noqa: F401
 
         try:
-            status = importlib.import_module(module).main()
+            status = (module if callable(module) else importlib.import_module(module).main)()
         finally:
             sys.stdout.flush()  # a reader gone (`| head`) shows here, not as Python's "Exception ignored" at exit
     except BrokenPipeError:
@@ -75,6 +77,11 @@ def cutlab() -> None:
 
 def cutlab_analysis() -> None:
     _command("cutlab-analysis", "cutlab_analysis.__main__")
+
+
+def as_command(name: str, main: Callable[[], int]) -> None:
+    """``main`` run as the command ``name`` is, in a clone, where it is not installed (``python -m analysis``)."""
+    _command(name, main)
 
 
 def cutlab_reproduce() -> None:

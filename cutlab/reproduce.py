@@ -24,9 +24,11 @@ from cutlab.config.paths import data_dir
 from cutlab.core.progress import rate_text, tally
 from cutlab.errors import CutlabError, refuse_blank
 from cutlab.hangup import repeated_hang_up, stop_signals
+from cutlab.interrupted import INTERRUPTED_EXIT
 from cutlab.reproduce_grids import SCALES, UT_AT_ZERO, fair_comparison_trials
 from cutlab.reproduce_inputs import WEIGHTS, Inputs, dataset_names, parse_pairs
 from cutlab.reproduce_plan import expand_all, format_scale_plan, resolve
+from cutlab.run.preemption import PREEMPTED_EXIT
 from cutlab.run.records import linked, not_a_file
 from cutlab.signal_waits import wait_hearing_signals
 
@@ -144,12 +146,13 @@ def run(scale: str, planned, out: Path) -> int:
         print(f"cutlab-reproduce: {where}: {item.grid.runs} runs into {out / 'runs'} (complete ones are skipped)",
               file=sys.stderr)
         began = time.perf_counter()
-        returncode, interrupted = run_grid(item.argv)
-        if interrupted:
+        returncode, stops = run_grid(item.argv)
+        if stops:
             print(f"cutlab-reproduce: stopped during {where} (exit {returncode}); run the same command again to "
                   "resume: finished runs are kept and skipped, the stopped ones resume from their checkpoints",
                   file=sys.stderr)
-            return 130
+            # 75 on SIGTERM, as a run and a sweep exit (a batch script requeues on it); 130 on Ctrl-C or a hang-up
+            return PREEMPTED_EXIT if stops[0] == "SIGTERM" else INTERRUPTED_EXIT
         if returncode == 2:  # refused before any run (the line above): the scale's overrides reach every grid alike
             print(f"cutlab-reproduce: error: {where} refused its command (the line above); fix it and run the same "
                   "command again: finished runs are kept and skipped", file=sys.stderr)
@@ -207,16 +210,16 @@ def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, re
             earlier.unlink(missing_ok=True)
 
 
-def run_grid(argv: list[str]) -> tuple[int, bool]:
-    """One grid's ``python -m cutlab -m ...`` in this folder, like the user's command: (exit status, whether
-    Ctrl-C/SIGTERM stopped it). The grid runs in its own session and gets exactly the signals this process gets,
+def run_grid(argv: list[str]) -> tuple[int, list[str]]:
+    """One grid's ``python -m cutlab -m ...`` in this folder, like the user's command: (exit status, the stop
+    signals this process received meanwhile: Ctrl-C, SIGTERM, a hang-up). The grid runs in its own session and gets exactly the signals this process gets,
     as SIGTERM: the first lets its runs checkpoint at their next step (cutlab/run/preemption.py); a second is passed
     on too, on which ``launcher=local`` kills its runs (cutlab/launch/local.py), while an in-process run stops at
     its step as before. subprocess.run would instead kill the grid 0.25 s after a Ctrl-C."""
     child = subprocess.Popen([sys.executable, "-m", "cutlab", *argv], start_new_session=True)
     with _forward_stop_signals(child) as signals:
         returncode = wait_hearing_signals(child)
-    return returncode, bool(signals)
+    return returncode, signals
 
 
 @contextmanager

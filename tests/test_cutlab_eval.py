@@ -734,3 +734,19 @@ def test_every_shipped_data_key_is_known_to_move_samples_between_splits_or_not()
                     "train_subset", "test_subset"}
     keys = {key for path in (ROOT / "conf" / "data").glob("*.yaml") for key in yaml.safe_load(path.read_text())}
     assert keys - same_samples == set(SPLIT_KEYS)
+
+
+def test_evaluations_already_done_are_left_out_of_the_rate_and_the_time_left(evaluated, tmp_path, capsys):
+    """A folder of runs most of them evaluated already: each skipped run was counted as ended at this command's rate,
+    so its first lines said "7.71 runs/s ... 00:00 left" with every evaluation still ahead."""
+    from cutlab.transfer.cli import main
+
+    run, footage, _, _ = evaluated
+    folder = tmp_path / "sweep"
+    shutil.copytree(run, folder / "a_done")
+    shutil.copytree(run, folder / "b_new", ignore=shutil.ignore_patterns("evaluations"))
+    assert main([str(folder), *PED2_FOLDER, f"data.root={footage}", WIDER]) == 0
+    tallies = [line for line in capsys.readouterr().err.splitlines() if line.startswith("cutlab-eval: evaluation: ")]
+    assert tallies[0].startswith("cutlab-eval: evaluation: 1/2 runs ended (50%), ? runs/s, ") and \
+        tallies[0].endswith(" elapsed, ? left"), tallies
+    assert "? runs/s" not in tallies[1] and tallies[1].endswith(" elapsed, 00:00 left"), tallies

@@ -92,7 +92,10 @@ def _evaluate_all(argv: list[str]) -> int:
     done = tally("evaluation", len(runs), "run", prefix="cutlab-eval: ", counted=" ended") if len(runs) > 1 else None
     for index, run_dir in enumerate(runs, start=1):
         try:
-            print(evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command), flush=True)
+            line, skipped = evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command)
+            print(line, flush=True)
+            if skipped and done is not None:  # done before this command: out of its rate, as a sweep's tally does
+                done.initial += 1
         except CutlabError as error:
             refused += 1
             # a folder failure's words are a run's: nothing resumes in an evaluation
@@ -108,8 +111,9 @@ def _evaluate_all(argv: list[str]) -> int:
     return 2 if refused else 0
 
 
-def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigma: str, command: str) -> str:
-    """Evaluate one run (or find it done); the line that says what happened."""
+def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigma: str,
+                 command: str) -> tuple[str, bool]:
+    """Evaluate one run (or find it done); the line that says what happened, and whether it was done already."""
     from cutlab.run.provenance import provenance
     from cutlab.run.build import pick_device
     from cutlab.transfer.config import check_fits, check_held_out, default_data, evaluation_config
@@ -129,7 +133,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
     files = data_files(cfg.data.get("root"))
     existing = done(folder, request, files)
     if existing:
-        return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}"
+        return f"{run_dir.name}: {label}: already done, skipped ({_headline(existing)}); {_shown(folder)}", True
     try:
         with _locked(folder, run_dir):
             numbers, table = evaluate_run(cfg, checkpoint, summary, _request(request), run_dir.name, run_cfg)
@@ -141,7 +145,7 @@ def evaluate_one(run_dir: Path, settings, overrides: list[str], split: str, sigm
             write_record(folder, record, table, split)
     finally:
         _remove_if_empty(run_dir / EVALUATIONS)
-    return f"{run_dir.name}: {label}: {_headline(record)}; {_shown(folder)}"
+    return f"{run_dir.name}: {label}: {_headline(record)}; {_shown(folder)}", False
 
 
 @contextmanager
