@@ -1,4 +1,5 @@
-"""Input perturbation x~ = x + xi, xi ~ N(mu, (gamma * sigma_x)^2 I) (the paper's Sec. 2 noise model)."""
+"""Input perturbation x~ = x + xi, xi ~ N(mu, (gamma * sigma_x)^2 I) (the paper's noise model: Sec. 4; Sec. 5 for
+text embeddings)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def build_text_task(cfg: DictConfig) -> Task:
     _log(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
     sets = [tokenize(examples, tokenizer, data.max_length, name, cfg.progress)
             for examples, name in ((train, "train"), (val, "validation"), (test, "test"))]
-    # sigma_x (the paper's noise scale, Sec. 2): std of the embedded training tokens, or of the whole embedding table
+    # sigma_x (the paper's noise scale, Sec. 5): std of the embedded training tokens, or of the whole embedding table
     if model_cfg.sigma == "tokens":
         sigma = token_embedding_std(table, sets[0].encodings["input_ids"])
     elif model_cfg.sigma == "table":

@@ -31,7 +31,7 @@ def build_video_task(cfg: DictConfig) -> Task:
         val_set=FrameWindows(val_clips, data.frames, data.stride),
         test_set=FrameWindows(clips.test, data.frames, data.stride),
         prepare=partial(denoising_batch, patch=data.patch),
-        # sigma_x of the clean training clips that are trained on (the paper's noise scale, Sec. 2)
+        # sigma_x of the clean training clips that are trained on (the paper's noise scale, Sec. 4)
         sigma=pixel_std(train_clips),
         source=clips.source,
     )

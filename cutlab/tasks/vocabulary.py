@@ -2,7 +2,7 @@
 the id the model's own tokenizer gives it.
 
 The pretrained embedding table is indexed by the ids of the tokenizer the model was trained with; the noise scale
-sigma_x (paper Sec. 2) and every layer's input come from the rows those ids fetch. A tokenizer whose ids name other
+sigma_x (paper Sec. 5) and every layer's input come from the rows those ids fetch. A tokenizer whose ids name other
 tokens fetches other tokens' embeddings, and the run trains on scrambled text without a word: the size and pad
 checks let through e.g. a cased vocabulary of fewer rows with an uncased encoder, or a causal LM's own BPE with its
 special tokens in another order.

@@ -20,9 +20,9 @@ class LayerwiseModel(nn.Module):
     phi_0_is_input: bool = False
 
     def perturbable(self, inputs):
-        """The tensor the perturbation x~ = x + xi acts on (paper Sec. 2, eq. (3)): the input itself for video models.
+        """The tensor the perturbation x~ = x + xi acts on (paper Sec. 4): the input itself for video models.
 
-        Text models override it to return the word embeddings (``inputs_embeds``) of their token ids.
+        Text models override it to return the word embeddings (``inputs_embeds``) of their token ids (Sec. 5).
         """
         return inputs
 

@@ -9,7 +9,7 @@ from cutlab.core.objectives.base import Headline
 
 
 class DenoisingObjective(Headline):
-    """f = 1/2 sum_t ||x_t - Phi_l(x~)_t||^2 (the paper's layer loss, Sec. 2 eq. (4); App. B.2), on pixels scaled to [0, 1].
+    """f = 1/2 sum_t ||x_t - Phi_l(x~)_t||^2 (the paper's layer loss, Sec. 4; App. B.2), on pixels scaled to [0, 1].
 
     Tokens are [B, T, P, n] (T frames, P patch positions, n pixels per patch). The sum runs over frames and
     pixels of one patch-position sequence, the unit DUST and UT process; the sample's loss is the mean over
