@@ -1,4 +1,5 @@
-"""The run record: the folder training writes and analysis reads (DESIGN.md, "The run record is the contract").
+"""The run record: the folder training writes and analysis reads. This docstring is the contract between the two
+(README, "Where results go", describes the same files to users).
 
 Files, all readable by pandas without cutlab:
 
@@ -7,11 +8,13 @@ Files, all readable by pandas without cutlab:
                           versions, command line
 - ``history.csv``         one row per training step: every layer's loss, multiplier, slack, constraint value,
                           the Lagrangian, gradient norm, learning rates, step time
-- ``eval.csv``            long format: split, gamma_test, layer, metric, value (metric = rmse|accuracy|loss)
+- ``eval.csv``            long format: split, gamma_test, layer, metric, value (metric = the objective's metric:
+                          rmse|accuracy|token_accuracy, or loss, its mean layer loss)
 - ``sample_losses.csv``   per-sample, per-layer losses on the test split at every gamma_test (Fig. 12's ratios)
-- ``summary.json``        status (running|complete|failed|interrupted), the headline numbers, ratio statistics, the
-                          feasibility verdict, W&B run id, record_version. Written last: a run is complete
-                          exactly when summary.json says ``"status": "complete"``.
+- ``summary.json``        status (running|complete|failed|interrupted|pruned, the last when a search's pruner
+                          stopped it), the headline numbers, ratio statistics, the feasibility verdict, W&B run
+                          id, record_version. Written last: a run is complete exactly when summary.json says
+                          ``"status": "complete"``.
 - ``checkpoint.pt``       everything needed to resume (see cutlab.run.checkpoints)
 """
 
