@@ -4,6 +4,7 @@ Sign convention (as in Cooper): a constraint value ``g <= 0`` is satisfied. For 
 l_0 ... l_L (minibatch means of the loss matrix's columns):
 
     g_0 = l_0 - epsilon                  reference constraint: stops the model inflating l_0 to make descent easy
+                                         (the paper's Sec. 4, "Training")
     g_l = l_l - (1 - alpha) l_{l-1}      descent constraints, l = 1 ... L (the paper's eq. (4))
 
 The same constraints can be written in a scale-free form (``form``), as the authors' earlier unrolling code does:
@@ -61,7 +62,7 @@ def value_with_gradient_of(value: torch.Tensor, source: torch.Tensor) -> torch.T
 
 def chain_bound(epsilon: float | None, alpha: float, depth: int) -> float | None:
     """epsilon (1 - alpha)^L: chaining the descent constraints l_l <= (1 - alpha) l_{l-1} (the paper's eq. (4)) down
-    to the reference l_0 <= epsilon (its Sec. 5) bounds the last layer's loss, in every constraint form. Where the
+    to the reference l_0 <= epsilon (its Sec. 4) bounds the last layer's loss, in every constraint form. Where the
     lowest l_L a model can reach lies above it, no model is feasible at any budget (the paper notes that the
     reference value makes constrained runs start higher than ERM's); None when the reference constraint is off."""
     return None if epsilon is None else float(epsilon) * (1.0 - float(alpha)) ** int(depth)

@@ -69,8 +69,9 @@ class DualSettings:
         if self.resilience not in ("off", "slack", "weight_decay"):
             raise CutlabError(f"train.resilience must be off, slack or weight_decay, got {self.resilience!r}")
         if self.resilience != "off" and not SMALLEST_C <= self.resilience_c < LARGEST_C:
-            # lambda and u are float32: a smaller c rounds to 0 there, so the slack lambda / c (eq. 38) is NaN or inf;
-            # a larger one is inf there, and the slack's gradient c u - lambda NaN from its first step (inf * 0)
+            # lambda and u are float32: a smaller c rounds to 0 there, so the slack lambda / c (App. A.5, below (36)) is
+            # NaN or inf; a larger one is inf there, and the slack's gradient c u - lambda NaN from its first step
+            # (inf * 0)
             raise CutlabError(f"train.resilience_c must lie in [{SMALLEST_C:.3g}, {LARGEST_C:.3g}) with resilience="
                               f"{self.resilience}, got {self.resilience_c:g} (use resilience=off for none)")
         if self.cadence not in ("batch", "epoch"):

@@ -2,7 +2,7 @@
 
 The same machinery as the run's own evaluation (cutlab.run): the task is built from the run's config with the
 new data, the noise of each gamma_test is fixed by the run's seed, and the verdict classifies the layer losses at
-gamma_test = gamma_train against the run's constraints (paper eq. 5: l_l <= (1 - alpha) l_{l-1}, l_0 <= epsilon),
+gamma_test = gamma_train against the run's constraints (eq. (4): l_l <= (1 - alpha) l_{l-1}; Sec. 4: l_0 <= epsilon),
 with the run's own epsilon and resilience slack.
 """
 
