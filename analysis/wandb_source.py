@@ -156,7 +156,7 @@ def history_keys(rows: Iterable[dict[str, Any]]) -> set[str]:
 
 def history_frame(rows: list[dict[str, Any]]) -> pd.DataFrame | None:
     """history.csv from W&B steps: ``_step`` becomes ``step``; W&B's sections become history.csv's columns
-    (``loss/l0`` -> ``loss_0``, ``train/lr`` -> ``lr``: cutlab.tracking.history_column; runs logged before the
+    (``loss/l0`` -> ``loss_0``, ``train/lr`` -> ``lr``: cutlab.run.tracking.history_column; runs logged before the
     sections have the columns' own names); W&B's ``_*`` keys, media (the eval table, at the first evaluation step)
     and the evaluation's steps (``eval/*``) are dropped; a step that holds nothing else is dropped too."""
     records = []

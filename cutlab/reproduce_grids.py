@@ -17,8 +17,8 @@ import yaml
 from cutlab.config.paths import SEARCH_DIR, SWEEPS_DIR
 from cutlab.errors import CutlabError
 
-# L must equal a pretrained encoder's depth (cutlab/text_task.py). DistilBERT has 6 blocks although the paper's
-# Table 2 lists L = 12; RoBERTa-base has 12.
+# L must equal a pretrained encoder's depth (cutlab/core/models/text_encoder.py). DistilBERT has 6 blocks although
+# the paper's Table 2 lists L = 12; RoBERTa-base has 12.
 ENCODER_DEPTH = {"distilbert": 6, "roberta": 12}
 
 

@@ -100,7 +100,7 @@ def test_ped2_records_are_complete_and_consistent(ped2_sweep, model, train):
     assert summary["wandb_mode"] == "offline" and summary["wandb_id"]
     (offline,) = run.glob("wandb/offline-run-*")
     assert (offline / f"run-{summary['wandb_id']}.wandb").exists()
-    # W&B sections (cutlab.tracking.wandb_key): loss_0 -> loss/l0, g_2 -> constraint/l2; then one step per gamma_test
+    # W&B sections (cutlab.run.tracking.wandb_key): loss_0 -> loss/l0, g_2 -> constraint/l2; then a step per gamma_test
     logged = [item for item in wandb_history(offline) if "train/step" in item]
     assert [item["_step"] for item in logged] == [item["train/step"] for item in logged] == [1, 2, 3, 4]
     for item, (_, row) in zip(logged, history.iterrows()):

@@ -1,6 +1,6 @@
 """A search on a real PostgreSQL server: two workers at once, one killed mid-trial, no trial lost.
 
-The server is started here (tests/postgres_server.py).
+The server is started here (tests/helpers/postgres_server.py).
 """
 
 from __future__ import annotations

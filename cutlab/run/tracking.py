@@ -218,7 +218,7 @@ class Tracker:
                              step=step)
 
     def log_evaluation(self, rows: list[dict[str, Any]]) -> None:
-        """eval.csv's rows (cutlab.records.evaluation_rows) three ways: the table ``eval`` (analysis reads it back),
+        """eval.csv's rows (cutlab.run.records.evaluation_rows) three ways: the table ``eval`` (analysis reads it back),
         one W&B step per gamma_test with the last layer's metric and loss per split as scalars
         (``eval/test/rmse`` against ``eval/gamma_test``), and a line plot of the metric against gamma_test."""
         if not self.run or not rows:

@@ -16,7 +16,7 @@ class LayerwiseModel(nn.Module):
 
     depth: int
     # whether the untrained model's Phi_0 is its input exactly: at gamma 0 it is then already the target, and a ratio
-    # constraint form would divide by its l_0 of 0 (refused from the config: cutlab.run.build.check_reference)
+    # constraint form would divide by its l_0 of 0 (refused from the config: cutlab.run.build.check_before_building)
     phi_0_is_input: bool = False
 
     def perturbable(self, inputs):
