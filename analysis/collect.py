@@ -4,10 +4,11 @@
 records and returns a :class:`RunTable`:
 
 - ``runs``: one row per run folder: config columns, status, verdict, headline metrics, and the
-  run's ``state``: ``complete`` (a result), ``failed`` (stopped with an error), ``partial`` (half
-  written: still running, interrupted, or a record file missing/truncated) or ``unsupported`` (a
-  record format this analysis cannot read). Only ``complete`` runs are results (``usable``); the
-  others stay in the frame, flagged, with the reason in ``problem``.
+  run's ``state`` (set by ``_classify``): ``complete`` (a result), ``failed`` (stopped with an error),
+  ``pruned`` (stopped early by a search's pruner), ``partial`` (half written: still running,
+  interrupted, or a record file missing/truncated) or ``unsupported`` (a record format this analysis
+  cannot read). Only ``complete`` runs are results (``usable``); the others stay in the frame,
+  flagged, with the reason in ``problem``.
 - ``metrics``: long frame of eval.csv, ``run, split, gamma_test, layer, metric, value``.
 - ``history``: the per-step history.csv of every run that has one (partial ones too: they are what
   a user debugging a run looks at), with a ``run`` column.
@@ -45,7 +46,6 @@ from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
 SUPPORTED_RECORD_VERSIONS = (1,)
 EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
-STATES = ("complete", "failed", "pruned", "partial", "unsupported")
 
 # Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
 CONFIG_COLUMNS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -96,9 +96,6 @@ class Evaluator:
                  progress: Callable[[int, int], None] | None = None, streams: list[int] | None = None) -> Evaluation:
         return evaluate(self.task.model, self.task.objective, samples, self.task.prepare, gammas, self.noise,
                         self.batch_size, self.device, progress, self.precision, streams)
-
-    def with_batch_size(self, batch_size: int) -> "Evaluator":
-        return replace(self, batch_size=batch_size)
 
 
 def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:

@@ -23,8 +23,10 @@ from cutlab.core.evaluation import SLACK_FEASIBLE, UNCONSTRAINED
 
 #: a constraint with no finite relative violation (its right-hand side is 0): a miss of 1000 right-hand sides
 DEGENERATE_VIOLATION = 1.0e3
-#: the trial user attributes every complete trial carries (optuna-dashboard shows and filters on them)
-ATTRS = ("verdict", "metric", "validation", "test_mean_metric", "test_auc", "run_dir")
+#: the trial user attributes a complete trial takes from its run's summary.json (optuna-dashboard shows and filters
+#: on them), each with the summary key it holds; trial_attrs adds ``run_dir``, the run's folder
+ATTRS = {"verdict": "verdict", "metric": "metric", "validation": "selection_metric",
+         "test_mean_metric": "test_mean_metric", "test_auc": "test_auc"}
 
 
 def constraint_values(summary: dict) -> dict[str, float]:
@@ -46,10 +48,8 @@ def constraint_values(summary: dict) -> dict[str, float]:
 
 
 def trial_attrs(summary: dict, run_dir) -> dict:
-    """The user attributes of a complete trial: its verdict, headline numbers and run folder."""
-    return {"verdict": summary.get("verdict"), "metric": summary.get("metric"),
-            "validation": summary.get("selection_metric"), "test_mean_metric": summary.get("test_mean_metric"),
-            "test_auc": summary.get("test_auc"), "run_dir": str(run_dir)}
+    """The user attributes of a complete trial: its verdict and headline numbers (ATTRS), and its run folder."""
+    return {name: summary.get(key) for name, key in ATTRS.items()} | {"run_dir": str(run_dir)}
 
 
 def is_feasible(trial) -> bool:
