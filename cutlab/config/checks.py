@@ -184,7 +184,7 @@ def _check_values(cfg: DictConfig, folders: bool) -> None:
         check_number("train.kappa_i", train.kappa_i, "1.0", minimum=0.0)
         check_number("train.nu", train.nu, "0.0", minimum=0.0)
         # inf trained the warm-up, then stopped on a Lagrangian of nan
-        check_number("train.penalty", train.get("penalty", 0.0), "10 (0 = off)", minimum=0.0)
+        check_number("train.penalty", train.penalty, "10 (0 = off)", minimum=0.0)
         DualSettings.of(train)  # the rules on combinations (penalty with resilience, restarts with Adam, ...)
     if kind == "video":
         if "patch" in cfg.model and cfg.model.patch != cfg.data.patch:

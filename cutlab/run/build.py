@@ -168,6 +168,8 @@ def _at_target(cfg: DictConfig, epsilon: str, model: str) -> str:
 
 def constraints_of(cfg: DictConfig, epsilon: float | None, reference_at_target: bool = False) -> Constraints:
     """The run's constraints; ERM gets them too (its verdict and time to feasibility are recorded for comparison)."""
+    # ERM's train configs (erm*.yaml) have no constraint_form or constraint_gradient: its constraints, used only for its
+    # verdict, are the paper's (difference form, every block)
     return Constraints(alpha=cfg.train.alpha, epsilon=epsilon, detach_prev=cfg.train.detach_prev,
                        form=cfg.train.get("constraint_form", "difference"),
                        gradient=cfg.train.get("constraint_gradient", "full"), reference_at_target=reference_at_target)
