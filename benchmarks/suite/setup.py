@@ -10,7 +10,6 @@ from typing import Callable
 import torch
 
 from cutlab.core.data.video import FrameWindows, denoising_batch, load_video_clips, pixel_std, split_validation, to_patch_tokens
-from cutlab.core.models import DUST, UT
 from cutlab.core.objectives import DenoisingObjective
 from cutlab.core.perturbation import TRAIN_STREAM, noise_generator, perturb
 from cutlab.core.constraints import Constraints
@@ -57,10 +56,18 @@ class Data:
 
 
 def make_model(kind: str, per_layer: bool = False) -> torch.nn.Module:
+    """UT or DUST at depth DEPTH as a run builds it: its yaml (conf/model/<kind>.yaml) composed and instantiated
+    by cutlab.tasks.models.instantiate_model; ``per_layer``: DUST's per_layer_dictionary, which its yaml ties to
+    train.constrained."""
+    from cutlab.config.compose import compose_run_config
+    from cutlab.tasks.models import instantiate_model
+
+    overrides = [f"model={kind}", f"L={DEPTH}", "data=synthetic", f"data.patch={PATCH}"]
+    if kind == "dust":
+        overrides.append(f"model.per_layer_dictionary={str(per_layer).lower()}")
+    cfg = compose_run_config(overrides)
     torch.manual_seed(0)
-    if kind == "ut":
-        return UT(depth=DEPTH)
-    return DUST(depth=DEPTH, per_layer_dictionary=per_layer)
+    return instantiate_model(cfg.model, depth=DEPTH, patch=PATCH)
 
 
 def primal_dual_step(kind: str, constrained: bool, per_layer: bool, data: Data, full_backward: bool = False):
