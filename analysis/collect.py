@@ -41,11 +41,10 @@ from .history import lost_steps, read_history
 from .run_folders import AnalysisError, find_run_dirs, quiet_meter
 from .run_numbers import headline, summary_columns
 from cutlab.run.lock import live_holder
-from cutlab.run.records import CONFIG, EVAL, HISTORY, SAMPLE_LOSSES, SUMMARY
+from cutlab.run.records import CONFIG, EVAL, EVAL_COLUMNS, HISTORY, SAMPLE_LOSSES, SUMMARY
 
 #: record versions this module knows how to read (cutlab.run.records.RECORD_VERSION when it was written)
 SUPPORTED_RECORD_VERSIONS = (1,)
-EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]
 
 # Config keys promoted to short column names (the rest stay available as ``cfg.<dotted key>``).
 CONFIG_COLUMNS = {

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from cutlab.config.neutral import RESULT_NEUTRAL_KEYS, RESULT_NEUTRAL_SECTIONS
-from cutlab.core.precision import DEFAULT_PRECISION  # a record written before the key existed ran in fp32
+from cutlab.core.precision import DEFAULT_PRECISION, PRECISION_BEFORE_KEY
 
 from .verdicts import SLACK_FEASIBLE, STRICTLY_FEASIBLE
 
@@ -186,7 +186,7 @@ def with_settings(runs: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``runs`` with the ``SETTING`` columns: ``precision`` filled (older records ran in fp32), ``steps``
     present (NaN where a record does not say)."""
     runs = runs.copy()
-    runs["precision"] = runs["precision"].fillna(DEFAULT_PRECISION) if "precision" in runs else DEFAULT_PRECISION
+    runs["precision"] = runs["precision"].fillna(PRECISION_BEFORE_KEY) if "precision" in runs else PRECISION_BEFORE_KEY
     runs["steps"] = runs["steps"].astype(float) if "steps" in runs else math.nan
     return runs
 

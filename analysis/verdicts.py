@@ -1,8 +1,8 @@
 """How the analysis names, counts and marks a run's feasibility verdict.
 
-The statuses are the ones ``cutlab.core.evaluation.Verdict`` writes into summary.json (the same strings; not
-imported from there because that module loads torch, which the analysis never needs). A slack-feasible run meets
-its constraints only through its resilience slack: it is never counted or shown as feasible without saying so.
+The statuses are the ones ``cutlab.core.evaluation.Verdict`` writes into summary.json, imported from there. A
+slack-feasible run meets its constraints only through its resilience slack: it is never counted or shown as
+feasible without saying so.
 """
 
 from __future__ import annotations
@@ -11,11 +11,7 @@ import math
 
 import pandas as pd
 
-STRICTLY_FEASIBLE = "feasible"
-SLACK_FEASIBLE = "slack_feasible"
-INFEASIBLE = "infeasible"
-DEGENERATE = "degenerate"
-UNCONSTRAINED = "unconstrained"
+from cutlab.core.evaluation import DEGENERATE, INFEASIBLE, SLACK_FEASIBLE, STRICTLY_FEASIBLE, UNCONSTRAINED
 
 #: the mark a table entry, a legend or a figure title carries for each verdict that is not strictly feasible
 MARKS = {INFEASIBLE: "†", SLACK_FEASIBLE: "≈", DEGENERATE: "∅"}

@@ -74,3 +74,16 @@ def test_the_composed_data_and_models_folders_are_the_ones_cutlab_reproduce_read
     expected = ((tmp_path / ".local" / "share" / "cutlab" / "data", tmp_path / ".local" / "share" / "cutlab" / "models")
                 if value == "" else (tmp_path / "x", tmp_path / "x"))
     assert (cfg.paths.data_dir, cfg.paths.models_dir) == tuple(map(str, expected))
+
+
+def test_every_key_of_a_result_neutral_section_is_left_out_of_folder_names():
+    """A stored config is compared without the sections of RESULT_NEUTRAL_SECTIONS whole, while folder names leave
+    out the keys of RESULT_NEUTRAL_KEYS one by one: a new key of one of those sections (wandb.notes) missing from the
+    second would rename a run's folder while the comparison ignores it, so the same run would be found nowhere."""
+    import yaml
+
+    from cutlab.config.neutral import RESULT_NEUTRAL_KEYS, RESULT_NEUTRAL_SECTIONS
+
+    shipped = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    keys = {f"{section}.{key}" for section in RESULT_NEUTRAL_SECTIONS for key in shipped.get(section) or {}}
+    assert keys and keys - set(RESULT_NEUTRAL_KEYS) == set()

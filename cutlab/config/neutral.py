@@ -3,7 +3,8 @@
 Hydra leaves these keys out of a run's folder name (conf/config.yaml reads the list through the
 ``cutlab_folder_neutral_keys`` resolver), and a folder's stored config is compared without them before a run is
 skipped or resumed (cutlab.run.identity), so that running the same command with another launcher, device or
-W&B mode finds the same run.
+W&B mode finds the same run. (A key that changes nothing only while another holds a given value, e.g. the check
+cadence of a run that evaluates its last iterate, is cutlab.run.identity.INERT_KEYS.)
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ import torch
 from cutlab.core.errors import CutlabError
 
 PRECISIONS = ("fp32", "tf32", "bf16")
-DEFAULT_PRECISION = "fp32"  # conf/config.yaml's, and what every record written before the key computed
+DEFAULT_PRECISION = "fp32"  # conf/config.yaml's, the paper's arithmetic
+#: what every record written before the key existed computed in: a fact of the past, apart from today's default
+PRECISION_BEFORE_KEY = "fp32"
 
 
 def check_precision(precision: str, device: torch.device) -> None:

@@ -14,7 +14,7 @@ from cutlab.core.data.video import check_video_loader
 from cutlab.core.errors import NOT_FINITE_AS_INITIALISED, NonFiniteLoss
 from cutlab.core.evaluation import Evaluation, buffers_kept, evaluate
 from cutlab.core.perturbation import Perturbation
-from cutlab.core.precision import DEFAULT_PRECISION
+from cutlab.core.precision import DEFAULT_PRECISION, PRECISION_BEFORE_KEY
 from cutlab.core.constraints import Constraints
 from cutlab.core.out_of_memory import settings_named_on_out_of_memory
 from cutlab.core.primal_dual import DualSettings, PrimalDual
@@ -74,7 +74,7 @@ def _available(device: torch.device) -> bool:
 
 def precision_of(cfg: DictConfig) -> str:
     """The run's ``precision`` (records written before the key existed ran in fp32)."""
-    return str(cfg.get("precision", DEFAULT_PRECISION))
+    return str(cfg.get("precision", PRECISION_BEFORE_KEY))
 
 
 def perturbation_of(cfg: DictConfig, task: Task) -> Perturbation:

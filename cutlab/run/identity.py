@@ -18,7 +18,7 @@ import yaml
 from cutlab.config.neutral import without_result_neutral_keys
 from cutlab.config.paths import with_absolute_root
 from cutlab.core.data.cache import data_files
-from cutlab.core.precision import DEFAULT_PRECISION
+from cutlab.core.precision import PRECISION_BEFORE_KEY
 from cutlab.errors import CutlabError
 from cutlab.run.records import CHECKPOINT, CONFIG, MODEL_SOURCE, PROVENANCE, SUMMARY, read_mapping
 from cutlab.tasks.models import model_source
@@ -29,7 +29,7 @@ MOVE_ASIDE = "pass run_name=<new name> to start a separate run (the existing one
 # Keys added to the config after runs were first recorded, each with the value that gives what a config written
 # before it computed: a stored config without the key is compared as if it held that value, so its folder is still
 # skipped or resumed rather than refused.
-ADDED_KEYS = {"eval.iterate": "last", "precision": DEFAULT_PRECISION,
+ADDED_KEYS = {"eval.iterate": "last", "precision": PRECISION_BEFORE_KEY,
               "model.lipschitz_estimate": "power_iteration"}  # DUST's; filled on both sides, so other models are alike
 # Keys that change nothing while another key holds a given value: left out of the comparison then
 # (with the last iterate evaluated, no checks run, so their cadence is moot).

@@ -34,6 +34,7 @@ RECORD_VERSION = 1
 SUMMARY = "summary.json"
 HISTORY = "history.csv"
 EVAL = "eval.csv"
+EVAL_COLUMNS = ["split", "gamma_test", "layer", "metric", "value"]  # eval.csv's, and cutlab-eval's metrics.csv
 SAMPLE_LOSSES = "sample_losses.csv"
 CONFIG = "config.yaml"
 PROVENANCE = "provenance.json"
@@ -217,11 +218,12 @@ def evaluation_rows(split: str, evaluation) -> list[dict[str, Any]]:
     return rows
 
 
-def write_evaluation(run_dir: Path, rows: list[dict[str, Any]]) -> None:
+def write_evaluation(run_dir: Path, rows: list[dict[str, Any]], name: str = EVAL) -> None:
+    """``rows`` (evaluation_rows) as ``run_dir/name``: a run's eval.csv, or an evaluation's metrics.csv."""
     import pandas as pd
 
-    frame = pd.DataFrame(rows, columns=["split", "gamma_test", "layer", "metric", "value"])
-    write_atomic(run_dir / EVAL, frame.to_csv(index=False))
+    frame = pd.DataFrame(rows, columns=EVAL_COLUMNS)
+    write_atomic(run_dir / name, frame.to_csv(index=False))
 
 
 def write_sample_losses(run_dir: Path, evaluation) -> None:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from cutlab.config.data_settings import apart_from_default, named_with
 from cutlab.errors import CutlabError
-from cutlab.run.records import evaluation_rows, linked, read_mapping, write_atomic, write_json, write_sample_losses
+from cutlab.run.records import (evaluation_rows, linked, read_mapping, write_evaluation, write_json,
+                                 write_sample_losses)
 
 EVALUATIONS = "evaluations"
 RECORD = "evaluation.json"
@@ -100,10 +101,6 @@ def done(folder: Path, request: dict, files: dict | None) -> dict | None:
 
 def write_record(folder: Path, record: dict, evaluation, split: str) -> None:
     """metrics.csv and sample_losses.csv first, evaluation.json last (the record is complete when it exists)."""
-    import pandas as pd
-
-    rows = evaluation_rows(split, evaluation)
-    frame = pd.DataFrame(rows, columns=["split", "gamma_test", "layer", "metric", "value"])
-    write_atomic(folder / METRICS, frame.to_csv(index=False))
+    write_evaluation(folder, evaluation_rows(split, evaluation), METRICS)
     write_sample_losses(folder, evaluation)
     write_json(folder / RECORD, {"record_version": RECORD_VERSION, "status": "complete", **record})
