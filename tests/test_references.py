@@ -25,11 +25,6 @@ DOTTED = re.compile(r"(?<![\w./-])((?:cutlab|analysis)(?:\.\w+)+)")
 PATH = re.compile(r"(?<![\w./-])((?:cutlab|analysis|tests|conf|sweeps|searches|slurm|benchmarks)/[\w./{}*<>-]*)")
 # words that stand for any name in a pattern (sweeps/NAME.yaml, analysis.figures.X), not a name themselves
 PLACEHOLDERS = {"NAME", "X"}
-# (file, reference) pairs known stale and left to whoever next edits that file; an entry that is fixed is harmless
-KNOWN_STALE = {
-    ("cutlab/transfer/__init__.py", "cutlab.checkpoints"),  # now cutlab.run.checkpoints
-    ("cutlab/transfer/runs.py", "cutlab.checkpoints"),
-}
 # the installed package's resource folders, which sit beside cutlab/ in a checkout (pyproject.toml's package-dir)
 PACKAGE_DIRS = {name: folder for name, folder in
                 tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"].items()
@@ -127,7 +122,7 @@ def stale_references() -> list[str]:
         for path in sorted((ROOT / package).rglob("*.py")):
             where = path.relative_to(ROOT).as_posix()
             for line, reference in references(path):
-                if is_pattern(reference) or (where, reference) in KNOWN_STALE:
+                if is_pattern(reference):
                     continue
                 resolves = path_resolves if "/" in reference else dotted_resolves
                 if not resolves(reference):

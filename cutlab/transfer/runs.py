@@ -107,7 +107,7 @@ def _is_run(path: Path) -> bool:
 def finished_run(run_dir: Path) -> tuple[DictConfig, dict, dict]:
     """The run's config, summary and final checkpoint; a run that is not finished is refused in one line.
 
-    The checkpoint is read with ``weights_only=True`` (cutlab.checkpoints): a folder from elsewhere cannot run code.
+    The checkpoint is read with ``weights_only=True`` (cutlab.run.checkpoints): a folder from elsewhere cannot run code.
     """
     summary = read_summary(run_dir, fix=f"delete it and run this run's python -m cutlab command again, which rewrites "
                                         f"it from {CHECKPOINT} without training again; then evaluate it")
