@@ -14,7 +14,8 @@ from functools import partial
 
 from omegaconf import DictConfig, OmegaConf
 
-from cutlab.core.data.text import classification_batch, shuffled, split_sizes, token_embedding_std, tokenize
+from cutlab.core.data.text import classification_batch, shuffled, split_sizes, token_embedding_std
+from cutlab.core.data.token_cache import cached_tokenize
 from cutlab.core.data.text_readers import read_imdb, read_mnli
 from cutlab.core.models.hf_loading import load_tokenizer, resolve_source
 from cutlab.core.objectives.classification import ClassificationObjective
@@ -86,7 +87,7 @@ def build_text_task(cfg: DictConfig) -> Task:
 
     train, val, test = read_splits(cfg)
     _log(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
-    sets = [tokenize(examples, tokenizer, data.max_length, name, cfg.progress)
+    sets = [cached_tokenize(examples, tokenizer, data.max_length, name, cfg.progress, cfg.paths.cache_dir)
             for examples, name in ((train, "train"), (val, "validation"), (test, "test"))]
     # sigma_x (the paper's noise scale, Sec. 5): std of the embedded training tokens, or of the whole embedding table
     if model_cfg.sigma == "tokens":

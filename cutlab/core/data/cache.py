@@ -1,4 +1,5 @@
-"""On-disk cache of preprocessed clips: content-keyed, written atomically, self-healing when corrupt.
+"""On-disk cache of preprocessed clips (and tokenized text: cutlab.core.data.token_cache): content-keyed, written
+atomically, self-healing when corrupt.
 
 A cache file is one *uncompressed* ``.npz`` (uint8 clips load at disk/page-cache speed, no inflate)
 holding ``train__<clip>`` / ``test__<clip>`` arrays plus a ``__meta__`` JSON string that repeats the
@@ -72,7 +73,13 @@ def cache_path(cache_dir: str | os.PathLike, prefix: str, key: str) -> Path:
 
 
 def save_clips(path: Path, key: str, train: dict[str, np.ndarray], test: dict[str, np.ndarray]) -> None:
-    """Write clips to ``path`` atomically: a temp file in the same folder, fsync, then os.replace.
+    """Write clips to ``path`` atomically (save_arrays)."""
+    save_arrays(path, key, {f"{split}__{name}": clip for split, clips in zip(_SPLITS, (train, test))
+                            for name, clip in clips.items()})
+
+
+def save_arrays(path: Path, key: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write ``arrays`` and ``key`` to ``path`` atomically: a temp file in the same folder, fsync, then os.replace.
 
     A crash mid-write leaves at most a stray ``*.tmp`` file, never a truncated cache under the real name.
     """
@@ -86,8 +93,7 @@ def save_clips(path: Path, key: str, train: dict[str, np.ndarray], test: dict[st
             f"the data cache folder {path.parent} cannot be written ({reason}); point CUTLAB_CACHE_DIR (or "
             "paths.cache_dir) at a writable folder, or give paths.cache_dir=null to read the data without a cache"
         ) from exc
-    arrays = {f"{split}__{name}": clip for split, clips in zip(_SPLITS, (train, test)) for name, clip in clips.items()}
-    arrays[_META_KEY] = np.array(json.dumps({"key": key}))
+    arrays = {**arrays, _META_KEY: np.array(json.dumps({"key": key}))}
     try:
         with os.fdopen(fd, "wb") as handle:
             np.savez(handle, **arrays)
@@ -107,6 +113,22 @@ def load_clips(path: Path, key: str, image_size: int) -> tuple[dict[str, np.ndar
         return _read_checked(path, key, image_size)
     except NPZ_READ_ERRORS as exc:
         warnings.warn(f"discarding corrupt video cache {path} ({exc!r}); rebuilding it", stacklevel=3)
+        path.unlink(missing_ok=True)
+        return None
+
+
+def load_arrays(path: Path, key: str, what: str) -> dict[str, np.ndarray] | None:
+    """The arrays a ``save_arrays`` file holds for ``key``; None when absent. A corrupt file, or one of another key,
+    is deleted with a warning naming ``what`` it cached."""
+    if not path.is_file():
+        return None
+    try:
+        with open(path, "rb") as handle, np.load(handle, allow_pickle=False) as archive:
+            if _META_KEY not in archive.files or json.loads(str(archive[_META_KEY])).get("key") != key:
+                raise ValueError("cache key mismatch")
+            return {name: archive[name] for name in archive.files if name != _META_KEY}
+    except NPZ_READ_ERRORS as exc:
+        warnings.warn(f"discarding corrupt {what} cache {path} ({exc!r}); rebuilding it", stacklevel=3)
         path.unlink(missing_ok=True)
         return None
 
