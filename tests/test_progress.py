@@ -256,3 +256,31 @@ def test_the_next_commands_never_start_a_path_with_a_dash(tmp_path, monkeypatch)
     run_dir = tmp_path / "-lead2" / "N"
     assert next_commands(run_dir, "disabled")[:2] == ["report:      cutlab-analysis ./-lead2/N --out ./-lead2/N/report",
                                                       "other data:  cutlab-eval ./-lead2/N data=NAME"]
+
+
+def test_an_evaluation_is_announced_as_it_starts_and_its_elapsed_time_counts_from_there(monkeypatch, capsys):
+    """A ViT run resumed into its evaluation said nothing for 116 s, then "2/8 batches, 58.4 s/batch, 00:58 elapsed":
+    its meter was made as the first batch ended, and wrote its first line as the second did. The first batch stays
+    out of the rate (its one-off costs), not out of the elapsed time."""
+    import types
+
+    import cutlab.core.progress as progress
+    from cutlab.run.progress import ProgressReporter
+
+    clock = [1000.0]
+    monkeypatch.setattr(progress, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.delenv(progress.MODE_ENV, raising=False)
+    reporter = ProgressReporter(enabled=True, total_steps=0, epochs=0)
+    lines = lambda: capsys.readouterr().err.splitlines()
+    report = reporter.evaluating("test")
+    report(0, 4)
+    assert lines() == ["[cutlab] evaluating test: 4 batches"], "a line before the first batch"
+    report = reporter.evaluating("validation", "each at 12 gammas")
+    report(0, 8)
+    assert lines() == ["[cutlab] evaluating validation: 8 batches, each at 12 gammas"]
+    clock[0] += 58
+    report(1, 8)  # longer than a line's every_s: a line, with no rate yet
+    assert lines() == ["[cutlab] evaluating validation: 1/8 batches (12%), ? batches/s, 00:58 elapsed, ? left"]
+    clock[0] += 58
+    report(2, 8)
+    assert lines() == ["[cutlab] evaluating validation: 2/8 batches (25%), 58 s/batch, 01:56 elapsed, 05:48 left"]

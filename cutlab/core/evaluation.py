@@ -116,13 +116,16 @@ def evaluate(
 
     Each gamma of ``gammas`` replaces ``noise.gamma`` (gamma_train); sigma, mean and seed are ``noise``'s. Each
     gamma's noise is drawn from its own stream, by default its position in ``gammas``; ``streams`` names them, so
-    that one gamma evaluated alone draws the noise it gets in a longer list."""
+    that one gamma evaluated alone draws the noise it gets in a longer list. ``progress(done, batches)`` is called
+    with 0 before the first batch and after each one."""
     model.eval()
     device = torch.device(device)
     metric_sums: torch.Tensor | None = None
     counts = [0] * len(gammas)
     sample_losses: list[list[torch.Tensor]] = [[] for _ in gammas]
     order = torch.arange(len(samples)).split(batch_size)
+    if progress:  # (0, batches) first: a slow model's evaluation is announced before its first batch, not after
+        progress(0, len(order))
     for batch_index, indices in enumerate(order):
         inputs, target = prepare(to_device(collate(samples, indices), device))
         for g, gamma in enumerate(gammas):

@@ -3,7 +3,8 @@ set's preparation, a sweep's runs, a search's trials, a reproduction's grids.
 
 On a terminal it is tqdm's bar; anywhere else (a SLURM log, a pipe, a launcher's captured stderr) it is a plain
 line as the first unit of this session ends (its rate and time left known: an evaluation of Ped2 said nothing for
-16-25 s), then at most every ``every_s`` seconds and at the end, with no carriage return, so a log reads top to bottom:
+16-25 s; with a warm-up, the first unit after it), then at most every ``every_s`` seconds and at the end, with no
+carriage return, so a log reads top to bottom:
 
     [cutlab] train: 9/18 steps (50%), 2.31 steps/s, 00:04 elapsed, 00:04 left; layer losses [...]
 
@@ -96,18 +97,23 @@ class _Bar(tqdm):
 
 class Meter:
     """``done`` out of ``total`` ``unit``s (the singular), drawn as a bar or written as lines (the module's
-    docstring); ``initial``: done before this session, left out of the rate (a resumed run's steps)."""
+    docstring); ``initial``: done before this session, left out of the rate (a resumed run's steps); ``warmup``: the
+    first units of this session, counted in the elapsed time but left out of a line's rate and time left (an
+    evaluation's first batch, which carries the phase's one-off costs)."""
 
     def __init__(self, label: str, total: int, unit: str, *, initial: int = 0, enabled: bool = True,
                  every_s: float = LINE_EVERY_S, stream: TextIO | None = None, bar: bool | None = None,
-                 prefix: str = PREFIX, counted: str = "", first_line: bool = True) -> None:
+                 prefix: str = PREFIX, counted: str = "", first_line: bool = True, warmup: int = 0) -> None:
         self.label, self.total, self.unit, self.initial = label, max(int(total), 0), unit, initial
+        self.warmup = warmup
         self.counted = counted  # after the counts of a line: "2/3 runs done"
         self.first_line = first_line  # a line as the first unit ends (False: none before every_s, a quiet meter)
         self.enabled, self.every_s, self.prefix = enabled, every_s, prefix
         self.stream = stream or sys.stderr
         self.done, self._note, self._left = initial, "", None
         self.started = self.last = time.perf_counter()  # the first line once a rate can be told
+        # (done, time) the rate counts from: the start, or the end of the warm-up once it has ended
+        self._rate_from: tuple[int, float] | None = None if warmup > 0 else (initial, self.started)
         self.bar = None
         if enabled and (wants_bar(self.stream) if bar is None else bar):
             # a terminal that reports no size (a bare pseudo-terminal) would get no bar at all: 100 x 20 then
@@ -128,6 +134,9 @@ class Meter:
         left where the caller knows it better than this session's rate (a line's, not the bar's: grids of unequal
         cost)."""
         self.done, self._note, self._left = done, note, left
+        now = time.perf_counter()
+        if self._rate_from is None and done >= self.initial + self.warmup:
+            self._rate_from = (done, now)
         if not self.enabled:
             return
         if self.bar is not None:
@@ -138,18 +147,28 @@ class Meter:
                 self.bar.set_postfix_str(note, refresh=False)
             self.bar.update(done - self.bar.n)
             return
-        now = time.perf_counter()
-        first = self.first_line and done > self.initial  # the first line as soon as a time left can be told
+        # the first line as soon as a time left can be told
+        first = self.first_line and self._rate_from is not None and done > self._rate_from[0]
         if first or now - self.last >= self.every_s or done >= self.total:
             self.last, self.first_line = now, False
             self._print(self.line())
 
+    @property
+    def rate(self) -> float | None:
+        """Units a second in this session after the warm-up; None until one has been done."""
+        return self._rate_and_left()[0]
+
+    def _rate_and_left(self) -> tuple[float | None, float | None]:
+        now = time.perf_counter()
+        base, since = self._rate_from or (self.done, now)
+        return session_rate(self.done, base, now - since), time_left(self.done, self.total, base, now - since)
+
     def line(self) -> str:
-        """The plain line: counts, percent, rate, elapsed and time left."""
+        """The plain line: counts, percent, rate, elapsed (since the meter was made) and time left."""
         elapsed = time.perf_counter() - self.started
         percent = f" ({100 * self.done / self.total:.0f}%)" if self.total else ""
-        rate = session_rate(self.done, self.initial, elapsed)
-        left = time_left(self.done, self.total, self.initial, elapsed) if self._left is None else self._left
+        rate, left = self._rate_and_left()
+        left = left if self._left is None else self._left
         text = (f"{self.label}: {self.done}/{self.total} {plural(self.unit)}{self.counted}{percent}, {rate_text(rate, self.unit)}, "
                 f"{duration(elapsed)} elapsed, {duration(left)} left")
         return f"{text}; {self.note}" if self.note else text

@@ -8,9 +8,10 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 from cutlab.core.primal_dual import StepResult
-from cutlab.core.progress import PREFIX, Meter
+from cutlab.core.progress import PREFIX, Meter, counted
 from cutlab.core.training import Progress
 from cutlab.run.records import CHECKPOINT
 
@@ -61,6 +62,25 @@ def announce_start(run_dir: Path, resuming: bool, wandb_mode: str) -> None:
     print_line(f"run {how}; record in {shown_path(run_dir)}{os.sep} (W&B {wandb_mode})")
 
 
+def evaluation_progress(label: str, enabled: bool = True, about: str = "") -> Callable[[int, int], None]:
+    """A callback ``(batches done, of total)`` for one evaluation pass (cutlab.core.evaluation.evaluate calls it with
+    0 first): a line as the pass starts, ``LABEL: N batches, ABOUT``, then the meter's, whose elapsed time counts from
+    that start and whose rate leaves out the first batch (its one-off costs: the first batch's data and kernels)."""
+    meter: Meter | None = None
+
+    def report(done: int, total: int) -> None:
+        nonlocal meter
+        if not enabled:
+            return
+        if meter is None:
+            meter = Meter(label, total, "batch", warmup=1 if done == 0 else 0, initial=done)
+            meter.write(f"{label}: {counted(total, 'batch')}{', ' + about if about else ''}")
+        meter.update(done)
+        if done >= total:
+            meter.close()
+    return report
+
+
 class ProgressReporter:
     """The run's voice; ``enabled`` (the config's ``progress``) switches the step and evaluation progress only:
     the record's folder and the verdict are always said."""
@@ -83,21 +103,10 @@ class ProgressReporter:
             return f"{epoch}, layer losses [{' '.join(f'{v:.3g}' for v in losses)}], max lambda {lam:.3g}"
         self.meter.update(progress.step, note)
 
-    def evaluating(self, split: str):
-        """A callback ``(batches done, of total)`` for the evaluation of ``split``."""
+    def evaluating(self, split: str, about: str = ""):
+        """A callback ``(batches done, of total)`` for the evaluation of ``split`` (evaluation_progress)."""
         self.close()
-        meter: Meter | None = None
-
-        def report(done: int, total: int) -> None:
-            nonlocal meter
-            if not self.enabled:
-                return
-            # made at the first batch, which it leaves out of the rate: the time before it is not evaluation's
-            meter = meter or Meter(f"evaluating {split}", total, "batch", initial=done)
-            meter.update(done)
-            if done >= total:
-                meter.close()
-        return report
+        return evaluation_progress(f"evaluating {split}", self.enabled, about)
 
     def close(self) -> None:
         if self.meter is not None:

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from cutlab.core.evaluation import Evaluation, feasibility_verdict
 from cutlab.core.constraints import Constraints
 from cutlab.core.primal_dual import PrimalDual
+from cutlab.core.progress import counted
 from cutlab.run.build import Evaluator
 from cutlab.run.progress import ProgressReporter
 from cutlab.run.records import evaluation_rows, write_evaluation, write_sample_losses
@@ -32,10 +33,11 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     grid = [float(g) for g in cfg.eval.gamma_test]
     gamma = float(cfg.gamma)
     val_grid = validation_grid(cfg)
-    validation = evaluator(task.val_set, val_grid, progress=reporter.evaluating("validation"))
+    each = f"each at {counted(len(val_grid), 'gamma')}"
+    validation = evaluator(task.val_set, val_grid, progress=reporter.evaluating("validation", each))
     # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
     # point stays out of eval.csv so that means over the grid are the grid's
-    test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test"))
+    test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test", each))
     at = val_grid.index(gamma)
     in_distribution = descent_in_distribution(test, at, constraints)
     # the same verdict on test: the validation one may have chosen the iterate (eval.iterate=best), this one did not
