@@ -261,7 +261,8 @@ def test_the_next_commands_never_start_a_path_with_a_dash(tmp_path, monkeypatch)
 def test_an_evaluation_is_announced_as_it_starts_and_its_elapsed_time_counts_from_there(monkeypatch, capsys):
     """A ViT run resumed into its evaluation said nothing for 116 s, then "2/8 batches, 58.4 s/batch, 00:58 elapsed":
     its meter was made as the first batch ended, and wrote its first line as the second did. The first batch stays
-    out of the rate (its one-off costs), not out of the elapsed time."""
+    out of the rate (its one-off costs), not out of the elapsed time; the validation lines name the test pass that
+    follows, and its time at their rate, since each meter's time left is its own pass's."""
     import types
 
     import cutlab.core.progress as progress
@@ -275,12 +276,15 @@ def test_an_evaluation_is_announced_as_it_starts_and_its_elapsed_time_counts_fro
     report = reporter.evaluating("test")
     report(0, 4)
     assert lines() == ["[cutlab] evaluating test: 4 batches"], "a line before the first batch"
-    report = reporter.evaluating("validation", "each at 12 gammas")
+    report = reporter.evaluating("validation", "each at 12 gammas", then=("test", 51))
     report(0, 8)
-    assert lines() == ["[cutlab] evaluating validation: 8 batches, each at 12 gammas"]
+    assert lines() == ["[cutlab] evaluating validation: 8 batches, each at 12 gammas; then test: 51 batches"]
     clock[0] += 58
     report(1, 8)  # longer than a line's every_s: a line, with no rate yet
-    assert lines() == ["[cutlab] evaluating validation: 1/8 batches (12%), ? batches/s, 00:58 elapsed, ? left"]
+    assert lines() == ["[cutlab] evaluating validation: 1/8 batches (12%), ? batches/s, 00:58 elapsed, ? left; "
+                       "then test: 51 batches"]
     clock[0] += 58
     report(2, 8)
-    assert lines() == ["[cutlab] evaluating validation: 2/8 batches (25%), 58 s/batch, 01:56 elapsed, 05:48 left"]
+    assert lines() == ["[cutlab] evaluating validation: 2/8 batches (25%), 58 s/batch, 01:56 elapsed, 05:48 left; "
+                       "then test: 51 batches, about 49:18 at this rate"]
+

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from cutlab.core.primal_dual import StepResult
-from cutlab.core.progress import PREFIX, Meter, counted
+from cutlab.core.progress import PREFIX, Meter, counted, duration
 from cutlab.core.training import Progress
 from cutlab.run.records import CHECKPOINT
 
@@ -62,11 +62,20 @@ def announce_start(run_dir: Path, resuming: bool, wandb_mode: str) -> None:
     print_line(f"run {how}; record in {shown_path(run_dir)}{os.sep} (W&B {wandb_mode})")
 
 
-def evaluation_progress(label: str, enabled: bool = True, about: str = "") -> Callable[[int, int], None]:
+def evaluation_progress(label: str, enabled: bool = True, about: str = "",
+                        then: tuple[str, int] | None = None) -> Callable[[int, int], None]:
     """A callback ``(batches done, of total)`` for one evaluation pass (cutlab.core.evaluation.evaluate calls it with
     0 first): a line as the pass starts, ``LABEL: N batches, ABOUT``, then the meter's, whose elapsed time counts from
-    that start and whose rate leaves out the first batch (its one-off costs: the first batch's data and kernels)."""
+    that start and whose rate leaves out the first batch (its one-off costs: the first batch's data and kernels).
+    ``then``: (what, batches) of the pass that follows, named at the start and, with the time it takes at this
+    pass's rate, in each line: each meter's time left is its own pass's."""
     meter: Meter | None = None
+    after = f"; then {then[0]}: {counted(then[1], 'batch')}" if then else ""
+
+    def following() -> str:
+        rate = meter.rate if meter is not None else None
+        return f"then {then[0]}: {counted(then[1], 'batch')}" + (f", about {duration(then[1] / rate)} at this rate"
+                                                                  if rate else "")
 
     def report(done: int, total: int) -> None:
         nonlocal meter
@@ -74,8 +83,8 @@ def evaluation_progress(label: str, enabled: bool = True, about: str = "") -> Ca
             return
         if meter is None:
             meter = Meter(label, total, "batch", warmup=1 if done == 0 else 0, initial=done)
-            meter.write(f"{label}: {counted(total, 'batch')}{', ' + about if about else ''}")
-        meter.update(done)
+            meter.write(f"{label}: {counted(total, 'batch')}{', ' + about if about else ''}{after}")
+        meter.update(done, following if then else "")
         if done >= total:
             meter.close()
     return report
@@ -103,10 +112,10 @@ class ProgressReporter:
             return f"{epoch}, layer losses [{' '.join(f'{v:.3g}' for v in losses)}], max lambda {lam:.3g}"
         self.meter.update(progress.step, note)
 
-    def evaluating(self, split: str, about: str = ""):
+    def evaluating(self, split: str, about: str = "", then: tuple[str, int] | None = None):
         """A callback ``(batches done, of total)`` for the evaluation of ``split`` (evaluation_progress)."""
         self.close()
-        return evaluation_progress(f"evaluating {split}", self.enabled, about)
+        return evaluation_progress(f"evaluating {split}", self.enabled, about, then)
 
     def close(self) -> None:
         if self.meter is not None:
