@@ -68,7 +68,7 @@ def test_a_killed_cuda_run_resumes_and_ends_identical_to_an_uninterrupted_one(tm
     cutlab([*RUN, "device=cuda", "run_name=uninterrupted"], runs)
     start_and_kill([*RUN, "device=cuda", "run_name=killed"], runs / "killed", rows=8)
     result = cutlab([*RUN, "device=cuda", "run_name=killed"], runs)
-    assert "resuming" in result.stdout + result.stderr
+    assert "[cutlab] resuming " in result.stderr
     assert_same_records(runs / "killed", runs / "uninterrupted")
     provenance = json.loads((runs / "uninterrupted" / "provenance.json").read_text())
     assert provenance["device"] == "cuda" and provenance["device_name"] == torch.cuda.get_device_name()

@@ -62,7 +62,7 @@ def test_a_runs_folder_turned_read_only_mid_run_stops_in_one_line_and_the_same_c
                     "(read-only file system); make it writable and run the same command again: the run resumes from "
                     "its last checkpoint")
     resumed = cutlab([*TINY, "run_name=ro"], runs)
-    assert "resuming" in resumed.stderr
+    assert "[cutlab] resuming " in resumed.stderr
     assert complete_steps(runs / "ro") == list(range(1, 31))
 
 

@@ -288,3 +288,26 @@ def test_an_evaluation_is_announced_as_it_starts_and_its_elapsed_time_counts_fro
     assert lines() == ["[cutlab] evaluating validation: 2/8 batches (25%), 58 s/batch, 01:56 elapsed, 05:48 left; "
                        "then test: 51 batches, about 49:18 at this rate"]
 
+def test_a_runs_resume_and_skip_lines_go_to_stderr_with_its_other_lines(tmp_path):
+    """"resuming <run> from step N" and "<run> is complete; skipped" went to stdout through Hydra's job logging, so
+    ``cutlab ... 2> run.log`` lost exactly the lines that say whether work was resumed or skipped."""
+    import json
+
+    runs = tmp_path / "runs"
+    run_dir = runs / "again"
+    args = ["train.epochs=1", "train.max_steps_per_epoch=2", "eval.gamma_test=[0]", "threads=1", "wandb.mode=disabled",
+            "run_name=again"]
+    cutlab(args, runs)
+    summary = json.loads((run_dir / "summary.json").read_text())  # stopped in its evaluation, after its training
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))
+    resumed = cutlab(args, runs)
+    said = resumed.stderr.splitlines()
+    at = said.index(f"[cutlab] resuming {run_dir} from step 2 (epoch 1)")
+    assert re.fullmatch(r"\[cutlab\] evaluating validation: \d+ batch(es)?, each at 2 gammas; then test: \d+ "
+                        r"batch(es)?", said[at + 1]), said[at + 1]  # straight into its evaluation, announced
+    assert "resuming" not in resumed.stdout
+    skipped = cutlab(args, runs)
+    assert skipped.stdout == ""
+    assert skipped.stderr.splitlines() == [f"[cutlab] {run_dir} is complete; skipped (pass run_name=<new name> to "
+                                           "train it again)"]
+

@@ -172,7 +172,7 @@ def test_rerunning_a_sweep_skips_complete_runs_and_keeps_every_earlier_sweep_rec
                          r"parallel\)", parallel.stdout)
     assert estimate and estimate.group(1) == estimate.group(2), parallel.stdout
     rerun = cutlab(["-m", "gamma=0,0.09", *TINY, "wandb.mode=offline"], runs)
-    assert (rerun.stdout + rerun.stderr).count("complete; skipped") == 2
+    assert rerun.stderr.count("complete; skipped") == 2
     assert len(list((runs / "_sweeps").glob("sweep-*/outcome.json"))) == 2
 
 
@@ -292,7 +292,7 @@ def test_a_run_whose_data_changed_since_it_began_is_not_resumed_until_they_are_r
         frame.unlink()
     (root / "clip5").rmdir()
     resumed = cutlab(args, runs, timeout=600)
-    assert "resuming" in resumed.stdout + resumed.stderr
+    assert "[cutlab] resuming " in resumed.stderr
     assert json.loads((stopped / "summary.json").read_text())["status"] == "complete"
 
 

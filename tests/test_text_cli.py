@@ -119,7 +119,7 @@ def test_a_killed_text_run_resumes_and_ends_identical_to_an_uninterrupted_one(tm
     killed = runs / "killed"
     start_and_kill([*args, "run_name=killed"], killed, rows=3, timeout_s=600)
     result = cutlab([*args, "run_name=killed"], runs)
-    assert "resuming" in result.stdout + result.stderr
+    assert "[cutlab] resuming " in result.stderr
     assert_same_records(killed, runs / "uninterrupted")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import time
 import uuid
 from contextlib import ExitStack
@@ -32,7 +31,7 @@ from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
 from cutlab.run.identity import check_same_data, check_same_model_source, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
-from cutlab.run.progress import ProgressReporter, announce_start, print_line
+from cutlab.run.progress import ProgressReporter, announce_start, print_line, shown_path
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
@@ -44,9 +43,6 @@ from cutlab.run.results import evaluate_and_write, validation_grid
 from cutlab.run.tracking import ServiceStart, Tracker
 from cutlab.tasks import Task, build_task
 from cutlab.tasks.models import model_source
-
-log = logging.getLogger("cutlab")
-
 
 class StopRun(Exception):
     """Raised by an ``on_epoch_end`` hook to end a run early; the run is recorded with ``status``.
@@ -84,7 +80,8 @@ def _run_experiment(cfg: DictConfig, run_dir: Path, on_epoch_end: EpochEndHook |
         check_same_run(run_dir, resolved)
         existing = read_summary(run_dir, resumable=True)
         if existing and existing.get("status") == "complete":
-            log.info("%s is complete; skipped (pass run_name=<new name> to train it again)", run_dir)
+            # stderr, as every other line of a run (Hydra's job logging wrote this one to stdout)
+            print_line(f"{shown_path(run_dir)} is complete; skipped (pass run_name=<new name> to train it again)")
             return SkippedSummary(existing)
         if cfg.train.constrained:  # about to train: what the config checks leave to training time (old records pass)
             DualSettings.of(cfg.train).check_trainable()
@@ -159,7 +156,7 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
         except (KeyError, TypeError, ValueError, RuntimeError) as error:  # a checkpoint of another model or config
             raise CutlabError(f"the checkpoint {run_dir / CHECKPOINT} does not fit this run's configuration "
                               f"({mismatch_reason(error)}); move it aside to restart this run from scratch") from None
-        log.info("resuming %s from step %d (epoch %d)", run_dir, trainer.progress.step, trainer.progress.epoch)
+        print_line(f"resuming {shown_path(run_dir)} from step {trainer.progress.step} (epoch {trainer.progress.epoch})")
         _record_resumption(run_dir, trainer.progress.step, cfg.seed, device)
     else:
         write_atomic(run_dir / CONFIG, OmegaConf.to_yaml(resolved))
