@@ -288,6 +288,7 @@ def test_an_evaluation_is_announced_as_it_starts_and_its_elapsed_time_counts_fro
     assert lines() == ["[cutlab] evaluating validation: 2/8 batches (25%), 58 s/batch, 01:56 elapsed, 05:48 left; "
                        "then test: 51 batches, about 49:18 at this rate"]
 
+
 def test_a_runs_resume_and_skip_lines_go_to_stderr_with_its_other_lines(tmp_path):
     """"resuming <run> from step N" and "<run> is complete; skipped" went to stdout through Hydra's job logging, so
     ``cutlab ... 2> run.log`` lost exactly the lines that say whether work was resumed or skipped."""
@@ -311,3 +312,18 @@ def test_a_runs_resume_and_skip_lines_go_to_stderr_with_its_other_lines(tmp_path
     assert skipped.stderr.splitlines() == [f"[cutlab] {run_dir} is complete; skipped (pass run_name=<new name> to "
                                            "train it again)"]
 
+
+def test_train_epsilon_auto_shows_the_progress_of_its_pass_and_says_the_epsilon_found(tmp_path):
+    """train.epsilon=auto evaluated the untrained model in silence (36 s before a ViT run's next line), and never
+    said the epsilon it found."""
+    import json
+
+    runs = tmp_path / "runs"
+    said = cutlab(["train=erm", "train.epochs=1", "train.max_steps_per_epoch=1", "eval.gamma_test=[0]", "threads=1",
+                   "wandb.mode=disabled", "run_name=ref"], runs).stderr.splitlines()
+    epsilon = json.loads((runs / "ref" / "summary.json").read_text())["epsilon"]
+    start = said.index("[cutlab] evaluating the untrained model (train.epsilon=auto): 8 batches, each at "
+                       "gamma_train 0.09")
+    assert said[start + 1].startswith("[cutlab] evaluating the untrained model (train.epsilon=auto): ")
+    assert f"[cutlab] train.epsilon=auto: epsilon = {epsilon:.4g}, l_0 of the untrained model on the first 32 " \
+           "training samples at gamma_train 0.09" in said[start + 1:]

@@ -27,6 +27,9 @@ from cutlab.tasks.models import check_model_settings
 NUMERICAL_ZERO = 1e-6
 SUSPICIOUSLY_SMALL = 1e-3  # l_0 / the largest untrained layer loss below which l_0 is checked against unit noise
 TRAINING_DEVICES = ("cpu", "cuda", "mps", "xpu")
+REFERENCE_BATCHES = 8  # train.epsilon=auto: l_0 is measured on this many training batches (reference_of)
+# (label, about) -> the progress callback of one evaluation pass (cutlab.run.progress.evaluation_progress)
+PassProgress = Callable[[str, str], Callable[[int, int], None]]
 
 
 def pick_device(name: str) -> torch.device:
@@ -98,7 +101,8 @@ class Evaluator:
                         self.batch_size, self.device, progress, self.precision, streams)
 
 
-def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> float | None:
+def reference_epsilon(cfg: DictConfig, task: Task, device: torch.device,
+                      batches: int = REFERENCE_BATCHES) -> float | None:
     """``train.epsilon``, or with ``auto`` the mean l_0 of the untrained model (reference_of)."""
     return reference_of(cfg, task, device, batches)[0]
 
@@ -109,7 +113,13 @@ def recorded_reference(checkpoint: dict) -> tuple[float | None, bool]:
     return checkpoint["epsilon"], bool(checkpoint.get("reference_at_target", False))
 
 
-def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int = 8) -> tuple[float | None, bool]:
+def reference_samples(cfg: DictConfig, task: Task, batches: int = REFERENCE_BATCHES) -> int:
+    """How many of the first training windows train.epsilon=auto measures l_0 on."""
+    return min(len(task.train_set), batches * cfg.train.batch_size)
+
+
+def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int = REFERENCE_BATCHES,
+                 progress: PassProgress | None = None) -> tuple[float | None, bool]:
     """(epsilon, whether Phi_0 already equals the target): ``train.epsilon``, or with ``auto`` the mean l_0 of the
     untrained model on the first training windows.
 
@@ -117,17 +127,18 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
     initialisation": the paper's epsilon (6.5 for DUST) is in its own, unstated loss units. Where that l_0 is a
     round-off of 0 (a model whose Phi_0 is its input, at gamma 0), nothing can descend: the ratio forms, which divide
     by it, are refused; the difference form runs, and its verdict says degenerate (Constraints.reference_at_target).
+    ``progress`` makes each evaluation pass's progress callback (none: the passes say nothing).
     """
     if cfg.train.epsilon != "auto":
         return cfg.train.epsilon, False
-    count = min(len(task.train_set), batches * cfg.train.batch_size)
-    first = torch.utils.data.Subset(task.train_set, range(count))
+    first = torch.utils.data.Subset(task.train_set, range(reference_samples(cfg, task, batches)))
     evaluator = Evaluator(task, perturbation_of(cfg, task), cfg.train.batch_size, device, precision_of(cfg))
     ratio_form = cfg.train.constrained and cfg.train.constraint_form != "difference"
     # the batches are train.batch_size samples (the Evaluator above), so that is the setting a failed allocation names
     with settings_named_on_out_of_memory("the untrained model's evaluation (train.epsilon=auto)", "train.batch_size"):
         try:
-            initial = evaluator(first, [float(cfg.gamma)])
+            initial = evaluator(first, [float(cfg.gamma)], progress and progress(
+                "evaluating the untrained model (train.epsilon=auto)", f"each at gamma_train {float(cfg.gamma):g}"))
         except NonFiniteLoss as error:  # the untrained model: nothing diverged, whatever the general line says
             raise NonFiniteLoss(f"model={cfg.model.name}: layer {error.layer}'s loss is {error.value} on the first "
                                 "training windows, before any training step (train.epsilon=auto measures it): "
@@ -141,7 +152,10 @@ def reference_of(cfg: DictConfig, task: Task, device: torch.device, batches: int
             # the difference form, which asked nothing of it before, keeps its buffers as they were, so its training
             # is unchanged)
             with (contextlib.nullcontext() if ratio_form else buffers_kept(task.model)):
-                largest = max(largest, float(evaluator(first, [1.0]).mean_loss.max()))
+                checked = evaluator(first, [1.0], progress and progress(
+                    "evaluating the untrained model under unit noise (is its l_0 a round-off of 0?)",
+                    "each at gamma 1"))
+                largest = max(largest, float(checked.mean_loss.max()))
     if ratio_form and epsilon <= NUMERICAL_ZERO * largest:
         raise CutlabError(_at_target(cfg, f"{epsilon:.3g}", "a model whose Phi_0 is its input"))
     return epsilon, bool(cfg.train.constrained and epsilon <= NUMERICAL_ZERO * largest)

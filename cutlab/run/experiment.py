@@ -26,12 +26,12 @@ from cutlab.errors import CutlabError
 from cutlab.interrupted import interrupt_behind
 from cutlab.run.build import (Evaluator, build_trainer, check_before_building,
                               constraints_of, perturbation_of, make_reproducible, pick_device, precision_of,
-                              recorded_reference, reference_of)
+                              recorded_reference, reference_of, reference_samples)
 from cutlab.run.checkpoints import load_checkpoint, mismatch_reason
 from cutlab.run.identity import check_same_data, check_same_model_source, check_same_run, data_fingerprint
 from cutlab.run.lock import RunLock
 from cutlab.run.preemption import stop_now_on_signals, stop_on_signals
-from cutlab.run.progress import ProgressReporter, announce_start, print_line, shown_path
+from cutlab.run.progress import ProgressReporter, announce_start, evaluation_progress, print_line, shown_path
 from cutlab.run.provenance import provenance
 from cutlab.run.recorder import EpochEndHook, StepRecorder
 from cutlab.run.records import (
@@ -141,7 +141,14 @@ def _prepare(cfg: DictConfig, run_dir: Path, checkpoint: dict | None, resolved: 
     torch.manual_seed(cfg.seed)
     task = build_task(cfg)
     task.model.to(device)
-    reference = recorded_reference(checkpoint) if checkpoint else reference_of(cfg, task, device)
+    if checkpoint:
+        reference = recorded_reference(checkpoint)
+    else:  # train.epsilon=auto evaluates the untrained model: minutes for a large one, so it shows its progress
+        reference = reference_of(cfg, task, device,
+                                 progress=lambda label, about: evaluation_progress(label, bool(cfg.progress), about))
+        if cfg.train.epsilon == "auto":
+            print_line(f"train.epsilon=auto: epsilon = {reference[0]:.4g}, l_0 of the untrained model on the first "
+                       f"{reference_samples(cfg, task)} training samples at gamma_train {float(cfg.gamma):g}")
     trainer = build_trainer(cfg, task, reference[0], device, reference_at_target=reference[1])
     unused = trainer.primal_dual.dual.unused() if trainer.primal_dual.dual is not None else []
     if unused:
