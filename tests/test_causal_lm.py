@@ -7,6 +7,7 @@ tokenizers are the real RoBERTa BPE tokenizer from ../shared and a small byte-le
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -317,6 +318,28 @@ def test_a_local_pretrained_folder_loads_with_its_own_tokenizer(alpaca_file, tin
     inputs, _ = task.prepare(task.train_set.collate([task.train_set[0]]))
     torch.testing.assert_close(task.model(inputs)[-1], saved(**inputs).logits)
     assert f"model {folder}; tokenizer {folder}" in task.source
+
+
+def test_loading_a_pretrained_model_says_what_and_how_large_before_and_ready_after(alpaca_file, tiny_tokenizer,
+                                                                                  tmp_path, capsys):
+    """Off a terminal transformers' bars are off (cutlab.core.extras), and the load said nothing before or after:
+    minutes of silence in a SLURM log for an 8B model. Now a line with its size before and one with its time after."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path / "pretrained"
+    LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=2, num_key_value_heads=1)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_tokenizer).save_pretrained(folder)
+    cfg = task_config(alpaca_file, tiny_tokenizer, pretrained=str(folder), tokenizer=None)
+    cfg.progress = True
+    task = build(cfg)
+    count = sum(p.numel() for p in task.model.parameters())
+    lines = capsys.readouterr().err.splitlines()
+    loading = lines.index(f"[cutlab] loading model.pretrained={folder}: {count / 1e3:.3g} k parameters, "
+                          f"{count * 4 / 2**20:.1f} MiB in float32")
+    after = [line for line in lines[loading + 1:] if line.startswith("[cutlab] ")]  # transformers' bar between
+    assert re.fullmatch(rf"\[cutlab\] model causal_lm from {re.escape(str(folder))} ready \(\d+\.\d s\)",
+                        after[0]), lines
 
 
 def test_tokenizer_larger_than_the_model_embedding_is_refused(alpaca_file, tmp_path):

@@ -8,6 +8,7 @@ from its config's ``_target_`` (cutlab.tasks.models), so a new model is one modu
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -15,6 +16,7 @@ from omegaconf import DictConfig
 
 from cutlab.config.groups import TASK_KINDS, task_kind
 from cutlab.core.models import LayerwiseModel
+from cutlab.core.progress import PREFIX
 
 # data.task -> "module:function" building that family's Task (imported only when used: transformers is slow)
 BUILDERS = {
@@ -41,6 +43,13 @@ class Task:
     prepare: Callable
     sigma: float
     source: str
+
+
+def say(cfg: DictConfig, message: str) -> None:
+    """A line of a task's building on stderr (its model loaded, its data read), unless progress=false."""
+    if cfg.progress:
+        sys.stderr.write(f"{PREFIX}{message}\n")  # one write, the newline with it (cutlab.core.progress.Meter._print)
+        sys.stderr.flush()
 
 
 def build_task(cfg: DictConfig) -> Task:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from omegaconf import DictConfig
 
 from cutlab.core.data.alpaca import check_data_config, instruction_batch, load_examples, load_instruction_splits
@@ -9,7 +11,7 @@ from cutlab.core.data.text import token_embedding_std
 from cutlab.core.models.causal_lm import load_tokenizer, torch_dtype
 from cutlab.core.objectives.language_model import TokenCrossEntropyObjective
 from cutlab.errors import CutlabError
-from cutlab.tasks import Task
+from cutlab.tasks import Task, say
 from cutlab.tasks.models import model_for
 from cutlab.tasks.vocabulary import check_same_vocabulary
 
@@ -34,7 +36,10 @@ def build_instruction_task(cfg: DictConfig) -> Task:
         check_same_vocabulary(tokenizer, cfg.model.tokenizer, cfg.model.pretrained,  # for minutes
                               lambda source: load_tokenizer(source, "model.pretrained"))
     splits = load_instruction_splits(cfg.data, tokenizer, progress=cfg.progress, examples=examples)
-    model = model_for(cfg, vocab_size=len(tokenizer))
+    started = time.perf_counter()  # an 8B model loads for minutes: said before (with its size) and after
+    model = model_for(cfg, vocab_size=len(tokenizer), say=lambda line: say(cfg, line))
+    made = f"from {cfg.model.pretrained}" if cfg.model.pretrained is not None else f"(random-init Llama, L={cfg.L})"
+    say(cfg, f"model {cfg.model.name} {made} ready ({time.perf_counter() - started:.1f} s)")
     return Task(
         model=model,
         objective=TokenCrossEntropyObjective(),

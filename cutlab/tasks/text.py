@@ -8,7 +8,6 @@ reader (imdb, mnli). ``transformers`` is imported only by text and instruction r
 
 from __future__ import annotations
 
-import sys
 import time
 from functools import partial
 
@@ -21,16 +20,11 @@ from cutlab.core.models.hf_loading import load_tokenizer, resolve_source
 from cutlab.core.objectives.classification import ClassificationObjective
 from cutlab.config.text_data import check_text_data
 from cutlab.errors import CutlabError
-from cutlab.tasks import Task
+from cutlab.tasks import Task, say
 from cutlab.tasks.models import model_for
 from cutlab.tasks.vocabulary import check_same_vocabulary
 
 READERS = {"imdb": read_imdb, "mnli": read_mnli}
-
-
-def _log(cfg: DictConfig, message: str) -> None:
-    if cfg.progress:
-        print(f"[cutlab] {message}", file=sys.stderr)
 
 
 def read_splits(cfg: DictConfig):
@@ -83,10 +77,11 @@ def build_text_task(cfg: DictConfig) -> Task:
                           f"({model_cfg.source}) can place ({limit} positions); set data.max_length={limit} or less")
     if model_cfg.tokenizer is not None and model_cfg.get("pretrained", True):  # a random init reads any vocabulary
         check_same_vocabulary(tokenizer, model_cfg.tokenizer, model_cfg.source, load_tokenizer)
-    _log(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready ({time.perf_counter() - started:.1f} s)")
+    say(cfg, f"model {model_cfg.name} from {resolve_source(model_cfg.source)} ready "
+             f"({time.perf_counter() - started:.1f} s)")
 
     train, val, test = read_splits(cfg)
-    _log(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
+    say(cfg, f"{data.name}: {len(train)} train, {len(val)} validation, {len(test)} test examples")
     sets = [cached_tokenize(examples, tokenizer, data.max_length, name, cfg.progress, cfg.paths.cache_dir)
             for examples, name in ((train, "train"), (val, "validation"), (test, "test"))]
     # sigma_x (the paper's noise scale, Sec. 5): std of the embedded training tokens, or of the whole embedding table

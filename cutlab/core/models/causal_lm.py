@@ -13,14 +13,14 @@ sharding over several GPUs, quantised (4/8-bit) weights. transformers and peft a
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from cutlab.core.models.base import LayerwiseModel
 from cutlab.core.errors import CutlabError
 from cutlab.core.extras import optional_import
-from cutlab.core.models.memory_bound import check_weights_fit, host_available_bytes, weight_bytes
+from cutlab.core.models.memory_bound import check_weights_fit, host_available_bytes, weight_bytes, weights_text
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -72,9 +72,11 @@ def load_tokenizer(name: str, key: str = "model.tokenizer"):
     return tokenizer
 
 
-def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
+def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int,
+                    say: Callable[[str], None] | None = None) -> "CausalLM":
     """The configured network: ``model.pretrained`` (hub id or folder) or, when null, a random-init Llama
-    of ``model.architecture`` with ``depth`` layers and the tokenizer's vocabulary."""
+    of ``model.architecture`` with ``depth`` layers and the tokenizer's vocabulary. ``say`` gets a line naming the
+    pretrained weights and their size before they load (minutes for an 8B model)."""
     transformers = optional_import("transformers")
     AutoConfig, AutoModelForCausalLM = transformers.AutoConfig, transformers.AutoModelForCausalLM
     LlamaConfig, LlamaForCausalLM = transformers.LlamaConfig, transformers.LlamaForCausalLM
@@ -116,6 +118,8 @@ def build_causal_lm(model_cfg: Any, depth: int, vocab_size: int) -> "CausalLM":
         keyword = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
         count, needed = weight_bytes(lambda: AutoModelForCausalLM.from_config(config), dtype)
         check_weights_fit(f"model.pretrained={model_cfg.pretrained!r}", count, needed, dtype, host_available_bytes())
+        if say is not None:
+            say(f"loading model.pretrained={model_cfg.pretrained}: {weights_text(count, needed, dtype)}")
         network = load_pretrained(AutoModelForCausalLM, model_cfg.pretrained, "model.pretrained", **{keyword: dtype})
     rows = network.get_input_embeddings().num_embeddings
     if vocab_size > rows:

@@ -28,6 +28,14 @@ def weight_bytes(build, dtype: torch.dtype) -> tuple[int, int]:
     return count, count * torch.empty((), dtype=dtype).element_size()
 
 
+def weights_text(count: int, needed: int, dtype: torch.dtype) -> str:
+    """``8.03 B parameters, 15.0 GiB in bfloat16``: a model's size as a line says it."""
+    number = next((f"{count / scale:.3g} {name}" for scale, name in ((1e9, "B"), (1e6, "M"), (1e3, "k"))
+                   if count >= scale), str(count))
+    size = f"{needed / GIB:.1f} GiB" if needed >= GIB else f"{needed / 2**20:.1f} MiB"
+    return f"{number} parameters, {size} in {str(dtype).removeprefix('torch.')}"
+
+
 def host_available_bytes() -> int | None:
     """Memory this process may still allocate: MemAvailable, or less under a cgroup limit; None where unknown."""
     try:
