@@ -51,7 +51,7 @@ def make_figures(runs: RunTable, out_dir: Path, gamma_train: float | None = None
     level with the most cells).
     """
     results = []
-    meter = quiet_meter("drawing figures", len(FIGURES), "figure")
+    meter = quiet_meter("drawing figures", len(FIGURES), "figure", continues=True)
     for index, (stem, figure) in enumerate(FIGURES.items()):
         meter.update(index)
         takes_gamma = "gamma_train" in inspect.signature(figure).parameters

@@ -573,6 +573,29 @@ def test_no_two_panel_titles_of_fig12_overlap(golden_runs, tmp_path, monkeypatch
     assert not [(i, j) for i, a in enumerate(titles) for j, b in enumerate(titles) if i < j and a.overlaps(b)]
 
 
+def test_a_phase_after_a_silent_one_speaks_ten_seconds_after_the_analysis_last_said_anything(capsys, monkeypatch):
+    """Reading runs for 9 s (no line: under 10 s), then drawing figures: its first line came 10 s after its own start,
+    19 s of silence in all; it comes 10 s after the reading began."""
+    import cutlab.core.progress as progress
+    from analysis.run_folders import quiet_meter
+
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: now[0])
+    reading = quiet_meter("reading runs", 10, "run")
+    for index in range(10):
+        now[0] += 0.9
+        reading.update(index)
+    drawing = quiet_meter("drawing figures", 10, "figure", continues=True)
+    now[0] += 1.5  # 10.5 s after the reading began, 1.5 s into the drawing
+    drawing.update(1)
+    assert capsys.readouterr().err.splitlines() == [
+        "cutlab-analysis: drawing figures: 1/10 figures (10%), 1.5 s/figure, 00:01 elapsed, 00:13 left"]
+    again = quiet_meter("reading runs", 10, "run")  # a new analysis: its own 10 s
+    now[0] += 9.0
+    again.update(3)
+    assert capsys.readouterr().err == ""
+
+
 def test_a_long_read_of_runs_and_drawing_of_figures_say_how_far_they_are(golden_runs, tmp_path, capsys, monkeypatch):
     """183 runs took 30 s with nothing said before the last line; a quick pass still says nothing (here every
     update is due, as if each run had taken the 10 s between two lines)."""
