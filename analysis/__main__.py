@@ -27,7 +27,7 @@ from cutlab.atomic import DiskFull, is_disk_full, os_reason, unwritable
 from cutlab.run.records import linked
 
 from .collect import AnalysisError, RunTable, collect_runs
-from .out_folder import not_ours, raised_writing, symbolic_links
+from .out_folder import OUTPUT_FOLDERS, not_ours, raised_writing, symbolic_links
 from .selection import CHOSEN_BY, SELECTION_RULES, VALIDATION
 
 WARNINGS_SHOWN = 10  # per-run warnings printed; the report lists them all
@@ -134,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         problem = unwritable(out)  # before the runs are read (minutes for a sweep, or a W&B download)
         if problem:
             raise AnalysisError(f"cannot write the report to {out} ({problem}): pass a writable --out")
+        for name in OUTPUT_FOLDERS:  # an earlier report's tables/ or figures/, where the new one's files are moved
+            if (out / name).is_dir() and (problem := unwritable(out / name)):
+                raise AnalysisError(f"cannot write the report to {out} ({out / name}/: {problem}): pass a writable "
+                                    "--out")
         runs = dataclasses.replace(collect(args, out, prog), selection=args.select)
         check_gamma_train(args.gamma_train, runs)
         from .report import write_report  # matplotlib is imported only once the input is known good
