@@ -212,8 +212,9 @@ def write_skipped_and_clear_report(out: Path, skipped: dict, otherwise: dict, re
 
 def run_grid(argv: list[str]) -> tuple[int, list[str]]:
     """One grid's ``python -m cutlab -m ...`` in this folder, like the user's command: (exit status, the stop
-    signals this process received meanwhile: Ctrl-C, SIGTERM, a hang-up). The grid runs in its own session and gets exactly the signals this process gets,
-    as SIGTERM: the first lets its runs checkpoint at their next step (cutlab/run/preemption.py); a second is passed
+    signals this process received meanwhile: Ctrl-C, SIGTERM, a hang-up). The grid runs in its own session and gets
+    exactly the signals this process gets, as SIGTERM: the first lets its runs checkpoint at their next step
+    (cutlab/run/preemption.py); a second is passed
     on too, on which ``launcher=local`` kills its runs (cutlab/launch/local.py), while an in-process run stops at
     its step as before. subprocess.run would instead kill the grid 0.25 s after a Ctrl-C."""
     child = subprocess.Popen([sys.executable, "-m", "cutlab", *argv], start_new_session=True)

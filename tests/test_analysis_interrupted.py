@@ -78,7 +78,8 @@ def test_python_m_analysis_ends_a_ctrl_c_in_one_line_as_cutlab_analysis_does(tmp
         raise KeyboardInterrupt
 
     monkeypatch.setattr(analysis.collect, "collect_runs", pressed)
-    monkeypatch.setattr(sys, "argv", ["analysis", str(write_runs(tmp_path / "runs", 14.0)), "--out", str(tmp_path / "r")])
+    runs = write_runs(tmp_path / "runs", 14.0)
+    monkeypatch.setattr(sys, "argv", ["analysis", str(runs), "--out", str(tmp_path / "r")])
     kept = signal.getsignal(signal.SIGINT), sys.unraisablehook, logging.raiseExceptions  # what the command sets
     try:
         runpy.run_module("analysis", run_name="__main__", alter_sys=True)
@@ -90,4 +91,5 @@ def test_python_m_analysis_ends_a_ctrl_c_in_one_line_as_cutlab_analysis_does(tmp
         signal.signal(signal.SIGINT, kept[0])
         sys.unraisablehook, logging.raiseExceptions = kept[1], kept[2]
     assert code == 130
-    assert capsys.readouterr().err.splitlines() == ["analysis: interrupted (Ctrl-C); run the same command again to go on"]
+    assert capsys.readouterr().err.splitlines() == [
+        "analysis: interrupted (Ctrl-C); run the same command again to go on"]

@@ -127,7 +127,8 @@ def test_latex_text_holding_a_users_special_characters_is_escaped():
 def test_an_entry_whose_test_verdict_is_another_than_its_validation_verdict_is_marked_and_its_test_miss_said(
         tmp_path, capsys):
     """DUST L = 7 at γ 0.09 in the cpu re-run: strictly feasible on Ped2's 2 validation clips, infeasible on test
-    (+4.6 % at layer 5, interval [+1.0, +7.9]); the table showed it plain, as feasible as the cells that hold on test."""
+    (+4.6 % at layer 5, interval [+1.0, +7.9]); the table showed it plain, as feasible as the cells that hold on
+    test."""
     runs = tmp_path / "runs"
     misses = {"test_verdict": "infeasible", "test_relative_violations": [-0.5, -0.2, 0.046],
               "test_violation_interval": {"count": 12, "resampled": "clip", "layers": [0, 1, 2],
