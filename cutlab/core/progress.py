@@ -153,6 +153,13 @@ class Meter:
             self.last, self.first_line = now, False
             self._print(self.line())
 
+    def already_done(self, count: int = 1) -> None:
+        """``count`` units found done before this session (cutlab-eval's evaluations done already): counted as
+        ``initial`` is, left out of the rate and the time left."""
+        self.initial += count
+        if self._rate_from is not None:
+            self._rate_from = (self._rate_from[0] + count, self._rate_from[1])
+
     @property
     def rate(self) -> float | None:
         """Units a second in this session after the warm-up; None until one has been done."""

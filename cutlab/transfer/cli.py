@@ -95,7 +95,7 @@ def _evaluate_all(argv: list[str]) -> int:
             line, skipped = evaluate_one(run_dir, settings, overrides, args.split, args.sigma, command)
             print(line, flush=True)
             if skipped and done is not None:  # done before this command: out of its rate, as a sweep's tally does
-                done.initial += 1
+                done.already_done()
         except CutlabError as error:
             refused += 1
             # a folder failure's words are a run's: nothing resumes in an evaluation
