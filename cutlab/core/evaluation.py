@@ -99,6 +99,11 @@ def buffers_kept(model: torch.nn.Module) -> Iterator[None]:
 
 
 @torch.no_grad()
+def batch_count(samples: int, batch_size: int) -> int:
+    """How many batches ``evaluate`` makes of ``samples`` (the last one short)."""
+    return -(-samples // batch_size)
+
+
 def evaluate(
     model: torch.nn.Module,
     objective: EvaluatedObjective,
@@ -123,7 +128,7 @@ def evaluate(
     metric_sums: torch.Tensor | None = None
     counts = [0] * len(gammas)
     sample_losses: list[list[torch.Tensor]] = [[] for _ in gammas]
-    order = torch.arange(len(samples)).split(batch_size)
+    order = torch.arange(len(samples)).split(batch_size)  # batch_count(len(samples), batch_size) of them
     if progress:  # (0, batches) first: a slow model's evaluation is announced before its first batch, not after
         progress(0, len(order))
     for batch_index, indices in enumerate(order):

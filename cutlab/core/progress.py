@@ -46,6 +46,12 @@ def terminal_width(stream: TextIO) -> int:
         return 0
 
 
+def print_line(text: str) -> None:
+    """A line of cutlab's on stderr, in one write with its newline (Meter._print says why)."""
+    sys.stderr.write(f"{PREFIX}{text}\n")
+    sys.stderr.flush()
+
+
 def duration(seconds: float | None) -> str:
     """``00:04``, ``1:02:03``: tqdm's own format, so that bars and lines read alike; ``?`` when unknown."""
     return "?" if seconds is None else tqdm.format_interval(max(0.0, seconds))

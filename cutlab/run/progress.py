@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Callable
 
 from cutlab.core.primal_dual import StepResult
-from cutlab.core.progress import PREFIX, Meter, counted, duration
+from cutlab.core.progress import Meter, counted, duration, print_line
 from cutlab.core.training import Progress
 from cutlab.run.records import CHECKPOINT
 
@@ -49,11 +48,6 @@ def next_commands(run_dir: Path, wandb_mode: str, wandb_url: str | None = None,
     if wandb_url:
         lines.append(f"W&B page:    {wandb_url}")
     return lines
-
-
-def print_line(text: str) -> None:
-    sys.stderr.write(f"{PREFIX}{text}\n")  # one write, the newline with it (Meter._print)
-    sys.stderr.flush()
 
 
 def announce_start(run_dir: Path, resuming: bool, wandb_mode: str) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from cutlab.core.evaluation import Evaluation, feasibility_verdict
+from cutlab.core.evaluation import Evaluation, batch_count, feasibility_verdict
 from cutlab.core.constraints import Constraints
 from cutlab.core.primal_dual import PrimalDual
 from cutlab.core.progress import counted
@@ -36,7 +36,7 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
     each = f"each at {counted(len(val_grid), 'gamma')}"
     # the test pass follows: named as validation starts, with its time at validation's rate (the same batches)
     validation = evaluator(task.val_set, val_grid, progress=reporter.evaluating(
-        "validation", each, then=("test", batches(len(task.test_set), evaluator.batch_size))))
+        "validation", each, then=("test", batch_count(len(task.test_set), evaluator.batch_size))))
     # test: the grid (Table 3/4's numbers), plus gamma_train for the in-distribution check of descent; that extra
     # point stays out of eval.csv so that means over the grid are the grid's
     test = evaluator(task.test_set, val_grid, progress=reporter.evaluating("test", each))
@@ -56,11 +56,6 @@ def evaluate_and_write(cfg: DictConfig, run_dir: Path, evaluator: Evaluator, pri
                                   primal_dual.constrained, validation.sample_losses[at],
                                   validation.sample_groups)
     return {**_headline(task.objective, validation, test, grid, verdict), "in_distribution": in_distribution}
-
-
-def batches(samples: int, batch_size: int) -> int:
-    """How many batches evaluate() makes of ``samples``."""
-    return -(-samples // batch_size)
 
 
 def descent_in_distribution(test: Evaluation, index: int, constraints: Constraints) -> dict:

@@ -8,7 +8,6 @@ from its config's ``_target_`` (cutlab.tasks.models), so a new model is one modu
 from __future__ import annotations
 
 import importlib
-import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -16,7 +15,7 @@ from omegaconf import DictConfig
 
 from cutlab.config.groups import TASK_KINDS, task_kind
 from cutlab.core.models import LayerwiseModel
-from cutlab.core.progress import PREFIX
+from cutlab.core.progress import print_line
 
 # data.task -> "module:function" building that family's Task (imported only when used: transformers is slow)
 BUILDERS = {
@@ -48,8 +47,7 @@ class Task:
 def say(cfg: DictConfig, message: str) -> None:
     """A line of a task's building on stderr (its model loaded, its data read), unless progress=false."""
     if cfg.progress:
-        sys.stderr.write(f"{PREFIX}{message}\n")  # one write, the newline with it (cutlab.core.progress.Meter._print)
-        sys.stderr.flush()
+        print_line(message)
 
 
 def build_task(cfg: DictConfig) -> Task:
