@@ -98,12 +98,12 @@ def buffers_kept(model: torch.nn.Module) -> Iterator[None]:
                 buffer.copy_(kept[name])
 
 
-@torch.no_grad()
 def batch_count(samples: int, batch_size: int) -> int:
     """How many batches ``evaluate`` makes of ``samples`` (the last one short)."""
     return -(-samples // batch_size)
 
 
+@torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
     objective: EvaluatedObjective,
